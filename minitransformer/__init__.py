@@ -1,0 +1,10 @@
+"""minitransformer: the Transformer of "Attention Is All You Need", from scratch on NumPy/CuPy.
+
+Public names only; see DESIGN.md for the layout. `mt.use("gpu")` switches every later op to CuPy.
+"""
+from . import backend
+from .backend import use, to_numpy, seed
+from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where
+from .gradcheck import gradcheck, GradcheckError
+
+__version__ = "0.1.0"

@@ -1,0 +1,129 @@
+"""The array backend: one switch between NumPy (CPU) and CuPy (GPU).
+
+Every other module reaches arrays through `backend.xp`, read at call time, so `use("gpu")` moves
+all later work to CuPy. This is the only module that imports cupy. It leaves out multi-GPU and
+mixed precision on purpose: float32 is the training dtype, float64 is for gradient checks.
+"""
+import os
+
+import numpy as np
+
+xp = np                    # the array module in use: numpy or cupy
+device = "cpu"             # "cpu" or "gpu"
+DEFAULT_DTYPE = np.float32  # the training dtype
+
+_cupy = None               # the cupy module once use("gpu") has imported it
+_seed = 0
+_rng = None                # the generator of the current backend, made lazily by rng()
+
+INSTALL_HINT = "pip install -r requirements-gpu.txt"
+
+
+def _import_cupy():
+    """Import cupy and check that a GPU is visible; raise a RuntimeError saying what is missing."""
+    global _cupy
+    if _cupy is not None:
+        return _cupy
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeError(
+            f"use('gpu') needs CuPy, which is not installed ({e}). Install it with "
+            f"`{INSTALL_HINT}` (CUDA 12), or stay on the CPU with use('cpu')."
+        ) from None
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDA driver missing or broken
+        raise RuntimeError(f"CuPy is installed but no CUDA GPU is usable: {e}") from None
+    if n == 0:
+        raise RuntimeError("CuPy is installed but no CUDA GPU is visible (CUDA_VISIBLE_DEVICES?).")
+    _cupy = cupy
+    return cupy
+
+
+def gpu_available():
+    """True when CuPy imports and sees at least one GPU."""
+    try:
+        _import_cupy()
+        return True
+    except RuntimeError:
+        return False
+
+
+def use(name):
+    """Switch the backend: use("cpu") for NumPy, use("gpu") for CuPy. Returns the array module.
+
+    Tensors made before the switch keep their arrays; mixing them with new ones raises an error.
+    """
+    global xp, device, _rng
+    name = str(name).lower()
+    if name in ("cpu", "numpy"):
+        xp, device = np, "cpu"
+    elif name in ("gpu", "cuda", "cupy"):
+        xp, device = _import_cupy(), "gpu"
+    else:
+        raise ValueError(f"unknown device {name!r}: expected 'cpu' or 'gpu'")
+    _rng = None
+    return xp
+
+
+def device_of(a):
+    """'cpu' for a NumPy array (or Python number), 'gpu' for a CuPy array."""
+    return "gpu" if _cupy is not None and isinstance(a, _cupy.ndarray) else "cpu"
+
+
+def to_numpy(a):
+    """A NumPy copy of a backend array (a host-device copy on the GPU: it synchronises)."""
+    if device_of(a) == "gpu":
+        return _cupy.asnumpy(a)
+    return np.asarray(a)
+
+
+def asarray(a, dtype=None):
+    """Put `a` (array, list or number) on the current backend, without a copy when possible."""
+    if device == "gpu":
+        return _cupy.asarray(a, dtype=dtype)
+    return np.asarray(to_numpy(a) if device_of(a) == "gpu" else a, dtype=dtype)
+
+
+def scatter_add(target, index, values):
+    """target[index] += values, adding repeated indices up (np.add.at; cupyx.scatter_add on the GPU).
+
+    scatter_add(zeros(3), [0, 0, 2], [1, 1, 5]) -> [2, 0, 5]
+    """
+    if device_of(target) == "gpu":
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+    else:
+        np.add.at(target, index, values)
+    return target
+
+
+def seed(n):
+    """Seed the generators used for initialisation, dropout and batching."""
+    global _seed, _rng
+    _seed, _rng = int(n), None
+
+
+def rng():
+    """The seeded generator of the current backend (numpy.random.Generator or cupy's)."""
+    global _rng
+    if _rng is None:
+        _rng = xp.random.default_rng(_seed)
+    return _rng
+
+
+def host_rng(offset=0):
+    """A fresh NumPy generator from the global seed, the same on both backends (used for
+    initialisation, so a model starts from the same weights on the CPU and on the GPU)."""
+    return np.random.default_rng((_seed, offset))
+
+
+def synchronize():
+    """Wait for queued GPU work (a no-op on the CPU); used when timing."""
+    if device == "gpu":
+        _cupy.cuda.get_current_stream().synchronize()
+
+
+if os.environ.get("MINITRANSFORMER_DEVICE"):
+    use(os.environ["MINITRANSFORMER_DEVICE"])
