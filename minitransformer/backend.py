@@ -15,6 +15,7 @@ DEFAULT_DTYPE = np.float32  # the training dtype
 _cupy = None               # the cupy module once use("gpu") has imported it
 _seed = 0
 _rng = None                # the generator of the current backend, made lazily by rng()
+_host_rng = None           # the NumPy generator for initialisation, made lazily by host_rng()
 
 INSTALL_HINT = "pip install -r requirements-gpu.txt"
 
@@ -101,8 +102,8 @@ def scatter_add(target, index, values):
 
 def seed(n):
     """Seed the generators used for initialisation, dropout and batching."""
-    global _seed, _rng
-    _seed, _rng = int(n), None
+    global _seed, _rng, _host_rng
+    _seed, _rng, _host_rng = int(n), None, None
 
 
 def rng():
@@ -113,10 +114,13 @@ def rng():
     return _rng
 
 
-def host_rng(offset=0):
-    """A fresh NumPy generator from the global seed, the same on both backends (used for
-    initialisation, so a model starts from the same weights on the CPU and on the GPU)."""
-    return np.random.default_rng((_seed, offset))
+def host_rng():
+    """The seeded NumPy generator for initialisation, the same on both backends, so that a model
+    built after mt.seed(n) starts from the same weights on the CPU and on the GPU."""
+    global _host_rng
+    if _host_rng is None:
+        _host_rng = np.random.default_rng(_seed)
+    return _host_rng
 
 
 def synchronize():
