@@ -48,9 +48,10 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
     checked = [(i, t) for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check")
-    dtypes = [t.data.dtype for t in inputs if isinstance(t, Tensor)]
-    for t in inputs:
-        if isinstance(t, Tensor) and t.data.dtype.kind == "f":
+    tensors = [t for t in inputs if isinstance(t, Tensor)]
+    saved = [(t.data.dtype, t.grad) for t in tensors]  # restored afterwards: the check leaves no trace
+    for t in tensors:
+        if t.data.dtype.kind == "f":
             t.data = t.data.astype(np.float64, order="C")
     try:
         projection = [None, seed]
@@ -67,10 +68,8 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         else:
             raise ValueError(f"gradcheck: unknown mode {mode!r} (use 'auto', 'elementwise' or 'directional')")
     finally:
-        tensors = [t for t in inputs if isinstance(t, Tensor)]
-        for t, dt in zip(tensors, dtypes):
-            t.data = t.data.astype(dt)
-            t.grad = None if t.grad is None else t.grad.astype(dt)
+        for t, (dtype, grad) in zip(tensors, saved):
+            t.data, t.grad = t.data.astype(dtype), grad
     return True
 
 

@@ -1,0 +1,68 @@
+"""The backend switch: use(), the environment variable, to_numpy, seeding, and the GPU error."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import backend
+
+
+def test_default_is_numpy_float32():
+    mt.use("cpu")
+    assert backend.xp is np and backend.device == "cpu"
+    assert mt.tensor([1.0]).dtype == np.float32
+    assert mt.tensor(np.zeros(2)).dtype == np.float64      # arrays keep their dtype
+    assert mt.tensor([1, 2]).dtype.kind == "i"
+
+
+def test_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="expected 'cpu' or 'gpu'"):
+        mt.use("tpu")
+
+
+def test_gpu_request_without_cupy_or_gpu_says_what_is_missing():
+    if backend.gpu_available():
+        pytest.skip("a GPU is available here, so the error cannot be provoked")
+    with pytest.raises(RuntimeError, match="CuPy|GPU") as e:
+        mt.use("gpu")
+    assert "requirements-gpu.txt" in str(e.value) or "GPU" in str(e.value)
+    assert backend.device == "cpu"                          # a failed switch changes nothing
+
+
+def test_environment_variable_selects_the_device():
+    code = "import minitransformer as mt; print(mt.backend.device)"
+    env = dict(os.environ, MINITRANSFORMER_DEVICE="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "cpu"
+    if not backend.gpu_available():
+        env["MINITRANSFORMER_DEVICE"] = "gpu"
+        bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert bad.returncode != 0 and "requirements-gpu.txt" in bad.stderr + bad.stdout or "GPU" in bad.stderr
+
+
+def test_to_numpy_and_device_of(xp_backend):
+    a = xp_backend.arange(3, dtype=np.float32)
+    assert backend.device_of(a) == backend.device
+    h = mt.to_numpy(a)
+    assert isinstance(h, np.ndarray) and h.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_seeding_makes_runs_repeatable(xp_backend):
+    mt.seed(123)
+    a = backend.to_numpy(backend.rng().random(5, dtype=np.float32)), backend.host_rng().standard_normal(3)
+    mt.seed(123)
+    b = backend.to_numpy(backend.rng().random(5, dtype=np.float32)), backend.host_rng().standard_normal(3)
+    mt.seed(124)
+    c = backend.host_rng().standard_normal(3)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert not np.array_equal(a[1], c)
+
+
+def test_scatter_add_adds_repeated_indices(xp_backend):
+    target = xp_backend.zeros(3, dtype=np.float32)
+    backend.scatter_add(target, xp_backend.asarray([0, 0, 2]), xp_backend.asarray([1.0, 1.0, 5.0], dtype=np.float32))
+    assert mt.to_numpy(target).tolist() == [2.0, 0.0, 5.0]

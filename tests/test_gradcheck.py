@@ -1,0 +1,62 @@
+"""gradcheck itself: it passes correct gradients, and it catches a wrong backward in both modes,
+naming the input and the element."""
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer.tensor import make
+
+from conftest import randn
+
+
+def wrong_square(x):
+    """x**2 with a deliberately wrong backward: 3x instead of 2x."""
+    return make(x.data ** 2, (x,), lambda g: (g * 3 * x.data,), "wrong_square")
+
+
+def wrong_at_one_element(x):
+    """x**2 whose gradient is off by 0.5 at flat element 1 only."""
+    def backward(g):
+        dx = g * 2 * x.data
+        dx.reshape(-1)[1] += 0.5                       # one element off
+        return (dx,)
+    return make(x.data ** 2, (x,), backward, "wrong_at_one")
+
+
+def test_correct_gradients_pass_in_both_modes():
+    x, w = randn(3, 4), randn(4, 5, seed=1)
+    assert mt.gradcheck(lambda x, w: (x @ w).exp().sum(axis=0), x, w, mode="elementwise")
+    assert mt.gradcheck(lambda x, w: (x @ w).exp().sum(axis=0), x, w, mode="directional")
+
+
+def test_wrong_backward_is_caught_elementwise_with_input_and_index():
+    a, x = randn(2), randn(2, 3, seed=1)
+    with pytest.raises(mt.GradcheckError, match=r"input 1 is wrong at index \(0, 1\)") as e:
+        mt.gradcheck(lambda a, x: wrong_at_one_element(x) * a.sum(), a, x, mode="elementwise")
+    assert "analytic" in str(e.value) and "numeric" in str(e.value) and "relative error" in str(e.value)
+
+
+def test_wrong_backward_is_caught_directionally_and_names_the_input():
+    x, y = randn(20, 30), randn(20, 30, seed=1)
+    with pytest.raises(mt.GradcheckError, match=r"input 1 \(shape \(20, 30\)\)"):
+        mt.gradcheck(lambda x, y: x * 2 + wrong_square(y), x, y, mode="directional")
+
+
+def test_inputs_are_restored_to_their_dtype_and_values():
+    x = mt.tensor(np.random.default_rng(0).standard_normal((2, 2)).astype(np.float32), requires_grad=True)
+    before = x.numpy().copy()
+    mt.gradcheck(lambda x: (x * x).sum(), x, atol=1e-4)
+    assert x.dtype == np.float32
+    np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_nothing_to_check_is_an_error():
+    with pytest.raises(ValueError, match="requires_grad"):
+        mt.gradcheck(lambda x: x * 2, mt.tensor([1.0]))
+
+
+def test_runs_on_each_backend(xp_backend):
+    x = randn(3, 3)
+    assert mt.gradcheck(lambda x: (x.T @ x).exp(), x)
+    with pytest.raises(mt.GradcheckError):
+        mt.gradcheck(wrong_square, x)
