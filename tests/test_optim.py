@@ -1,0 +1,193 @@
+"""Adam against a hand-computed update, the warmup schedule against eq. (3), gradient clipping,
+and the optimizer state's round trip through JSON and .npz."""
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import minitransformer as mt
+from minitransformer import backend
+from minitransformer.optim import Adam, WarmupSchedule, clip_grad_norm, noam_schedule
+from minitransformer.tensor import Tensor
+
+
+def param(values, dtype=np.float64):
+    return Tensor(backend.asarray(np.array(values, dtype=dtype)), requires_grad=True)
+
+
+def set_grad(p, values):
+    p.grad = backend.asarray(np.array(values, dtype=p.dtype))
+
+
+def test_adam_two_steps_by_hand(xp_backend):
+    lr, b1, b2, eps = 0.1, 0.9, 0.98, 1e-9
+    p = param([1.0, -2.0])
+    opt = Adam([p], lr=lr, betas=(b1, b2), eps=eps)
+    g1, g2 = [0.5, -1.0], [0.25, 3.0]
+    set_grad(p, g1)
+    opt.step()
+    # bias correction makes the first step lr * sign(g) (up to eps)
+    np.testing.assert_allclose(p.numpy(), [1.0 - lr, -2.0 + lr], rtol=1e-9)
+    set_grad(p, g2)
+    opt.step()
+
+    # by hand, element by element, straight from the formulas
+    expected = []
+    for x, a, b in zip([1.0, -2.0], g1, g2):
+        m1 = (1 - b1) * a                       # step 1
+        v1 = (1 - b2) * a * a
+        x1 = x - lr * (m1 / (1 - b1)) / (math.sqrt(v1 / (1 - b2)) + eps)
+        m2 = b1 * m1 + (1 - b1) * b             # step 2
+        v2 = b2 * v1 + (1 - b2) * b * b
+        x2 = x1 - lr * (m2 / (1 - b1 ** 2)) / (math.sqrt(v2 / (1 - b2 ** 2)) + eps)
+        expected.append(x2)
+    np.testing.assert_allclose(p.numpy(), expected, rtol=1e-12, atol=1e-15)
+    assert opt.steps == 2 and opt.t == [2]
+
+
+def test_adam_float32_stays_float32(xp_backend):
+    p = param([1.0, 2.0, 3.0], dtype=np.float32)
+    opt = Adam([p], lr=0.01)
+    set_grad(p, [1.0, -1.0, 0.5])
+    opt.step()
+    assert p.dtype == np.float32 and opt.m[0].dtype == np.float32 and opt.v[0].dtype == np.float32
+    np.testing.assert_allclose(p.numpy(), [0.99, 2.01, 2.99], rtol=1e-6)  # step 1: lr * sign(g)
+
+
+def test_adam_skips_params_without_grad_and_lr_per_step(xp_backend):
+    a, b = param([1.0]), param([1.0])
+    opt = Adam([a, b], lr=1.0)
+    set_grad(a, [2.0])
+    opt.step(lr=0.5)
+    assert opt.lr == 0.5
+    np.testing.assert_allclose(a.numpy(), [0.5])
+    np.testing.assert_allclose(b.numpy(), [1.0])
+    assert opt.t == [1, 0] and opt.m[1] is None
+    opt.zero_grad()
+    assert a.grad is None and b.grad is None
+
+
+def test_adam_weight_decay_is_decoupled(xp_backend):
+    p = param([2.0])
+    opt = Adam([p], lr=0.1, weight_decay=0.5)
+    set_grad(p, [1.0])
+    opt.step()
+    np.testing.assert_allclose(p.numpy(), [2.0 * (1 - 0.1 * 0.5) - 0.1], rtol=1e-9)
+
+
+def test_adam_minimises_a_quadratic(xp_backend):
+    target = np.array([3.0, -1.0, 0.5])
+    p = param(np.zeros(3))
+    opt = Adam([p], lr=0.1)
+    t = mt.tensor(target)
+    for _ in range(300):
+        opt.zero_grad()
+        ((p - t) ** 2).sum().backward()
+        opt.step()
+    np.testing.assert_allclose(p.numpy(), target, atol=1e-2)
+
+
+def roundtrip(opt):
+    """state_dict through real JSON text and a real .npz file (no pickle), as a checkpoint does."""
+    scalars, arrays = opt.state_dict()
+    text = json.dumps(scalars)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    buf.seek(0)
+    with np.load(buf, allow_pickle=False) as z:
+        return json.loads(text), {k: z[k] for k in z.files}
+
+
+def test_adam_state_round_trip(xp_backend):
+    rng = np.random.default_rng(1)
+    w0, b0 = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    grads = [(rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32))
+             for _ in range(4)]
+
+    def make():
+        w, b, unused = param(w0, np.float32), param(b0, np.float32), param([0.0], np.float32)
+        return [w, b, unused], Adam([w, b, unused], lr=0.01)
+
+    ps, opt = make()
+    for gw, gb in grads[:3]:
+        set_grad(ps[0], gw), set_grad(ps[1], gb)
+        opt.step(lr=opt.lr * 0.9)
+    scalars, arrays = roundtrip(opt)
+    assert sorted(arrays) == ["m.0", "m.1", "v.0", "v.1"]  # the unused parameter has no moments
+
+    ps2, opt2 = make()
+    for p, q in zip(ps, ps2):
+        q.data[...] = p.data
+    opt2.load_state_dict(scalars, arrays)
+    for params, o in ((ps, opt), (ps2, opt2)):
+        set_grad(params[0], grads[3][0]), set_grad(params[1], grads[3][1])
+        o.step()
+    for p, q in zip(ps, ps2):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+    assert opt2.steps == opt.steps == 4 and opt2.t == opt.t == [4, 4, 0] and opt2.lr == opt.lr
+
+
+def test_adam_load_rejects_other_model():
+    opt = Adam([param([1.0, 2.0])])
+    set_grad(opt.params[0], [1.0, 1.0])
+    opt.step()
+    scalars, arrays = opt.state_dict()
+    with pytest.raises(ValueError, match="holds 1 parameters but this optimizer has 2"):
+        Adam([param([1.0, 2.0]), param([1.0])]).load_state_dict(scalars, arrays)
+    with pytest.raises(ValueError, match=r"shape \(2,\), but the parameter has shape \(3,\)"):
+        Adam([param([1.0, 2.0, 3.0])]).load_state_dict(scalars, arrays)
+
+
+def test_schedule_equation_3():
+    d, w = 512, 4000
+    # eq. (3) written out at chosen steps
+    assert noam_schedule(1, d, w) == pytest.approx(d ** -0.5 * 1 * w ** -1.5)
+    assert noam_schedule(w, d, w) == pytest.approx(d ** -0.5 * w ** -0.5)
+    assert noam_schedule(2 * w, d, w) == pytest.approx(d ** -0.5 * (2 * w) ** -0.5)
+    assert noam_schedule(w, d, w) == pytest.approx(6.98771242e-4)  # 1 / sqrt(512 * 4000)
+    assert noam_schedule(0, d, w) == noam_schedule(1, d, w)        # step 0 is taken as step 1
+    assert noam_schedule(100, d, w, scale=2.0) == pytest.approx(2 * noam_schedule(100, d, w))
+    # linear rise, then 1/sqrt decay
+    assert noam_schedule(2000, d, w) == pytest.approx(noam_schedule(1000, d, w) * 2)
+    assert noam_schedule(16000, d, w) == pytest.approx(noam_schedule(4000, d, w) / 2)
+
+
+def test_schedule_peaks_at_warmup():
+    s = WarmupSchedule(d_model=128, warmup_steps=50, scale=2.0)
+    rates = [s(t) for t in range(1, 500)]
+    assert int(np.argmax(rates)) + 1 == 50
+    assert s.peak == max(rates) == pytest.approx(2.0 * 128 ** -0.5 * 50 ** -0.5)
+    assert "warmup_steps=50" in repr(s)
+
+
+def test_clip_grad_norm(xp_backend):
+    a, b, c = param([3.0, 0.0]), param([[4.0]]), param([7.0])
+    set_grad(a, [3.0, 0.0]), set_grad(b, [[4.0]])      # c has no gradient: ignored
+    norm = clip_grad_norm([a, b, c], max_norm=1.0)
+    assert isinstance(norm, float) and norm == pytest.approx(5.0)
+    np.testing.assert_allclose(backend.to_numpy(a.grad), [0.6, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(backend.to_numpy(b.grad), [[0.8]], rtol=1e-6)
+    # below the threshold: untouched, and the norm is still reported
+    assert clip_grad_norm([a, b], max_norm=10.0) == pytest.approx(1.0, rel=1e-6)
+    np.testing.assert_allclose(backend.to_numpy(a.grad), [0.6, 0.0], rtol=1e-6)
+    assert clip_grad_norm([c], 1.0) == 0.0
+
+
+def test_clip_grad_norm_non_finite_leaves_grads():
+    a = param([1.0, 2.0])
+    set_grad(a, [np.inf, 1.0])
+    assert clip_grad_norm([a], 1.0) == math.inf
+    assert backend.to_numpy(a.grad)[1] == 1.0
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.floats(-100, 100), min_size=1, max_size=8), st.floats(0.01, 10))
+def test_clip_grad_norm_bound(values, max_norm):
+    p = param(np.zeros(len(values)))
+    set_grad(p, values)
+    norm = clip_grad_norm([p], max_norm)
+    assert norm == pytest.approx(float(np.linalg.norm(values)), rel=1e-9, abs=1e-12)
+    assert np.linalg.norm(backend.to_numpy(p.grad)) <= max_norm * (1 + 1e-9)
