@@ -108,23 +108,24 @@ class Tensor:
             if self.size != 1:
                 raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {self.shape}")
             grad = backend.xp.ones_like(self.data)
-        grads = {id(self): grad}
+        grads = {self: grad}  # tensors hash by identity
         for node in reversed(_topological_order(self)):
-            g = grads.pop(id(node), None)
+            g = grads.pop(node, None)
             if g is None:
                 continue
             if node._backward is None:  # a leaf: keep its gradient
                 if node.grad is None:  # a copy: gradients may alias each other (add returns g twice)
-                    node.grad = g.astype(node.dtype, copy=True)
+                    node.grad = g.astype(node.data.dtype, copy=True)
                 else:
                     node.grad += g
                 continue
             for p, pg in zip(node._parents, node._backward(g)):
                 if pg is None or not p.requires_grad:
                     continue
-                pg = unbroadcast(pg, p.shape)
-                k = id(p)
-                grads[k] = pg if k not in grads else grads[k] + pg
+                if pg.shape != p.data.shape:
+                    pg = unbroadcast(pg, p.data.shape)
+                prev = grads.get(p)
+                grads[p] = pg if prev is None else prev + pg
             node._parents, node._backward = (), None  # free the graph behind us
 
     # ---------------------------------------------------------------- operators
@@ -163,10 +164,12 @@ def _topological_order(root):
         node, done = stack.pop()
         if done:
             order.append(node)
-        elif id(node) not in seen:
-            seen.add(id(node))
+        elif node not in seen:
+            seen.add(node)
             stack.append((node, True))
-            stack.extend((p, False) for p in node._parents if p.requires_grad and id(p) not in seen)
+            for p in node._parents:
+                if p.requires_grad and p not in seen:
+                    stack.append((p, False))
     return order
 
 
@@ -192,12 +195,19 @@ def as_tensor(x, like=None):
 
 def make(data, parents, backward, op):
     """Wrap an op's output; record `backward` only when grad mode is on and a parent needs it."""
-    if _grad_enabled and any(p.requires_grad for p in parents):
-        return Tensor(data, True, parents, backward, op)
-    return Tensor(data, _op=op)
+    if _grad_enabled:
+        for p in parents:
+            if p.requires_grad:
+                return Tensor(data, True, parents, backward, op)
+    return Tensor(data, False, (), None, op)
 
 
 def _pair(a, b):
+    """Both operands as Tensors on one device (numbers take the other operand's dtype)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if type(a.data) is not type(b.data):
+            _check_device((a, b))
+        return a, b
     a = as_tensor(a, like=b if isinstance(b, Tensor) else None)
     b = as_tensor(b, like=a)
     if type(a.data) is not type(b.data):
