@@ -1,0 +1,218 @@
+"""The elementary ops behind Tensor's operators and methods, each with its backward beside it.
+
+Every op returns `make(output, parents, backward, name)`; `backward(g)` returns one gradient per parent
+(None where none is needed) and the engine in tensor.py unbroadcasts and adds them up. Fused ops with
+hand-derived gradients (softmax, cross-entropy, LayerNorm, attention) live in functional.py and
+attention.py.
+"""
+import numpy as np
+
+from . import backend
+from .tensor import Tensor, _check_device, as_tensor, make
+
+
+def _pair(a, b):
+    """Both operands as Tensors on one device (numbers take the other operand's dtype)."""
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        if type(a.data) is not type(b.data):
+            _check_device((a, b))
+        return a, b
+    a = as_tensor(a, like=b if isinstance(b, Tensor) else None)
+    b = as_tensor(b, like=a)
+    if type(a.data) is not type(b.data):
+        _check_device((a, b))
+    return a, b
+
+
+# -------------------------------------------------------------------- elementwise binary ops
+def add(a, b):
+    """d(a+b)/da = 1, d(a+b)/db = 1 (the engine unbroadcasts)."""
+    a, b = _pair(a, b)
+    return make(a.data + b.data, (a, b), lambda g: (g, g), "add")
+
+
+def sub(a, b):
+    """d(a-b)/da = 1, d(a-b)/db = -1."""
+    a, b = _pair(a, b)
+    return make(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
+
+
+def mul(a, b):
+    """d(ab)/da = b, d(ab)/db = a."""
+    a, b = _pair(a, b)
+    return make(a.data * b.data, (a, b),
+                lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
+
+
+def div(a, b):
+    """d(a/b)/da = 1/b, d(a/b)/db = -a/b^2."""
+    a, b = _pair(a, b)
+    out = a.data / b.data
+    return make(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
+                                        -g * out / b.data if b.requires_grad else None), "div")
+
+
+def pow(a, p):
+    """d(a^p)/da = p a^(p-1); with a tensor exponent also d(a^p)/dp = a^p log a."""
+    a, p = _pair(a, p)
+    out = a.data ** p.data
+    return make(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
+                                        g * out * backend.xp.log(a.data) if p.requires_grad else None), "pow")
+
+
+def neg(a):
+    """d(-a)/da = -1."""
+    return make(-a.data, (a,), lambda g: (-g,), "neg")
+
+
+def matmul(a, b):
+    """C = A B (batched, broadcast over leading axes): dA = dC B^T, dB = A^T dC."""
+    a, b = _pair(a, b)
+    A, B = a.data, b.data
+    if A.ndim < 2 or B.ndim < 2:  # vectors: lift to matrices, matmul, then squeeze the axis back
+        A2 = A[None, :] if A.ndim == 1 else A
+        B2 = B[:, None] if B.ndim == 1 else B
+        out = matmul(reshape(a, A2.shape), reshape(b, B2.shape))
+        shape = out.shape[:-2] + out.shape[-2:-1] * (A.ndim > 1) + out.shape[-1:] * (B.ndim > 1)
+        return reshape(out, shape)
+    xp = backend.xp
+    return make(xp.matmul(A, B), (a, b),
+                lambda g: (xp.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,
+                           xp.matmul(xp.swapaxes(A, -1, -2), g) if b.requires_grad else None), "matmul")
+
+
+# -------------------------------------------------------------------- elementwise unary ops
+def exp(a):
+    """d exp(a) = exp(a)."""
+    out = backend.xp.exp(a.data)
+    return make(out, (a,), lambda g: (g * out,), "exp")
+
+
+def log(a):
+    """d log(a) = 1/a."""
+    return make(backend.xp.log(a.data), (a,), lambda g: (g / a.data,), "log")
+
+
+def sqrt(a):
+    """d sqrt(a) = 1 / (2 sqrt(a))."""
+    out = backend.xp.sqrt(a.data)
+    return make(out, (a,), lambda g: (g / (2 * out),), "sqrt")
+
+
+def relu(a):
+    """d relu(a) = 1 where a > 0, else 0."""
+    out = backend.xp.maximum(a.data, 0)
+    return make(out, (a,), lambda g: (g * (out > 0),), "relu")
+
+
+def where(cond, a, b):
+    """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
+    a, b = _pair(a, b)
+    c = cond.data if isinstance(cond, Tensor) else backend.asarray(cond)
+    xp = backend.xp
+    return make(xp.where(c, a.data, b.data), (a, b),
+                lambda g: (xp.where(c, g, 0) if a.requires_grad else None,
+                           xp.where(c, 0, g) if b.requires_grad else None), "where")
+
+
+def masked_fill(a, mask, value):
+    """a with `value` where mask is True; no gradient flows through the filled positions."""
+    return where(mask, as_tensor(value, like=a), a)
+
+
+# -------------------------------------------------------------------- reductions
+def _axes(axis, ndim):
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(ax % ndim for ax in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+
+
+def _keep(g, axes, keepdims):
+    """Put reduced axes back as size 1 so that g broadcasts against the input."""
+    return g if keepdims else backend.xp.expand_dims(g, axes)
+
+
+def sum(a, axis=None, keepdims=False):
+    """d sum(a) / da = 1, broadcast back over the summed axes."""
+    axes = _axes(axis, a.ndim)
+    out = backend.xp.asarray(a.data.sum(axis=axes, keepdims=keepdims))
+    return make(out, (a,), lambda g: (backend.xp.broadcast_to(_keep(g, axes, keepdims), a.shape),), "sum")
+
+
+def mean(a, axis=None, keepdims=False):
+    """d mean(a) / da = 1/n over the n reduced elements."""
+    axes = _axes(axis, a.ndim)
+    n = int(np.prod([a.shape[i] for i in axes]))
+    return sum(a, axes, keepdims) / n
+
+
+def max(a, axis=None, keepdims=False):
+    """d max(a) / da = 1 at the maximum (split evenly between ties), 0 elsewhere."""
+    axes = _axes(axis, a.ndim)
+    out = backend.xp.asarray(a.data.max(axis=axes, keepdims=True))
+
+    def backward(g):
+        hit = a.data == out
+        share = _keep(g, axes, keepdims) / hit.sum(axis=axes, keepdims=True).astype(g.dtype)
+        return (hit * share,)
+    return make(out if keepdims else out.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes)),
+                (a,), backward, "max")
+
+
+# -------------------------------------------------------------------- shapes and indexing
+def reshape(a, shape):
+    """Reshape; the gradient is reshaped back."""
+    return make(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),), "reshape")
+
+
+def transpose(a, axes=None):
+    """Permute axes (reverse them by default); the gradient takes the inverse permutation."""
+    axes = tuple(range(a.ndim))[::-1] if axes is None else tuple(ax % a.ndim for ax in axes)
+    inverse = tuple(np.argsort(axes))
+    return make(a.data.transpose(axes), (a,), lambda g: (g.transpose(inverse),), "transpose")
+
+
+def _is_basic(idx):
+    """True for indices made only of ints, slices, None and Ellipsis (no repeats possible)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return all(isinstance(i, (int, slice, type(None), type(Ellipsis))) for i in items)
+
+
+def getitem(a, idx):
+    """a[idx]; backward writes g into zeros at idx, adding up repeated integer indices."""
+    if isinstance(idx, Tensor):
+        idx = idx.data
+    elif isinstance(idx, tuple):
+        idx = tuple(i.data if isinstance(i, Tensor) else i for i in idx)
+    if isinstance(idx, list):
+        idx = backend.asarray(idx)
+
+    def backward(g):
+        full = backend.xp.zeros(a.shape, dtype=g.dtype)
+        if _is_basic(idx):
+            full[idx] = g
+        else:
+            backend.scatter_add(full, idx, g)
+        return (full,)
+    return make(a.data[idx], (a,), backward, "getitem")
+
+
+def concat(tensors, axis=0):
+    """Join along an existing axis; each input gets its slice of the gradient."""
+    tensors = [as_tensor(t) for t in tensors]
+    _check_device(tensors)
+    xp = backend.xp
+    ax = axis % tensors[0].ndim
+    bounds = np.cumsum([t.shape[ax] for t in tensors])[:-1].tolist()
+    return make(xp.concatenate([t.data for t in tensors], axis=ax), tuple(tensors),
+                lambda g: tuple(xp.split(g, bounds, axis=ax)), "concat")
+
+
+def stack(tensors, axis=0):
+    """Join along a new axis; each input gets its slice of the gradient."""
+    tensors = [as_tensor(t) for t in tensors]
+    _check_device(tensors)
+    xp = backend.xp
+    ax = axis % (tensors[0].ndim + 1)
+    return make(xp.stack([t.data for t in tensors], axis=ax), tuple(tensors),
+                lambda g: tuple(xp.moveaxis(g, ax, 0)), "stack")
