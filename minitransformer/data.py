@@ -1,0 +1,257 @@
+"""Data: read a parallel corpus, encode it, group sentence pairs by length into batches of about
+`max_tokens` tokens (section 5.1), pad them and build the attention masks.
+
+Batches are planned on the host from lengths alone; each batch's arrays go to the device once.
+The batch order is a pure function of (seed, epoch), so training resumes exactly from a position
+(epoch, index). Left out on purpose: streaming corpora larger than memory, multiple workers.
+"""
+import gzip
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend
+
+
+# ---------------------------------------------------------------- reading corpora
+def read_lines(path):
+    """The lines of a UTF-8 text file (gzip-compressed when the name ends in .gz), without their
+    line endings. Only "\\n" ends a line (not U+2028 and friends), so parallel files stay aligned."""
+    path = str(path)
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"corpus file not found: {path}") from None
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile, truncated archive
+        raise ValueError(f"{path}: cannot read the file ({e})") from None
+    try:
+        text = raw.decode("utf-8-sig")  # utf-8, dropping a byte-order mark if there is one
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
+        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({e.reason} at byte {column} "
+                         f"of the line)") from None
+    lines = text.split("\n")
+    if lines[-1] == "":  # the file ended with a newline
+        lines.pop()
+    return [s[:-1] if s.endswith("\r") else s for s in lines]
+
+
+def read_parallel(src_path, tgt_path):
+    """(source lines, target lines) of a parallel corpus; the two files must have equal line counts."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise ValueError(f"parallel files differ in length: {src_path} has {len(src):,} lines but "
+                         f"{tgt_path} has {len(tgt):,}; line i of one must translate line i of the other")
+    return src, tgt
+
+
+@dataclass
+class EncodeReport:
+    """What encode_pairs kept and skipped; str() gives a one-line summary."""
+    total: int
+    kept: int
+    empty: int
+    too_long: int
+    max_len: int = None
+    indices: list = field(default_factory=list, repr=False)  # the kept pairs' line numbers (0-based)
+
+    def summary(self):
+        long = f", {self.too_long:,} longer than {self.max_len} tokens" if self.max_len is not None else ""
+        return f"kept {self.kept:,} of {self.total:,} pairs ({self.empty:,} empty{long})"
+
+    __str__ = summary
+
+
+def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
+    """Encode both sides with one joint tokenizer; drop pairs with an empty side, and pairs with a
+    side longer than max_len tokens (counted without <s> and </s>; None: no limit).
+
+    Returns (pairs, report): pairs is a list of (src_ids, tgt_ids) lists of ints.
+    encode_pairs(["a b", ""], ["x", "y"], tok) -> ([([a, b], [x])], "kept 1 of 2 pairs (1 empty)")
+    """
+    if len(src_lines) != len(tgt_lines):
+        raise ValueError(f"encode_pairs got {len(src_lines):,} source lines but {len(tgt_lines):,} target lines")
+    encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
+    src_ids, tgt_ids = encode_batch(list(src_lines)), encode_batch(list(tgt_lines))
+    pairs, indices, empty, too_long = [], [], 0, 0
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+        if not s or not t or not src_lines[i].strip() or not tgt_lines[i].strip():
+            empty += 1
+        elif max_len is not None and (len(s) > max_len or len(t) > max_len):
+            too_long += 1
+        else:
+            pairs.append((list(s), list(t)))
+            indices.append(i)
+    report = EncodeReport(len(src_ids), len(pairs), empty, too_long, max_len, indices)
+    return pairs, report
+
+
+# ---------------------------------------------------------------- one batch
+def pad(seqs, pad_id, length=None):
+    """Stack int sequences into one (len(seqs), length) int64 array, filling with pad_id.
+
+    pad([[5, 6, 7], [8]], 0) -> [[5, 6, 7], [8, 0, 0]]
+    """
+    length = max(map(len, seqs)) if length is None else length
+    out = np.full((len(seqs), length), pad_id, dtype=np.int64)
+    for row, s in zip(out, seqs):
+        row[:len(s)] = s
+    return out
+
+
+def padding_mask(ids, pad_id):
+    """(B, 1, 1, L) boolean: True where the key is a real token (attention allowed)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(T):
+    """(1, 1, T, T) boolean: True where key position <= query position (eq. "masking out ... illegal
+    connections", section 3.2.3). causal_mask(3)[0, 0] -> [[1, 0, 0], [1, 1, 0], [1, 1, 1]]"""
+    return np.tril(np.ones((T, T), dtype=bool))[None, None]
+
+
+class Batch:
+    """One padded batch of sentence pairs, ready for Transformer.forward, on the current backend.
+
+    src     (B, S) ids of x </s>                 src_mask (B, 1, 1, S)  True at real source tokens
+    tgt_in  (B, T) ids of <s> y  (decoder input) tgt_mask (B, 1, T, T)  real target token and causal
+    tgt_out (B, T) ids of y </s> (to predict)
+    Masks are boolean, True where attention is allowed, broadcastable to (B, H, T_q, T_k).
+    Note: the source ends with </s>, as in tensor2tensor and fairseq; search must encode sources the
+    same way (src_ids + [eos_id]). n_src_tokens / n_tgt_tokens count non-pad tokens of src / tgt_out
+    (Python ints, known without a device sync); `ids` are the pairs' positions in the dataset.
+    """
+
+    def __init__(self, pairs, pad_id, bos_id, eos_id, ids=None):
+        src = pad([list(s) + [eos_id] for s, _ in pairs], pad_id)           # (B, S)
+        tgt_in = pad([[bos_id] + list(t) for _, t in pairs], pad_id)        # (B, T)
+        tgt_out = pad([list(t) + [eos_id] for _, t in pairs], pad_id)       # (B, T)
+        self.n_src_tokens = sum(len(s) + 1 for s, _ in pairs)
+        self.n_tgt_tokens = sum(len(t) + 1 for _, t in pairs)
+        src_mask = padding_mask(src, pad_id)                                # (B, 1, 1, S)
+        tgt_mask = padding_mask(tgt_in, pad_id) & causal_mask(tgt_in.shape[1])  # (B, 1, T, T)
+        self.src, self.tgt_in, self.tgt_out = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
+        self.src_mask, self.tgt_mask = backend.asarray(src_mask), backend.asarray(tgt_mask)
+        self.ids = None if ids is None else np.asarray(ids)
+
+    def __len__(self):
+        return self.src.shape[0]
+
+    def __repr__(self):
+        return (f"Batch(B={len(self)}, S={self.src.shape[1]}, T={self.tgt_in.shape[1]}, "
+                f"src_tokens={self.n_src_tokens}, tgt_tokens={self.n_tgt_tokens})")
+
+
+# ---------------------------------------------------------------- batching by tokens
+def _lengths(pairs):
+    """Padded lengths per pair: source x </s> and target <s> y (= y </s>), as int64 arrays."""
+    src = np.fromiter((len(s) + 1 for s, _ in pairs), dtype=np.int64, count=len(pairs))
+    tgt = np.fromiter((len(t) + 1 for _, t in pairs), dtype=np.int64, count=len(pairs))
+    return src, tgt
+
+
+def _cut(order, src_len, tgt_len, max_tokens):
+    """Cut `order` into consecutive runs where len(run) * max(padded length, either side) <= max_tokens.
+
+    _cut([0, 1, 2], src_len=[2, 2, 3], tgt_len=[2, 2, 2], max_tokens=6) -> [[0, 1], [2]]
+    (all three would pad to length 3: 3 * 3 = 9 > 6)
+    """
+    lengths = np.maximum(src_len[order], tgt_len[order]).tolist()
+    batches, start, longest = [], 0, 0
+    for i, n in enumerate(lengths):
+        longest_with = max(longest, n)
+        if i > start and (i - start + 1) * longest_with > max_tokens:
+            batches.append(order[start:i])
+            start, longest_with = i, n
+        longest = longest_with
+    if len(lengths) > start:
+        batches.append(order[start:])
+    return batches
+
+
+def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):
+    """Plan one epoch: a list of index arrays into `pairs`, each batch within `max_tokens`.
+
+    Pairs are sorted by (source length, target length) with a random tie-break, so that a batch holds
+    pairs of similar lengths and little padding (section 5.1: "batched together by approximate
+    sequence length"), then cut so that batch_size * longest padded length (x </s> or <s> y)
+    <= max_tokens on each side; padding counts. A single pair longer than max_tokens becomes a batch
+    of its own (over the budget: it is never dropped). With shuffle, the batch order and the
+    tie-break come from np.random.default_rng((seed, epoch)): each epoch differs, and is reproducible.
+    Without shuffle the batches come sorted by length, ties in corpus order.
+    """
+    assert max_tokens > 0, "max_tokens must be positive"
+    src_len, tgt_len = _lengths(pairs)
+    rng = np.random.default_rng((seed, epoch)) if shuffle else None
+    tie = rng.permutation(len(pairs)) if shuffle else np.arange(len(pairs))
+    order = np.lexsort((tie, tgt_len, src_len))  # last key sorts first
+    batches = _cut(order, src_len, tgt_len, max_tokens)
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+class BatchIterator:
+    """An endless stream of Batches over `pairs`, epoch after epoch, that can be saved and resumed.
+
+    it = BatchIterator(pairs, max_tokens=4096, pad_id=0, bos_id=1, eos_id=2, seed=1)
+    batch = next(it)                 # epoch 0, batch 0; after the last batch of an epoch, epoch + 1
+    state = it.state_dict()          # {"epoch": 0, "index": 1, ...}: JSON-able
+    it2 = BatchIterator(pairs, ...); it2.load_state_dict(state)   # the same batches from here on
+    For one ordered pass (evaluation), use it.epoch_batches(), ideally with shuffle=False.
+    """
+
+    def __init__(self, pairs, max_tokens, pad_id, bos_id, eos_id, seed=0, shuffle=True):
+        assert len(pairs) > 0, "BatchIterator got no sentence pairs"
+        self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.epoch, self.index = 0, 0        # the position of the next batch
+        self._plan, self._plan_epoch = None, None
+
+    def plan(self, epoch=None):
+        """The index arrays of one epoch's batches (cached for the current epoch)."""
+        epoch = self.epoch if epoch is None else epoch
+        if self._plan_epoch != epoch:
+            self._plan = batch_by_tokens(self.pairs, self.max_tokens, self.seed, self.shuffle, epoch)
+            self._plan_epoch = epoch
+        return self._plan
+
+    def __len__(self):
+        """Batches per epoch (the same every epoch: cuts depend on the sorted lengths only)."""
+        return len(self.plan())
+
+    def make_batch(self, idx):
+        return Batch([self.pairs[i] for i in idx], self.pad_id, self.bos_id, self.eos_id, ids=idx)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        plan = self.plan()
+        if self.index >= len(plan):
+            self.epoch, self.index = self.epoch + 1, 0
+            plan = self.plan()
+        batch = self.make_batch(plan[self.index])
+        self.index += 1
+        return batch
+
+    def epoch_batches(self, epoch=None):
+        """The Batches of one whole epoch, in order, without moving the stream's position."""
+        for idx in self.plan(epoch):
+            yield self.make_batch(idx)
+
+    def state_dict(self):
+        """The position (epoch, index of the next batch) and what the plan depends on; JSON-able."""
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed, "max_tokens": self.max_tokens,
+                "shuffle": self.shuffle, "n_pairs": len(self.pairs)}
+
+    def load_state_dict(self, state):
+        """Resume at a saved position; the data and the batching settings must be the same."""
+        mine = self.state_dict()
+        for key in ("seed", "max_tokens", "shuffle", "n_pairs"):
+            if state[key] != mine[key]:
+                raise ValueError(f"cannot resume the batch stream: it was saved with {key}={state[key]!r} "
+                                 f"but this one has {key}={mine[key]!r}")
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
