@@ -101,17 +101,6 @@ def pad(seqs, pad_id, length=None):
     return out
 
 
-def padding_mask(ids, pad_id):
-    """(B, 1, 1, L) boolean: True where the key is a real token (attention allowed)."""
-    return (ids != pad_id)[:, None, None, :]
-
-
-def causal_mask(T):
-    """(1, 1, T, T) boolean: True where key position <= query position (eq. "masking out ... illegal
-    connections", section 3.2.3). causal_mask(3)[0, 0] -> [[1, 0, 0], [1, 1, 0], [1, 1, 1]]"""
-    return np.tril(np.ones((T, T), dtype=bool))[None, None]
-
-
 class Batch:
     """One padded batch of sentence pairs, ready for Transformer.forward, on the current backend.
 
@@ -130,8 +119,10 @@ class Batch:
         tgt_out = pad([list(t) + [eos_id] for _, t in pairs], pad_id)       # (B, T)
         self.n_src_tokens = sum(len(s) + 1 for s, _ in pairs)
         self.n_tgt_tokens = sum(len(t) + 1 for _, t in pairs)
-        src_mask = padding_mask(src, pad_id)                                # (B, 1, 1, S)
-        tgt_mask = padding_mask(tgt_in, pad_id) & causal_mask(tgt_in.shape[1])  # (B, 1, T, T)
+        # the masks of attention.py (padding_mask, causal_mask), made here on the host with NumPy
+        causal = np.tril(np.ones((tgt_in.shape[1],) * 2, dtype=bool))     # (T, T): key j <= query i
+        src_mask = (src != pad_id)[:, None, None, :]                        # (B, 1, 1, S)
+        tgt_mask = (tgt_in != pad_id)[:, None, None, :] & causal            # (B, 1, T, T)
         self.src, self.tgt_in, self.tgt_out = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
         self.src_mask, self.tgt_mask = backend.asarray(src_mask), backend.asarray(tgt_mask)
         self.ids = None if ids is None else np.asarray(ids)
