@@ -68,13 +68,13 @@ class Adam:
             xp.multiply(g, g, out=buf)
             buf *= 1.0 - b2
             v += buf
-            # p -= lr m_hat / (sqrt(v_hat) + eps), with the bias corrections folded into two scalars
-            bc1, bc2 = 1.0 - b1 ** self.t[i], 1.0 - b2 ** self.t[i]
+            # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias
+            # corrections folded into two scalars: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2))
+            bc1, bc2 = 1.0 - b1 ** self.t[i], math.sqrt(1.0 - b2 ** self.t[i])
             xp.sqrt(v, out=buf)
-            buf *= 1.0 / math.sqrt(bc2)         # sqrt(v_hat)
-            buf += self.eps
+            buf += self.eps * bc2
             xp.divide(m, buf, out=buf)
-            buf *= -self.lr / bc1
+            buf *= -self.lr * bc2 / bc1
             if self.weight_decay:
                 p.data *= 1.0 - self.lr * self.weight_decay
             p.data += buf
