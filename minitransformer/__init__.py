@@ -6,5 +6,6 @@ from . import backend
 from .backend import use, to_numpy, seed
 from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where
 from .gradcheck import gradcheck, GradcheckError
+from .profiler import profile
 
 __version__ = "0.1.0"

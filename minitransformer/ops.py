@@ -8,7 +8,7 @@ attention.py.
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, _check_device, as_tensor, make
+from .tensor import Tensor, _check_device, as_tensor, make, traced
 
 
 def _pair(a, b):
@@ -25,18 +25,21 @@ def _pair(a, b):
 
 
 # -------------------------------------------------------------------- elementwise binary ops
+@traced
 def add(a, b):
     """d(a+b)/da = 1, d(a+b)/db = 1 (the engine unbroadcasts)."""
     a, b = _pair(a, b)
     return make(a.data + b.data, (a, b), lambda g: (g, g), "add")
 
 
+@traced
 def sub(a, b):
     """d(a-b)/da = 1, d(a-b)/db = -1."""
     a, b = _pair(a, b)
     return make(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
 
 
+@traced
 def mul(a, b):
     """d(ab)/da = b, d(ab)/db = a."""
     a, b = _pair(a, b)
@@ -44,6 +47,7 @@ def mul(a, b):
                 lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
 
 
+@traced
 def div(a, b):
     """d(a/b)/da = 1/b, d(a/b)/db = -a/b^2."""
     a, b = _pair(a, b)
@@ -52,6 +56,7 @@ def div(a, b):
                                         -g * out / b.data if b.requires_grad else None), "div")
 
 
+@traced
 def pow(a, p):
     """d(a^p)/da = p a^(p-1); with a tensor exponent also d(a^p)/dp = a^p log a."""
     a, p = _pair(a, p)
@@ -60,11 +65,13 @@ def pow(a, p):
                                         g * out * backend.xp.log(a.data) if p.requires_grad else None), "pow")
 
 
+@traced
 def neg(a):
     """d(-a)/da = -1."""
     return make(-a.data, (a,), lambda g: (-g,), "neg")
 
 
+@traced
 def matmul(a, b):
     """C = A B (batched, broadcast over leading axes): dA = dC B^T, dB = A^T dC."""
     a, b = _pair(a, b)
@@ -82,29 +89,34 @@ def matmul(a, b):
 
 
 # -------------------------------------------------------------------- elementwise unary ops
+@traced
 def exp(a):
     """d exp(a) = exp(a)."""
     out = backend.xp.exp(a.data)
     return make(out, (a,), lambda g: (g * out,), "exp")
 
 
+@traced
 def log(a):
     """d log(a) = 1/a."""
     return make(backend.xp.log(a.data), (a,), lambda g: (g / a.data,), "log")
 
 
+@traced
 def sqrt(a):
     """d sqrt(a) = 1 / (2 sqrt(a))."""
     out = backend.xp.sqrt(a.data)
     return make(out, (a,), lambda g: (g / (2 * out),), "sqrt")
 
 
+@traced
 def relu(a):
     """d relu(a) = 1 where a > 0, else 0."""
     out = backend.xp.maximum(a.data, 0)
     return make(out, (a,), lambda g: (g * (out > 0),), "relu")
 
 
+@traced
 def where(cond, a, b):
     """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
     a, b = _pair(a, b)
@@ -115,6 +127,7 @@ def where(cond, a, b):
                            xp.where(c, 0, g) if b.requires_grad else None), "where")
 
 
+@traced
 def masked_fill(a, mask, value):
     """a with `value` where mask is True; no gradient flows through the filled positions."""
     return where(mask, as_tensor(value, like=a), a)
@@ -132,6 +145,7 @@ def _keep(g, axes, keepdims):
     return g if keepdims else backend.xp.expand_dims(g, axes)
 
 
+@traced
 def sum(a, axis=None, keepdims=False):
     """d sum(a) / da = 1, broadcast back over the summed axes."""
     axes = _axes(axis, a.ndim)
@@ -139,13 +153,16 @@ def sum(a, axis=None, keepdims=False):
     return make(out, (a,), lambda g: (backend.xp.broadcast_to(_keep(g, axes, keepdims), a.shape),), "sum")
 
 
+@traced
 def mean(a, axis=None, keepdims=False):
     """d mean(a) / da = 1/n over the n reduced elements."""
     axes = _axes(axis, a.ndim)
     n = int(np.prod([a.shape[i] for i in axes]))
-    return sum(a, axes, keepdims) / n
+    out = backend.xp.asarray(a.data.mean(axis=axes, keepdims=keepdims))
+    return make(out, (a,), lambda g: (backend.xp.broadcast_to(_keep(g, axes, keepdims) / n, a.shape),), "mean")
 
 
+@traced
 def max(a, axis=None, keepdims=False):
     """d max(a) / da = 1 at the maximum (split evenly between ties), 0 elsewhere."""
     axes = _axes(axis, a.ndim)
@@ -160,11 +177,13 @@ def max(a, axis=None, keepdims=False):
 
 
 # -------------------------------------------------------------------- shapes and indexing
+@traced
 def reshape(a, shape):
     """Reshape; the gradient is reshaped back."""
     return make(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),), "reshape")
 
 
+@traced
 def transpose(a, axes=None):
     """Permute axes (reverse them by default); the gradient takes the inverse permutation."""
     axes = tuple(range(a.ndim))[::-1] if axes is None else tuple(ax % a.ndim for ax in axes)
@@ -178,6 +197,7 @@ def _is_basic(idx):
     return all(isinstance(i, (int, slice, type(None), type(Ellipsis))) for i in items)
 
 
+@traced
 def getitem(a, idx):
     """a[idx]; backward writes g into zeros at idx, adding up repeated integer indices."""
     if isinstance(idx, Tensor):
@@ -197,6 +217,7 @@ def getitem(a, idx):
     return make(a.data[idx], (a,), backward, "getitem")
 
 
+@traced
 def concat(tensors, axis=0):
     """Join along an existing axis; each input gets its slice of the gradient."""
     tensors = [as_tensor(t) for t in tensors]
@@ -208,6 +229,7 @@ def concat(tensors, axis=0):
                 lambda g: tuple(xp.split(g, bounds, axis=ax)), "concat")
 
 
+@traced
 def stack(tensors, axis=0):
     """Join along a new axis; each input gets its slice of the gradient."""
     tensors = [as_tensor(t) for t in tensors]

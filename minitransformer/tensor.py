@@ -6,12 +6,15 @@ them up. Left out on purpose: higher-order gradients, in-place ops on tensors th
 and retain_graph (the graph is freed as backward walks it).
 """
 import contextlib
+import functools
+import time
 
 import numpy as np
 
 from . import backend
 
 _grad_enabled = True
+_profiler = None  # the active profiler.profile, if any (see profiler.py)
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -119,7 +122,13 @@ class Tensor:
                 else:
                     node.grad += g
                 continue
-            for p, pg in zip(node._parents, node._backward(g)):
+            if _profiler is None:
+                pgrads = node._backward(g)
+            else:
+                start = _profiler.now()
+                pgrads = node._backward(g)
+                _profiler.record(node._op, "backward", _profiler.now() - start)
+            for p, pg in zip(node._parents, pgrads):
                 if pg is None or not p.requires_grad:
                     continue
                 if pg.shape != p.data.shape:
@@ -191,6 +200,31 @@ def as_tensor(x, like=None):
     if like is not None and isinstance(x, (int, float)):
         return Tensor(backend.xp.asarray(x, dtype=like.dtype))
     return Tensor(backend.asarray(x))
+
+
+def set_profiler(prof):
+    """Install (or, with None, remove) the active profiler; returns the previous one."""
+    global _profiler
+    previous, _profiler = _profiler, prof
+    return previous
+
+
+def traced(fn):
+    """Decorate an op so that mt.profile() times its forward (only the outermost traced call)."""
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        prof = _profiler
+        if prof is None or prof.depth:
+            return fn(*args, **kwargs)
+        prof.depth += 1
+        start = prof.now()
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            prof.depth -= 1
+        prof.record(getattr(out, "_op", "") or fn.__name__, "forward", prof.now() - start)
+        return out
+    return op
 
 
 def make(data, parents, backward, op):
