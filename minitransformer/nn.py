@@ -1,0 +1,254 @@
+"""Layers: Module (parameters, train/eval, state_dict), Parameter, Linear, Embedding, LayerNorm,
+Dropout, ModuleList.
+
+A Module finds its parameters and sub-modules from attribute assignment, as in PyTorch, so a model is
+plain Python. Left out on purpose: buffers, hooks, device moves (build the model after mt.use(...);
+load_state_dict puts weights on the current backend) and dtype conversion.
+"""
+import math
+
+import numpy as np
+
+from . import backend
+from . import functional as F
+from .tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A Tensor that a Module trains: requires_grad=True, float32 by default, on the current backend."""
+
+    __slots__ = ()
+
+    def __init__(self, data, dtype=None):
+        data = data.data if isinstance(data, Tensor) else data
+        super().__init__(backend.asarray(data, dtype=backend.DEFAULT_DTYPE if dtype is None else dtype), requires_grad=True)
+
+    def __repr__(self):
+        return f"Parameter(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+
+
+class Module:
+    """Base class of layers. Subclasses call super().__init__() first, then assign Parameters and
+    Modules as attributes (they are registered in assignment order) and define forward()."""
+
+    def __init__(self):
+        d = self.__dict__  # plain dict writes: __setattr__ needs these to exist
+        d["_parameters"], d["_modules"], d["training"] = {}, {}, True
+
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        if "_parameters" not in d:
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() at the top of __init__, "
+                                 f"before assigning {name!r}")
+        d["_parameters"].pop(name, None)
+        d["_modules"].pop(name, None)
+        if isinstance(value, Parameter):
+            d["_parameters"][name] = value
+        elif isinstance(value, Module):
+            d["_modules"][name] = value
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        self._parameters.pop(name, None)
+        self._modules.pop(name, None)
+        object.__delattr__(self, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    # ---------------------------------------------------------------- walking the tree
+    def named_modules(self, prefix=""):
+        """(dotted name, module) for this module and every descendant, each module once."""
+        seen, stack = set(), [(prefix, self)]
+        while stack:
+            name, m = stack.pop()
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            yield name, m
+            stack.extend(reversed([(f"{name}.{k}" if name else k, c) for k, c in m._modules.items()]))
+
+    def modules(self):
+        """This module and every descendant, each once."""
+        return (m for _, m in self.named_modules())
+
+    def children(self):
+        """The direct sub-modules, each once."""
+        seen = set()
+        for m in self._modules.values():
+            if id(m) not in seen:
+                seen.add(id(m))
+                yield m
+
+    def named_parameters(self):
+        """(dotted name, parameter), e.g. ("encoder.layers.0.self_attn.w_qkv.weight", p); a parameter
+        shared under several names is listed once, under the first name met."""
+        seen = set()
+        for prefix, m in self.named_modules():
+            for k, p in m._parameters.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{prefix}.{k}" if prefix else k), p
+
+    def parameters(self):
+        """Every parameter once (shared ones too), in a fixed order."""
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self):
+        """The number of trained scalars, shared parameters counted once."""
+        return sum(p.size for p in self.parameters())
+
+    # ---------------------------------------------------------------- training state
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad = None
+
+    def train(self, mode=True):
+        """Set training mode (dropout on) in this module and all below it; returns self."""
+        for m in self.modules():
+            m.__dict__["training"] = bool(mode)
+        return self
+
+    def eval(self):
+        """Evaluation mode: dropout off. Same as train(False)."""
+        return self.train(False)
+
+    # ---------------------------------------------------------------- saving and loading
+    def state_dict(self):
+        """{dotted name: NumPy array}, host copies of every parameter (shared ones once)."""
+        return {name: np.array(backend.to_numpy(p.data), copy=True) for name, p in self.named_parameters()}
+
+    def load_state_dict(self, state, strict=True):
+        """Copy values from `state` into the parameters, on the current backend, in each parameter's dtype.
+
+        Fails, before changing anything, with one error naming every missing, unexpected (strict only)
+        and mis-shaped entry.
+        """
+        params = dict(self.named_parameters())
+        missing = [k for k in params if k not in state]
+        unexpected = [k for k in state if k not in params]
+        misshaped = [f"{k}: expected {tuple(p.shape)}, got {tuple(np.shape(_array(state[k])))}"
+                     for k, p in params.items() if k in state and tuple(np.shape(_array(state[k]))) != p.shape]
+        problems = [f"mis-shaped: {', '.join(misshaped)}"] if misshaped else []
+        if strict:
+            problems += [f"missing: {', '.join(missing)}"] if missing else []
+            problems += [f"unexpected: {', '.join(unexpected)}"] if unexpected else []
+        if problems:
+            raise ValueError(f"load_state_dict into {type(self).__name__} failed; " + "; ".join(problems))
+        for k, p in params.items():
+            if k in state:  # a copy, so that the module never shares memory with `state`
+                p.data = backend.asarray(_array(state[k]), dtype=p.dtype).copy()
+
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        lines = [f"  ({k}): " + repr(m).replace("\n", "\n  ") for k, m in self._modules.items()]
+        head = f"{type(self).__name__}({self.extra_repr()}"
+        return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
+
+
+def _array(v):
+    """The array inside a Tensor, or v itself."""
+    return v.data if isinstance(v, Tensor) else v
+
+
+class Linear(Module):
+    """y = x W + b, W: (d_in, d_out), one GEMM over the flattened leading axes (F.linear).
+
+    Xavier-uniform W (Glorot and Bengio, 2010): U(-a, a), a = sqrt(6 / (d_in + d_out)), keeps the
+    variance of activations and of gradients roughly equal from layer to layer. Bias starts at zero.
+    """
+
+    def __init__(self, d_in, d_out, bias=True):
+        super().__init__()
+        self.d_in, self.d_out = d_in, d_out
+        a = math.sqrt(6.0 / (d_in + d_out))
+        self.weight = Parameter(backend.host_rng().uniform(-a, a, (d_in, d_out)))
+        self.bias = Parameter(np.zeros(d_out)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)  # (..., d_in) -> (..., d_out)
+
+    def extra_repr(self):
+        return f"d_in={self.d_in}, d_out={self.d_out}, bias={self.bias is not None}"
+
+
+class Embedding(Module):
+    """weight[ids]: (...,) -> (..., d). Initialised N(0, d^-1/2): the model multiplies embeddings by
+    sqrt(d_model) (paper 3.4), so they enter with unit scale, as in tensor2tensor; the same matrix,
+    when tied to the pre-softmax projection, then gives logits of unit scale too."""
+
+    def __init__(self, num_embeddings, d):
+        super().__init__()
+        self.num_embeddings, self.d = num_embeddings, d
+        self.weight = Parameter(backend.host_rng().normal(0.0, d ** -0.5, (num_embeddings, d)))
+
+    def forward(self, ids):
+        return F.embedding(self.weight, ids)
+
+    def extra_repr(self):
+        return f"{self.num_embeddings}, {self.d}"
+
+
+class LayerNorm(Module):
+    """gamma * (x - mean) / sqrt(var + eps) + beta over the last axis; gamma ones, beta zeros.
+    Note: the paper gives no eps; 1e-6 as in tensor2tensor."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.gamma = Parameter(np.ones(d))
+        self.beta = Parameter(np.zeros(d))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.gamma, self.beta, self.eps)
+
+    def extra_repr(self):
+        return f"{self.d}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """Inverted dropout with rate p while training; the identity in eval mode."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}"
+
+
+class ModuleList(Module):
+    """A list of modules, registered as children "0", "1", ...: indexable, iterable, appendable."""
+
+    def __init__(self, modules=()):
+        super().__init__()
+        for m in modules:
+            self.append(m)
+
+    def append(self, module):
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList holds Modules, got {type(module).__name__}")
+        setattr(self, str(len(self._modules)), module)
+        return self
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ModuleList(list(self._modules.values())[i])
+        n = len(self._modules)
+        if not -n <= i < n:
+            raise IndexError(f"ModuleList index {i} out of range for {n} modules")
+        return self._modules[str(i % n)]
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self):
+        return len(self._modules)

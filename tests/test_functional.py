@@ -1,0 +1,304 @@
+"""Fused ops: known answers, agreement with the same computation composed of elementary Tensor ops
+(forward and every gradient, 1e-6 in float64), and gradient checks on shapes drawn by hypothesis."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import minitransformer as mt
+import minitransformer.functional as F
+from minitransformer import backend
+from conftest import randn
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def leaf(t):
+    """A fresh leaf tensor with t's values (randn(...) * 3 is an op's output, not a leaf)."""
+    return mt.tensor(t.data, requires_grad=True)
+
+
+shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
+
+
+# -------------------------------------------------------------------- composed references
+def softmax_ref(x, axis=-1):
+    e = (x - x.max(axis, keepdims=True)).exp()
+    return e / e.sum(axis, keepdims=True)
+
+
+def log_softmax_ref(x, axis=-1):
+    s = x - x.max(axis, keepdims=True)
+    return s - s.exp().sum(axis, keepdims=True).log()
+
+
+def cross_entropy_ref(z, target, ignore_index=None, eps=0.0):
+    """-sum(q * log_softmax(z)) averaged over counted rows, with the dense q built in NumPy."""
+    V = z.shape[-1]
+    t = np.asarray(target).reshape(-1)
+    valid = t != ignore_index if ignore_index is not None else np.ones(t.shape, bool)
+    q = np.full((t.size, V), eps / V)
+    q[np.arange(t.size)[valid], t[valid]] += 1 - eps
+    q *= valid[:, None] / max(valid.sum(), 1)
+    return -(mt.tensor(q) * log_softmax_ref(z.reshape(-1, V))).sum()
+
+
+def layer_norm_ref(x, gamma, beta, eps=1e-6):
+    xc = x - x.mean(-1, keepdims=True)
+    return xc / ((xc * xc).mean(-1, keepdims=True) + eps).sqrt() * gamma + beta
+
+
+def linear_ref(x, w, b):
+    return (x.reshape(-1, w.shape[0]) @ w + b).reshape(x.shape[:-1] + (w.shape[1],))
+
+
+def assert_same(fused, composed, *inputs, seed=1):
+    """Forward values and the gradients of every input agree to 1e-6 (float64 inputs)."""
+    grads = []
+    for fn in (fused, composed):
+        for t in inputs:
+            t.grad = None
+        y = fn(*inputs)
+        dy = np.random.default_rng(seed).standard_normal(y.shape)
+        y.backward(backend.asarray(dy))
+        grads.append((y.numpy(), [None if t.grad is None else backend.to_numpy(t.grad) for t in inputs]))
+    (y1, g1), (y2, g2) = grads
+    np.testing.assert_allclose(y1, y2, rtol=1e-6, atol=1e-6)
+    for i, (a, b) in enumerate(zip(g1, g2)):
+        assert (a is None) == (b is None), f"input {i}: a gradient on one side only"
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=f"gradient of input {i}")
+
+
+# -------------------------------------------------------------------- softmax and log_softmax
+def test_softmax_known_answer(xp_backend):
+    y = F.softmax(mt.tensor([[0.0, np.log(2.0), np.log(3.0)], [5.0, 5.0, 5.0]]))
+    np.testing.assert_allclose(y.numpy(), [[1 / 6, 2 / 6, 3 / 6], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
+    assert y.dtype == np.float32
+    y = F.log_softmax(mt.tensor([0.0, np.log(3.0)]))
+    np.testing.assert_allclose(y.numpy(), np.log([0.25, 0.75]), rtol=1e-6)
+
+
+@SETTINGS
+@given(shape=shapes, data=st.data())
+def test_softmax_log_softmax_match_composed_and_gradcheck(xp_backend, shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1), label="axis")
+    x = leaf(randn(*shape, seed=len(shape)) * 3)
+    for fused, ref in ((F.softmax, softmax_ref), (F.log_softmax, log_softmax_ref)):
+        assert_same(lambda t: fused(t, axis), lambda t: ref(t, axis), x)
+        assert mt.gradcheck(lambda t: fused(t, axis), x)
+
+
+def test_softmax_is_stable_for_huge_inputs(xp_backend):
+    x = mt.tensor([[1e4, -1e4, 0.0], [1e30, 1e30, -1e30]], requires_grad=True)
+    for f in (F.softmax, F.log_softmax):
+        y = f(x)
+        (y * mt.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])).sum().backward()
+        assert np.isfinite(y.numpy()[0]).all() and np.isfinite(backend.to_numpy(x.grad)).all()
+        x.grad = None
+    np.testing.assert_allclose(F.softmax(x).numpy(), [[1, 0, 0], [0.5, 0.5, 0]], atol=1e-6)
+
+
+# -------------------------------------------------------------------- cross-entropy
+def ce_case(shape, V, seed, ignore=None):
+    rng = np.random.default_rng(seed)
+    target = np.asarray(rng.integers(0, V, shape))
+    if ignore is not None:
+        target[rng.random(shape) < 0.3] = ignore
+    return leaf(randn(*shape, V, seed=seed) * 2), target
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple), V=st.integers(1, 6),
+       eps=st.sampled_from([0.0, 0.1, 0.5]), ignore=st.sampled_from([None, 0, -100]), seed=st.integers(0, 9))
+def test_cross_entropy_matches_composed_and_gradcheck(xp_backend, shape, V, eps, ignore, seed):
+    z, target = ce_case(shape, V, seed, ignore)
+    fused = lambda t: F.cross_entropy(t, target, ignore_index=ignore, label_smoothing=eps)
+    assert_same(fused, lambda t: cross_entropy_ref(t, target, ignore, eps), z)
+    assert mt.gradcheck(fused, z)
+
+
+def test_cross_entropy_label_smoothing_closed_form():
+    # by hand: p = softmax(z), q = 0.9 onehot + 0.1/3, loss = mean over rows of -sum(q log p)
+    z = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+    t = np.array([0, 2])
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    expected = np.mean([-(0.9 * logp[0, 0] + 0.1 / 3 * logp[0].sum()), -(0.9 * logp[1, 2] + 0.1 / 3 * logp[1].sum())])
+    loss = F.cross_entropy(mt.tensor(z, requires_grad=True), t, label_smoothing=0.1)
+    assert abs(loss.item() - expected) < 1e-12
+    # eps = 1: the target is uniform, the loss is -mean(log p) whatever the target
+    assert abs(F.cross_entropy(mt.tensor(z), t, label_smoothing=1.0).item() + logp.mean()) < 1e-5
+
+
+def test_cross_entropy_gradient_known_answer(xp_backend):
+    z = mt.tensor([[0.0, 0.0], [np.log(3.0), 0.0]], requires_grad=True)
+    F.cross_entropy(z, [1, 0]).backward()
+    # (softmax - onehot) / 2 rows
+    np.testing.assert_allclose(backend.to_numpy(z.grad), [[0.25, -0.25], [-0.125, 0.125]], rtol=1e-6)
+
+
+def test_cross_entropy_stable_for_huge_logits(xp_backend):
+    z = mt.tensor([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4]], requires_grad=True)
+    loss = F.cross_entropy(z, np.array([1, 2]), label_smoothing=0.1)
+    loss.backward()
+    assert np.isfinite(loss.item()) and np.isfinite(backend.to_numpy(z.grad)).all()
+    # row 0 picks a logit 2e4 below the max: loss about 0.9*2e4 + 0.1/3*(1e4+2e4+0) + ... , finite and large
+    assert loss.item() > 1e3
+
+
+def test_cross_entropy_ignored_tokens_contribute_nothing(xp_backend):
+    z, target = ce_case((3, 5), 7, seed=3, ignore=-1)
+    target[0, 0], target[1, 2] = -1, -1
+    loss, n = F.cross_entropy(z, target, ignore_index=-1, label_smoothing=0.1, return_count=True)
+    loss.backward()
+    keep = target != -1
+    assert n == int(keep.sum())
+    g = backend.to_numpy(z.grad)
+    assert np.all(g[~keep] == 0) and np.any(g[keep] != 0)
+    # the same loss as the counted rows alone
+    sub = mt.tensor(z.numpy()[keep])
+    assert abs(F.cross_entropy(sub, target[keep], label_smoothing=0.1).item() - loss.item()) < 1e-9
+    # changing the logits of ignored rows changes nothing
+    z2 = z.numpy().copy()
+    z2[~keep] = 1e3
+    assert F.cross_entropy(mt.tensor(z2), target, ignore_index=-1, label_smoothing=0.1).item() == pytest.approx(loss.item())
+
+
+def test_cross_entropy_all_ignored_is_zero(xp_backend):
+    z = randn(2, 3, 4)
+    loss, n = F.cross_entropy(z, np.zeros((2, 3), int), ignore_index=0, label_smoothing=0.1, return_count=True)
+    loss.backward()
+    assert n == 0 and loss.item() == 0.0
+    assert np.all(backend.to_numpy(z.grad) == 0)
+
+
+def test_cross_entropy_accepts_tensor_targets_and_float32(xp_backend):
+    z = mt.tensor(np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32), requires_grad=True)
+    loss = F.cross_entropy(z, mt.tensor(np.array([1, 2, 3, 4])), ignore_index=4)
+    loss.backward()
+    assert loss.dtype == np.float32 and z.grad.dtype == np.float32
+
+
+def test_cross_entropy_errors(xp_backend):
+    z = randn(2, 3, 4)
+    with pytest.raises(ValueError, match="target shape"):
+        F.cross_entropy(z, np.zeros((3, 2), int))
+    with pytest.raises(ValueError, match="out of range"):
+        F.cross_entropy(z, np.full((2, 3), 4))
+    with pytest.raises(ValueError, match="out of range"):
+        F.cross_entropy(z, np.full((2, 3), -1), ignore_index=-100)
+    with pytest.raises(TypeError, match="integer"):
+        F.cross_entropy(z, np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        F.cross_entropy(z, np.zeros((2, 3), int), label_smoothing=1.5)
+
+
+# -------------------------------------------------------------------- layer norm
+def test_layer_norm_known_answer(xp_backend):
+    x = np.array([[1.0, 2.0, 3.0, 6.0], [-1.0, -1.0, 1.0, 1.0]])
+    gamma, beta = np.array([1.0, 2.0, 0.5, 1.0]), np.array([0.0, 1.0, 0.0, -1.0])
+    y = F.layer_norm(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), eps=1e-6).numpy()
+    expected = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-6) * gamma + beta
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-9)
+
+
+@SETTINGS
+@given(shape=shapes, seed=st.integers(0, 9))
+def test_layer_norm_matches_composed_and_gradcheck(xp_backend, shape, seed):
+    D = shape[-1]
+    x, gamma, beta = leaf(randn(*shape, seed=seed) * 2 + 1), randn(D, seed=seed + 1), randn(D, seed=seed + 2)
+    eps = 1e-6
+    assert_same(lambda a, g, b: F.layer_norm(a, g, b, eps), lambda a, g, b: layer_norm_ref(a, g, b, eps), x, gamma, beta)
+    assert mt.gradcheck(lambda a, g, b: F.layer_norm(a, g, b, eps), x, gamma, beta)
+
+
+# -------------------------------------------------------------------- dropout
+def test_dropout_identity_in_eval_and_p0(xp_backend):
+    x = randn(3, 4)
+    assert F.dropout(x, 0.5, training=False) is x
+    assert F.dropout(x, 0.0) is x
+    with pytest.raises(ValueError, match="p must"):
+        F.dropout(x, 1.0)
+
+
+def test_dropout_keeps_expected_value_and_rate(xp_backend):
+    x = mt.tensor(np.ones((200, 500), np.float32))
+    y = F.dropout(x, 0.3).numpy()
+    assert y.dtype == np.float32
+    assert abs(y.mean() - 1.0) < 0.01                  # inverted dropout: E[y] = x
+    assert abs((y == 0).mean() - 0.3) < 0.01           # the drop rate
+    np.testing.assert_allclose(np.unique(y), [0.0, 1 / 0.7], rtol=1e-6)
+
+
+def test_dropout_same_seed_same_mask(xp_backend):
+    x = randn(50, 20)
+    mt.seed(7)
+    a = F.dropout(x, 0.5).numpy()
+    mt.seed(7)
+    b = F.dropout(x, 0.5).numpy()
+    c = F.dropout(x, 0.5).numpy()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@SETTINGS
+@given(shape=shapes, p=st.sampled_from([0.1, 0.5, 0.9]))
+def test_dropout_matches_composed_and_gradcheck(xp_backend, shape, p):
+    x = randn(*shape)
+
+    def fused(t):
+        mt.seed(3)  # the same mask in every call: forward, backward and the numeric differences
+        return F.dropout(t, p)
+
+    def composed(t):
+        mt.seed(3)
+        keep = backend.rng().random(t.shape, dtype=np.float32) >= p
+        return t * mt.tensor(keep.astype(np.float64) / (1 - p))
+    assert_same(fused, composed, x)
+    assert mt.gradcheck(fused, x)
+
+
+# -------------------------------------------------------------------- embedding and linear
+def test_embedding_repeated_ids_known_answer(xp_backend):
+    w = randn(5, 3)
+    ids = np.array([[1, 1, 4], [1, 0, 4]])
+    y = F.embedding(w, ids)
+    np.testing.assert_array_equal(y.numpy(), w.numpy()[ids])
+    g = np.arange(18.0).reshape(2, 3, 3)
+    y.backward(backend.asarray(g))
+    expected = np.zeros((5, 3))
+    for i, v in enumerate(ids.reshape(-1)):
+        expected[v] += g.reshape(-1, 3)[i]
+    np.testing.assert_array_equal(backend.to_numpy(w.grad), expected)
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple), V=st.integers(1, 5),
+       D=st.integers(1, 4), seed=st.integers(0, 9))
+def test_embedding_matches_composed_and_gradcheck(xp_backend, shape, V, D, seed):
+    w = randn(V, D, seed=seed)
+    ids = np.random.default_rng(seed).integers(0, V, shape)  # V small: ids repeat
+    assert_same(lambda t: F.embedding(t, ids), lambda t: t[mt.tensor(ids)], w)
+    assert mt.gradcheck(lambda t: F.embedding(t, mt.tensor(ids)), w)
+
+
+def test_embedding_rejects_float_ids(xp_backend):
+    with pytest.raises(TypeError, match="integers"):
+        F.embedding(randn(3, 2), np.array([0.0, 1.0]))
+
+
+def test_linear_known_answer(xp_backend):
+    x, w, b = np.arange(6.0).reshape(1, 2, 3), np.arange(12.0).reshape(3, 4), np.array([1.0, 0, 0, -1])
+    y = F.linear(mt.tensor(x), mt.tensor(w), mt.tensor(b))
+    assert y.shape == (1, 2, 4)
+    np.testing.assert_array_equal(y.numpy(), x @ w + b)
+    np.testing.assert_array_equal(F.linear(mt.tensor(x), mt.tensor(w)).numpy(), x @ w)
+    with pytest.raises(ValueError, match="d_in=4"):
+        F.linear(mt.tensor(x), mt.tensor(w.T))
+
+
+@SETTINGS
+@given(lead=st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple), d_in=st.integers(1, 4),
+       d_out=st.integers(1, 4), seed=st.integers(0, 9))
+def test_linear_matches_composed_and_gradcheck(xp_backend, lead, d_in, d_out, seed):
+    x, w, b = randn(*lead, d_in, seed=seed), randn(d_in, d_out, seed=seed + 1), randn(d_out, seed=seed + 2)
+    assert_same(F.linear, linear_ref, x, w, b)
+    assert mt.gradcheck(F.linear, x, w, b)
+    assert mt.gradcheck(lambda a, m: F.linear(a, m), x, w)
