@@ -6,6 +6,7 @@ The batch order is a pure function of (seed, epoch), so training resumes exactly
 (epoch, index). Left out on purpose: streaming corpora larger than memory, multiple workers.
 """
 import gzip
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,15 +90,24 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
 
 
 # ---------------------------------------------------------------- one batch
-def pad(seqs, pad_id, length=None):
-    """Stack int sequences into one (len(seqs), length) int64 array, filling with pad_id.
+def pad(seqs, pad_id, length=None, start=None, end=None):
+    """Stack int sequences into one (len(seqs), length) int64 array, filling with pad_id; `start` /
+    `end` (ids) are put before / after each sequence when given.
 
-    pad([[5, 6, 7], [8]], 0) -> [[5, 6, 7], [8, 0, 0]]
+    pad([[5, 6, 7], [8]], 0) -> [[5, 6, 7], [8, 0, 0]];  pad([[5], [8, 9]], 0, end=2) -> [[5, 2, 0], [8, 9, 2]]
     """
-    length = max(map(len, seqs)) if length is None else length
+    lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    first = int(start is not None)
+    extra = first + int(end is not None)
+    length = int(lens.max(initial=0)) + extra if length is None else length
     out = np.full((len(seqs), length), pad_id, dtype=np.int64)
-    for row, s in zip(out, seqs):
-        row[:len(s)] = s
+    # one vectorised scatter instead of a Python loop over rows
+    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
+    out[:, first:][np.arange(length - first) < lens[:, None]] = flat
+    if start is not None:
+        out[:, 0] = start
+    if end is not None:
+        out[np.arange(len(seqs)), lens + first] = end
     return out
 
 
@@ -114,11 +124,12 @@ class Batch:
     """
 
     def __init__(self, pairs, pad_id, bos_id, eos_id, ids=None):
-        src = pad([list(s) + [eos_id] for s, _ in pairs], pad_id)           # (B, S)
-        tgt_in = pad([[bos_id] + list(t) for _, t in pairs], pad_id)        # (B, T)
-        tgt_out = pad([list(t) + [eos_id] for _, t in pairs], pad_id)       # (B, T)
-        self.n_src_tokens = sum(len(s) + 1 for s, _ in pairs)
-        self.n_tgt_tokens = sum(len(t) + 1 for _, t in pairs)
+        xs, ys = [s for s, _ in pairs], [t for _, t in pairs]
+        src = pad(xs, pad_id, end=eos_id)                                    # (B, S)  x </s>
+        tgt_in = pad(ys, pad_id, start=bos_id)                               # (B, T)  <s> y
+        tgt_out = pad(ys, pad_id, end=eos_id)                                # (B, T)  y </s>
+        self.n_src_tokens = sum(map(len, xs)) + len(xs)
+        self.n_tgt_tokens = sum(map(len, ys)) + len(ys)
         # the masks of attention.py (padding_mask, causal_mask), made here on the host with NumPy
         causal = np.tril(np.ones((tgt_in.shape[1],) * 2, dtype=bool))     # (T, T): key j <= query i
         src_mask = (src != pad_id)[:, None, None, :]                        # (B, 1, 1, S)
