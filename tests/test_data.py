@@ -124,6 +124,9 @@ def test_encode_pairs_with_bpe():
 def test_pad():
     np.testing.assert_array_equal(pad([[5, 6, 7], [8]], 0), [[5, 6, 7], [8, 0, 0]])
     np.testing.assert_array_equal(pad([[5]], 9, length=3), [[5, 9, 9]])
+    np.testing.assert_array_equal(pad([[5], [8, 9]], 0, end=2), [[5, 2, 0], [8, 9, 2]])
+    np.testing.assert_array_equal(pad([[5], [8, 9]], 0, start=1), [[1, 5, 0], [1, 8, 9]])
+    np.testing.assert_array_equal(pad([[], [4]], 0, start=1, end=2), [[1, 2, 0], [1, 4, 2]])
 
 
 def test_batch_shift_padding_and_masks(xp_backend):
