@@ -89,6 +89,12 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     return pairs, report
 
 
+def load_pairs(src_path, tgt_path, tokenizer, max_len=None):
+    """read_parallel then encode_pairs: (pairs, report) for a corpus on disk."""
+    src, tgt = read_parallel(src_path, tgt_path)
+    return encode_pairs(src, tgt, tokenizer, max_len)
+
+
 # ---------------------------------------------------------------- one batch
 def pad(seqs, pad_id, length=None, start=None, end=None):
     """Stack int sequences into one (len(seqs), length) int64 array, filling with pad_id; `start` /

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from minitransformer import backend
 from minitransformer.data import (Batch, BatchIterator, EncodeReport, batch_by_tokens, encode_pairs,
-                                  pad, read_lines, read_parallel)
+                                  load_pairs, pad, read_lines, read_parallel)
 
 PAD, BOS, EOS = 0, 1, 2
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -75,6 +75,8 @@ def test_read_parallel(tmp_path):
     (tmp_path / "x.en").write_text("A\nB\n", encoding="utf-8")
     (tmp_path / "y.en").write_text("A\nB\nC\n", encoding="utf-8")
     assert read_parallel(tmp_path / "x.de", tmp_path / "x.en") == (["a", "b"], ["A", "B"])
+    pairs, report = load_pairs(tmp_path / "x.de", tmp_path / "x.en", WordTokenizer())
+    assert pairs == [([3], [5]), ([4], [6])] and report.kept == 2
     with pytest.raises(ValueError, match=r"x.de has 2 lines but .*y.en has 3"):
         read_parallel(tmp_path / "x.de", tmp_path / "y.en")
 
