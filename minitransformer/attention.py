@@ -7,8 +7,11 @@ positions, local/sparse attention and flash-style tiling (the (T_q, T_k) score m
 """
 import math
 
+import numpy as np
+
 from . import backend
-# nn import added with MultiHeadAttention
+from . import functional as F
+from . import nn
 from .tensor import Tensor, make, is_grad_enabled
 
 NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
@@ -53,7 +56,7 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
     keep = None
     if training and dropout_p > 0:
-        keep = backend.rng().random(p.shape, dtype=p.dtype) >= dropout_p  # (B, H, Tq, Tk) bool
+        keep = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p  # (B, H, Tq, Tk) bool
         pd = p * keep
         pd *= 1.0 / (1.0 - dropout_p)                # inverted dropout
     else:
@@ -113,3 +116,210 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=Tru
                                    q.requires_grad, k.requires_grad, v.requires_grad)
     o = make(out, (q, k, v), backward, "attention")
     return (o, p) if return_weights else o
+
+
+# -------------------------------------------------------------------- multi-head attention
+def _heads(x, n_parts, n_heads):
+    """(B, T, n_parts * D) array -> n_parts views (B, H, T, K), no copy: the head split is a reshape
+    (B, T, n, H, K) and a transpose (n, B, H, T, K)."""
+    B, T, width = x.shape
+    K = width // (n_parts * n_heads)
+    return list(x.reshape(B, T, n_parts, n_heads, K).transpose(2, 0, 3, 1, 4))  # n x (B, H, T, K)
+
+
+def _merge_heads(o):
+    """(B, H, T, K) -> (B, T, D): concatenate the heads (one copy)."""
+    B, H, T, K = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(B, T, H * K)  # (B, T, H, K) -> (B, T, D)
+
+
+_LAYOUTS = {1: (3,), 2: (1, 2), 3: (1, 1, 1)}  # number of parts -> how many of q, k, v each holds
+
+
+def _head_arrays(parts, n_heads):
+    """The arrays q, k, v (B, H, T, K) inside the projections (qkv,), (q, kv) or (q, k, v)."""
+    return [h for t, n in zip(parts, _LAYOUTS[len(parts)]) for h in _heads(t.data, n, n_heads)]
+
+
+def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True):
+    """d part = the head-merged dQ, dK, dV of scaled_dot_product_attention, written into each part.
+
+    Split heads, attend, merge heads, as one graph node. `parts` are the projections, Tensors whose
+    last axis holds q, k, v side by side in that order: (qkv,) one fused self-attention projection
+    (B, T, 3D); (q, kv) encoder-decoder attention, (B, T, D) and (B, S, 2D); or (q, k, v). Returns
+    O (B, Tq, D) and P (B, H, Tq, Tk). Backward writes dQ, dK, dV straight into one gradient array per
+    part, so splitting a fused projection costs no extra nodes and no zero-filled gradients.
+    """
+    layout = _LAYOUTS[len(parts)]
+    q, k, v = _head_arrays(parts, n_heads)                                  # (B, H, T, K) each
+    mask = None if mask is None else _array(mask)
+    out, p, keep = _attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
+
+    def backward(g):
+        B, T, D = g.shape
+        g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
+        needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
+        grads = iter(_attention_backward(g, q, k, v, p, keep, dropout_p, *needs))
+        result = []
+        for t, n in zip(parts, layout):
+            if not t.requires_grad:
+                result.append(None)
+                [next(grads) for _ in range(n)]
+                continue
+            buf = backend.xp.empty(t.shape, dtype=t.dtype)                 # (B, T, n*D)
+            for view in _heads(buf, n, n_heads):
+                view[...] = next(grads)                                   # (B, H, T, K) into its slot
+            result.append(buf)
+        return tuple(result)
+    return make(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
+
+
+class KVCache:
+    """The keys and values of one attention layer, kept between decoding steps (inference only).
+
+    Arrays (B, H, T, K), no graph. Decoder self-attention appends the new positions' keys and values
+    at each step (`append`, one position per step; a buffer that doubles its capacity, so a step
+    copies only what is new); encoder-decoder attention stores the memory's keys and values once
+    (`set`) and reuses them for the rest of the sentence. `reorder(index)` keeps rows `index` of the
+    batch, in that order (beam search; repeated rows expand a batch into beams).
+    """
+
+    def __init__(self):
+        self._k = self._v = None  # (B, H, capacity, K)
+        self.length = 0           # positions held
+
+    def __len__(self):
+        return self.length
+
+    @property
+    def empty(self):
+        return self.length == 0
+
+    @property
+    def k(self):
+        return None if self._k is None else self._k[:, :, :self.length]  # (B, H, T, K)
+
+    @property
+    def v(self):
+        return None if self._v is None else self._v[:, :, :self.length]  # (B, H, T, K)
+
+    def set(self, k, v):
+        """Hold exactly k, v (B, H, S, K): the memory's keys and values."""
+        self._k, self._v, self.length = k, v, k.shape[2]
+        return k, v
+
+    def append(self, k, v):
+        """Add the keys and values (B, H, n, K) of n new positions; return all of them (B, H, T, K)."""
+        B, H, n, K = k.shape
+        if self._k is None or self.length + n > self._k.shape[2]:
+            capacity = max(16, 2 * (self.length + n))
+            for name in ("_k", "_v"):
+                buf = backend.xp.empty((B, H, capacity, K), dtype=k.dtype)
+                if self.length:
+                    buf[:, :, :self.length] = getattr(self, name)[:, :, :self.length]
+                setattr(self, name, buf)
+        self._k[:, :, self.length:self.length + n] = k
+        self._v[:, :, self.length:self.length + n] = v
+        self.length += n
+        return self.k, self.v
+
+    def reorder(self, index):
+        """Keep batch rows `index` (an integer array), in that order."""
+        if self._k is not None:
+            index = _array(index)
+            self._k, self._v = self._k[index], self._v[index]
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+    The h projections of each of Q, K, V are one (D, D) matrix (the heads are a reshape of its
+    output), and they are fused further: self_attention=True keeps one w_qkv (D, 3D), so that
+    self-attention (q is k is v) costs one GEMM; self_attention=False (encoder-decoder attention)
+    keeps w_q (D, D) and w_kv (D, 2D), one GEMM for the memory's keys and values. Other inputs (k
+    not q, or v not k) still work, through column slices of the fused weights. `dropout` is the rate
+    on the attention weights P (Note: the paper applies no dropout there; tensor2tensor's later
+    versions and the Annotated Transformer do).
+    """
+
+    def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):
+        super().__init__()
+        assert d_model % n_heads == 0, "d_model must split evenly across heads"
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout_p, self.self_attention = dropout, self_attention
+        if self_attention:
+            self.w_qkv = nn.Linear(d_model, 3 * d_model)   # [W^Q | W^K | W^V]
+            _init_blocks(self.w_qkv, 3)
+        else:
+            self.w_q = nn.Linear(d_model, d_model)
+            self.w_kv = nn.Linear(d_model, 2 * d_model)    # [W^K | W^V]
+            _init_blocks(self.w_kv, 2)
+        self.w_o = nn.Linear(d_model, d_model)
+
+    def extra_repr(self):
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout_p}, "
+                f"self_attention={self.self_attention}")
+
+    def forward(self, q, k=None, v=None, mask=None, cache=None, return_weights=False):
+        """q (B, Tq, D), k and v (B, Tk, D) -> (B, Tq, D); with return_weights also P (B, H, Tq, Tk).
+
+        k defaults to q, v to k. mask: boolean, True = allowed, broadcastable to (B, H, Tq, Tk).
+        cache: a KVCache, under no_grad only. Self-attention appends the new positions' keys and
+        values to it and attends over all of them (pass mask=None for one new position). Encoder-
+        decoder attention computes the memory's (k) keys and values on the first call and reuses them.
+        """
+        k = q if k is None else k
+        v = k if v is None else v
+        if cache is not None:
+            out, p = self._forward_cached(q, k, v, mask, cache)
+        else:
+            o, p = multi_head_attention(self._project(q, k, v), self.n_heads, mask,
+                                        self.dropout_p, self.training)  # (B, Tq, D)
+            out = self.w_o(o)                                            # (B, Tq, D)
+        return (out, p) if return_weights else out
+
+    def _project(self, q, k, v):
+        """The projections, as few GEMMs as the inputs allow: (qkv,), (q, kv) or (q, k, v)."""
+        D = self.d_model
+        if self.self_attention:
+            if q is k and k is v:
+                return (self.w_qkv(q),)                                  # (B, T, 3D)
+            return tuple(_linear_block(x, self.w_qkv, i, D) for i, x in enumerate((q, k, v)))
+        if k is v:
+            return self.w_q(q), self.w_kv(k)                             # (B, Tq, D), (B, Tk, 2D)
+        return self.w_q(q), _linear_block(k, self.w_kv, 0, D), _linear_block(v, self.w_kv, 1, D)
+
+    def _forward_cached(self, q, k, v, mask, cache):
+        """Incremental decoding on arrays: no graph, so no gradients."""
+        if is_grad_enabled():
+            raise RuntimeError("the key/value cache is for inference only: decode with a cache inside "
+                               "`with mt.no_grad():` (it keeps arrays, not a graph, so no gradient could flow)")
+        H = self.n_heads
+        if self.self_attention:
+            parts = self._project(q, k, v)
+            qh, kh, vh = _head_arrays(parts, H)                          # (B, H, n, K) each
+            kh, vh = cache.append(kh, vh)                                # (B, H, T, K)
+        elif cache.empty:                                                # first step: the memory's k, v
+            qh, kh, vh = _head_arrays(self._project(q, k, v), H)
+            cache.set(kh, vh)                                            # (B, H, S, K)
+        else:
+            (qh,) = _heads(self.w_q(q).data, 1, H)                       # (B, H, Tq, K)
+            kh, vh = cache.k, cache.v                                    # (B, H, S, K)
+        mask = None if mask is None else _array(mask)
+        o, p, _ = _attention_forward(qh, kh, vh, mask, self.dropout_p, self.training)
+        return self.w_o(Tensor(_merge_heads(o))), p                      # (B, Tq, D)
+
+
+def _linear_block(x, linear, i, width):
+    """x @ W[:, i*width:(i+1)*width] + b[i*width:(i+1)*width]: one block of a fused projection."""
+    cols = slice(i * width, (i + 1) * width)
+    bias = None if linear.bias is None else linear.bias[cols]
+    return F.linear(x, linear.weight[:, cols], bias)
+
+
+def _init_blocks(linear, n):
+    """Initialise a fused (D, n*D) weight as n separate Xavier-uniform (D, D) matrices, so that fusing
+    W^Q, W^K, W^V into one matrix does not shrink their initial scale (Xavier over (D, 3D) would)."""
+    d_in, d_out = linear.weight.shape
+    a = math.sqrt(6.0 / (d_in + d_out // n))
+    linear.weight.data[...] = backend.asarray(backend.host_rng().uniform(-a, a, (d_in, d_out)), dtype=linear.weight.dtype)

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
 from minitransformer import backend
-from minitransformer.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from minitransformer.attention import (KVCache, MultiHeadAttention, causal_mask, padding_mask,
+                                       scaled_dot_product_attention)
 
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -29,7 +30,7 @@ def composed_attention(q, k, v, mask=None, dropout_p=0.0):
     if mask is not None:
         p = p * backend.xp.any(mask, axis=-1, keepdims=True)            # fully masked rows -> 0
     if dropout_p > 0:
-        keep = backend.rng().random(p.shape, dtype=p.dtype) >= dropout_p
+        keep = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p
         p = p * keep / (1.0 - dropout_p)
     return p @ v
 
@@ -164,3 +165,172 @@ def test_sdpa_dropout_is_off_in_eval_and_scales_in_training(xp_backend):
     assert o.dtype == np.float32
     assert abs(float(o.numpy().mean()) - 1.0) < 0.05                     # inverted dropout: mean kept
     assert not np.allclose(o.numpy(), 1.0)
+
+
+# -------------------------------------------------------------------- multi-head attention
+def to64(module):
+    """Switch a module's parameters to float64 in place (for comparisons at 1e-6)."""
+    for p in module.parameters():
+        p.data = p.data.astype(np.float64)
+    return module
+
+
+def composed_mha(m, q, k, v, mask):
+    """MultiHead(Q, K, V) from elementary ops: matmul, slices of the fused weights, reshape, transpose."""
+    D, H = m.d_model, m.n_heads
+    if m.self_attention:
+        W, b = m.w_qkv.weight, m.w_qkv.bias
+        Wq, bq, Wk, bk, Wv, bv = W[:, :D], b[:D], W[:, D:2 * D], b[D:2 * D], W[:, 2 * D:], b[2 * D:]
+    else:
+        Wq, bq = m.w_q.weight, m.w_q.bias
+        W, b = m.w_kv.weight, m.w_kv.bias
+        Wk, bk, Wv, bv = W[:, :D], b[:D], W[:, D:], b[D:]
+
+    def heads(x, W, b):
+        B, T, _ = x.shape
+        return (x @ W + b).reshape(B, T, H, D // H).transpose(0, 2, 1, 3)   # (B, H, T, K)
+    o = composed_attention(heads(q, Wq, bq), heads(k, Wk, bk), heads(v, Wv, bv), mask)
+    B, _, T, _ = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(B, T, D) @ m.w_o.weight + m.w_o.bias
+
+
+def draw_mha_case(data, xp):
+    """A MultiHeadAttention (self or encoder-decoder), inputs that share tensors or not, and a mask."""
+    B, Tq, Tk = (data.draw(st.integers(1, n)) for n in (2, 4, 4))
+    H = data.draw(st.sampled_from([1, 2]))
+    D = H * data.draw(st.integers(1, 3))
+    self_attention = data.draw(st.booleans())
+    shared = data.draw(st.booleans())       # q is k is v (self) / k is v (encoder-decoder)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    if self_attention and shared:
+        Tk = Tq
+    q, k, v = (t64(rng.standard_normal((B, T, D))) for T in (Tq, Tk, Tk))
+    if shared:
+        k = v = q if self_attention else k
+    kind = data.draw(st.sampled_from(["none", "padding", "causal"]))
+    mask = None
+    if kind == "padding":
+        lengths = rng.integers(0, Tk + 1, size=B)
+        mask = padding_mask(np.where(np.arange(Tk)[None, :] < lengths[:, None], 5, 0))
+    elif kind == "causal" and Tq == Tk:
+        mask = causal_mask(Tq)
+    m = to64(MultiHeadAttention(D, H, self_attention=self_attention))
+    return m, q, k, v, mask
+
+
+@FAST
+@given(data=st.data())
+def test_mha_matches_composed_ops(xp_backend, data):
+    m, q, k, v, mask = draw_mha_case(data, xp_backend)
+    inputs = list({id(t): t for t in (q, k, v)}.values()) + m.parameters()
+    g = backend.asarray(np.random.default_rng(2).standard_normal(q.shape))
+    fused = m(q, k, v, mask=mask)
+    fused.backward(g)
+    got = [t.grad.copy() for t in inputs]
+    for t in inputs:
+        t.grad = None
+    ref = composed_mha(m, q, k, v, mask)
+    ref.backward(g)
+    np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=1e-6, rtol=1e-6)
+    for a, t in zip(got, inputs):
+        np.testing.assert_allclose(backend.to_numpy(a), backend.to_numpy(t.grad), atol=1e-6, rtol=1e-6)
+
+
+@FAST
+@given(data=st.data())
+def test_mha_gradcheck(xp_backend, data):
+    m, q, k, v, mask = draw_mha_case(data, xp_backend)
+    inputs = list({id(t): t for t in (q, k, v)}.values())
+    n = len(inputs)
+    # the module's inputs and every parameter, element-wise where small
+    fn = {1: lambda a, *ps: m(a, mask=mask) if m.self_attention else m(a, a, mask=mask),
+          2: lambda a, b, *ps: m(a, b, mask=mask),
+          3: lambda a, b, c, *ps: m(a, b, c, mask=mask)}[n]
+    assert mt.gradcheck(fn, *inputs, *m.parameters())
+
+
+def test_mha_dropout_and_float32(xp_backend):
+    m = MultiHeadAttention(16, 4, dropout=0.5)
+    x = mt.tensor(np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32), requires_grad=True)
+    y, p = m(x, return_weights=True)
+    assert y.shape == (2, 5, 16) and p.shape == (2, 4, 5, 5) and y.dtype == np.float32
+    y.sum().backward()
+    assert x.grad.dtype == np.float32 and all(q.grad.dtype == np.float32 for q in m.parameters())
+    m.eval()
+    a, b = m(x), m(x)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())     # eval: no dropout, deterministic
+    m.train()
+    assert not np.allclose(m(x).numpy(), m(x).numpy())      # training: attention dropout on
+
+
+def test_mha_parameters_and_errors():
+    m = MultiHeadAttention(64, 8)
+    assert [n for n, _ in m.named_parameters()] == ["w_qkv.weight", "w_qkv.bias", "w_o.weight", "w_o.bias"]
+    assert m.num_parameters() == 4 * (64 * 64 + 64)
+    c = MultiHeadAttention(64, 8, self_attention=False)
+    assert [n for n, _ in c.named_parameters()][:4] == ["w_q.weight", "w_q.bias", "w_kv.weight", "w_kv.bias"]
+    assert c.num_parameters() == m.num_parameters()
+    # each block of the fused weight has the scale of a separate (D, D) Xavier matrix
+    w = m.w_qkv.weight.numpy()
+    bound = math.sqrt(6 / 128)
+    assert 0.9 * bound < np.abs(w).max() <= bound
+    with pytest.raises(AssertionError, match="split evenly"):
+        MultiHeadAttention(10, 3)
+
+
+# -------------------------------------------------------------------- the key/value cache
+def test_cache_self_attention_matches_full_recomputation(xp_backend):
+    rng = np.random.default_rng(0)
+    m = MultiHeadAttention(16, 4).eval()
+    x = mt.tensor(rng.standard_normal((3, 7, 16)).astype(np.float32))
+    with mt.no_grad():
+        full = m(x, mask=causal_mask(7)).numpy()
+        cache = KVCache()
+        steps = [m(x[:, t:t + 1], cache=cache).numpy() for t in range(7)]
+        assert len(cache) == 7
+        np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+        # several positions at once, with the causal mask offset by what the cache holds
+        cache = KVCache()
+        a = m(x[:, :3], mask=causal_mask(3), cache=cache).numpy()
+        b = m(x[:, 3:], mask=causal_mask(4, offset=3), cache=cache).numpy()
+        np.testing.assert_allclose(np.concatenate([a, b], axis=1), full, atol=1e-5)
+
+
+def test_cache_encoder_decoder_attention_reuses_memory(xp_backend):
+    rng = np.random.default_rng(1)
+    m = MultiHeadAttention(16, 2, self_attention=False).eval()
+    y = mt.tensor(rng.standard_normal((2, 4, 16)).astype(np.float32))
+    memory = mt.tensor(rng.standard_normal((2, 6, 16)).astype(np.float32))
+    mask = padding_mask(np.array([[3, 3, 3, 3, 0, 0], [3, 3, 3, 3, 3, 3]]))
+    with mt.no_grad():
+        full = m(y, memory, mask=mask).numpy()
+        cache = KVCache()
+        steps = [m(y[:, t:t + 1], memory, mask=mask, cache=cache).numpy() for t in range(4)]
+        np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+        assert len(cache) == 6
+        # after the first step the memory is not read again
+        steps = m(y[:, :1], memory * 0.0, mask=mask, cache=cache).numpy()
+        np.testing.assert_allclose(steps, full[:, :1], atol=1e-5)
+
+
+def test_cache_reorder_matches_recomputing_selected_rows(xp_backend):
+    rng = np.random.default_rng(2)
+    m = MultiHeadAttention(8, 2).eval()
+    x = mt.tensor(rng.standard_normal((3, 6, 8)).astype(np.float32))
+    index = np.array([2, 2, 0, 1])                       # rows may repeat (beams) and the batch may grow
+    with mt.no_grad():
+        cache = KVCache()
+        for t in range(3):
+            m(x[:, t:t + 1], cache=cache)
+        cache.reorder(index)
+        picked = x.numpy()[index]
+        later = [m(mt.tensor(picked[:, t:t + 1]), cache=cache).numpy() for t in range(3, 6)]
+        full = m(mt.tensor(picked), mask=causal_mask(6)).numpy()
+    np.testing.assert_allclose(np.concatenate(later, axis=1), full[:, 3:], atol=1e-5)
+
+
+def test_cache_with_grad_mode_on_raises():
+    m = MultiHeadAttention(8, 2)
+    x = mt.tensor(np.zeros((1, 1, 8), np.float32))
+    with pytest.raises(RuntimeError, match="no_grad"):
+        m(x, cache=KVCache())
