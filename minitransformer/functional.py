@@ -8,7 +8,7 @@ below run unchanged on CuPy), and gradients of the integer inputs (targets, ids)
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, make
+from .tensor import Tensor, make, traced
 
 
 def _data(a):
@@ -17,6 +17,7 @@ def _data(a):
 
 
 # -------------------------------------------------------------------- softmax
+@traced
 def softmax(x, axis=-1):
     """dx = y * (dy - sum(dy * y, axis)), with y = softmax(x).
 
@@ -35,6 +36,7 @@ def softmax(x, axis=-1):
     return make(y, (x,), backward, "softmax")
 
 
+@traced
 def log_softmax(x, axis=-1):
     """dx = dy - exp(y) * sum(dy, axis), with y = log_softmax(x).
 
@@ -67,6 +69,7 @@ def _check_target(t, shape, n_classes, ignore_index):
                              (f" or equal ignore_index={ignore_index})" if ignore_index is not None else ")"))
 
 
+@traced
 def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return_count=False):
     """dz = (softmax(z) - q) / n_tokens for counted rows, 0 for ignored rows; q = (1-eps) onehot + eps/V.
 
@@ -117,6 +120,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
 
 
 # -------------------------------------------------------------------- layer normalisation
+@traced
 def layer_norm(x, gamma, beta, eps=1e-6):
     """dx = (1/sigma) * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; dgamma = sum(dy * xhat), dbeta = sum(dy).
 
@@ -154,6 +158,7 @@ def layer_norm(x, gamma, beta, eps=1e-6):
 
 
 # -------------------------------------------------------------------- dropout
+@traced
 def dropout(x, p, training=True):
     """dx = dy * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p) drawn from backend.rng().
 
@@ -188,6 +193,7 @@ def _scatter_rows(shape, ids, g):
     return out
 
 
+@traced
 def embedding(weight, ids):
     """dweight[v] = sum of dy over the positions whose id is v (a scatter-add; repeated ids add up).
 
@@ -203,6 +209,7 @@ def embedding(weight, ids):
     return make(weight.data[ids], (weight,), backward, "embedding")  # (..., D)
 
 
+@traced
 def linear(x, weight, bias=None):
     """y = x W + b over the flattened leading axes: dx = dy W^T, dW = x^T dy, db = sum(dy, rows).
 
