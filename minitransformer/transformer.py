@@ -1,0 +1,408 @@
+"""The Transformer of "Attention Is All You Need" (Figure 1): its configuration, positional encodings,
+the feed-forward sub-layer, encoder and decoder layers and stacks, and the assembled model with one
+embedding matrix shared by source, target and the pre-softmax projection.
+
+Shapes (the legend for the whole package): B batch, S source length, T target length, D d_model,
+H heads, K = D/H head size, F d_ff, V vocabulary. Token ids are integer arrays (B, S) / (B, T); masks
+are boolean arrays, True where attention is allowed, broadcastable to (B, H, T_q, T_k) (attention.py).
+Left out on purpose: anything not in the paper but the flagged options (pre-LN, learned positions,
+untied embeddings, dropout on attention weights and inside the FFN), which are all off by default.
+"""
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from . import backend
+from . import functional as F
+from . import nn
+from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
+from .tensor import Tensor
+
+
+@dataclasses.dataclass
+class TransformerConfig:
+    """Hyperparameters, with the paper's base model as the defaults (Table 3, first row)."""
+
+    vocab_size: int = 37000        # the paper's shared EN-DE BPE vocabulary: set it to your tokenizer's
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1           # P_drop: on embeddings + positions and on every sub-layer output
+    attention_dropout: float = 0.0  # Note: not in the paper (tensor2tensor v2+ and the Annotated Transformer: 0.1)
+    relu_dropout: float = 0.0      # Note: not in the paper (as above): dropout after the FFN's ReLU
+    max_len: int = 1024            # longest sequence the position table covers
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    label_smoothing: float = 0.1   # eps_ls
+    norm_first: bool = False       # Note: True is pre-LN, not in the paper
+    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    share_embeddings: bool = True  # Note: False unties source, target and output matrices
+    layer_norm_eps: float = 1e-6   # the paper gives none; tensor2tensor's value
+
+    def __post_init__(self):
+        def fail(msg):
+            raise ValueError(f"TransformerConfig: {msg}")
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                fail(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of n_heads={self.n_heads}")
+        if self.positional not in ("sinusoidal", "learned"):
+            fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}")
+        for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                fail(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        if len(set(ids.values())) < 3:
+            fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}")
+        for name, value in ids.items():
+            if not 0 <= value < self.vocab_size:
+                fail(f"{name}={value} lies outside the vocabulary [0, {self.vocab_size})")
+        if not self.layer_norm_eps > 0:
+            fail(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+
+    @property
+    def d_k(self):
+        return self.d_model // self.n_heads
+
+    # ---------------------------------------------------------------- presets
+    @classmethod
+    def _preset(cls, defaults, overrides):
+        if "n_layers" in overrides:  # one number for both stacks
+            n = overrides.pop("n_layers")
+            overrides.setdefault("n_encoder_layers", n)
+            overrides.setdefault("n_decoder_layers", n)
+        return cls(**{**defaults, **overrides})
+
+    @classmethod
+    def base(cls, **overrides):
+        """The paper's base model: D 512, F 2048, 8 heads, 6 + 6 layers, P_drop 0.1 (about 65M parameters)."""
+        return cls._preset({}, overrides)
+
+    @classmethod
+    def big(cls, **overrides):
+        """The paper's big model: D 1024, F 4096, 16 heads, P_drop 0.3 (about 213M parameters)."""
+        return cls._preset(dict(d_model=1024, d_ff=4096, n_heads=16, dropout=0.3), overrides)
+
+    @classmethod
+    def small(cls, **overrides):
+        """Not in the paper: D 256, F 1024, 8 heads, 3 + 3 layers, for a small corpus on one GPU."""
+        return cls._preset(dict(d_model=256, d_ff=1024, n_heads=8, n_encoder_layers=3, n_decoder_layers=3), overrides)
+
+    @classmethod
+    def tiny(cls, **overrides):
+        """Not in the paper: D 128, F 512, 4 heads, 2 + 2 layers, for toy tasks and tests on a CPU."""
+        return cls._preset(dict(d_model=128, d_ff=512, n_heads=4, n_encoder_layers=2, n_decoder_layers=2), overrides)
+
+    # ---------------------------------------------------------------- saving
+    def to_dict(self):
+        """A JSON-able dict (checkpoints)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        """The inverse of to_dict; unknown keys are an error (a checkpoint from another version?)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"TransformerConfig.from_dict: unknown keys {unknown} (known: {sorted(known)})")
+        return cls(**d)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def count_parameters(config):
+    """The number of trained scalars of Transformer(config), from the config alone (no arrays)."""
+    c = config
+    D, F_, V = c.d_model, c.d_ff, c.vocab_size
+    attention = 4 * (D * D + D)                     # W^Q, W^K, W^V, W^O with biases
+    ffn = D * F_ + F_ + F_ * D + D
+    norm = 2 * D
+    encoder = c.n_encoder_layers * (attention + ffn + 2 * norm) + (norm if c.norm_first else 0)
+    decoder = c.n_decoder_layers * (2 * attention + ffn + 3 * norm) + (norm if c.norm_first else 0)
+    embeddings = V * D if c.share_embeddings else 3 * V * D
+    positions = 2 * c.max_len * D if c.positional == "learned" else 0
+    return encoder + decoder + embeddings + positions
+
+
+# -------------------------------------------------------------------- building blocks
+class PositionalEncoding(nn.Module):
+    """x + PE[offset : offset + T]: PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
+
+    Section 3.5. The table (max_len, D) is computed once. `offset` is the position of x's first
+    token (incremental decoding: the number of positions already decoded). learned=True makes the
+    table a trained Parameter instead (Note: Table 3 row E; the paper keeps the sinusoids), drawn from
+    N(0, D^-1/2) like the embeddings.
+    """
+
+    def __init__(self, d_model, max_len=1024, learned=False):
+        super().__init__()
+        self.d_model, self.max_len, self.learned = d_model, max_len, learned
+        if learned:
+            self.table = nn.Parameter(backend.host_rng().normal(0.0, d_model ** -0.5, (max_len, d_model)))
+        else:
+            self.table = backend.asarray(sinusoids(max_len, d_model), dtype=backend.DEFAULT_DTYPE)  # (max_len, D)
+
+    def forward(self, x, offset=0):
+        T = x.shape[1]
+        if offset + T > self.max_len:
+            raise ValueError(f"positions {offset}..{offset + T - 1} exceed max_len={self.max_len}: "
+                             f"raise TransformerConfig.max_len or shorten the sequence")
+        return x + self.table[offset:offset + T]                          # (B, T, D) + (T, D)
+
+    def extra_repr(self):
+        return f"{self.d_model}, max_len={self.max_len}, learned={self.learned}"
+
+
+def sinusoids(n_positions, d_model):
+    """The (n_positions, D) float64 NumPy table of section 3.5: sines at even, cosines at odd columns.
+
+    sinusoids(2, 2) -> [[sin 0, cos 0], [sin 1, cos 1]]
+    """
+    pos = np.arange(n_positions, dtype=np.float64)[:, None]              # (P, 1)
+    freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,): 1/10000^(2i/D)
+    table = np.empty((n_positions, d_model))
+    table[:, 0::2] = np.sin(pos * freq)
+    table[:, 1::2] = np.cos(pos * freq)
+    return table
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2), applied to every position alike.
+
+    relu_dropout: dropout on the hidden ReLU activations (Note: not in the paper, nor in
+    tensor2tensor's transformer_base_v1, which sets relu_dropout = 0; later tensor2tensor versions,
+    the Annotated Transformer and PyTorch's nn.Transformer put one there). 0 by default.
+    """
+
+    def __init__(self, d_model, d_ff, relu_dropout=0.0):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(relu_dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(self.w_1(x).relu()))                 # (B, T, D) -> (B, T, F) -> (B, T, D)
+
+
+def _sublayer(x, norm, dropout, fn, norm_first):
+    """Post-LN LayerNorm(x + Dropout(Sublayer(x))) (section 3.1, 5.4), or pre-LN x + Dropout(Sublayer(LayerNorm(x)))."""
+    if norm_first:  # Note: pre-LN, not in the paper
+        return x + dropout(fn(norm(x)))
+    return norm(x + dropout(fn(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the FFN, each wrapped in a residual connection and LayerNorm."""
+
+    def __init__(self, config):
+        super().__init__()
+        c = config
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.relu_dropout)
+        self.norm_1 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
+        self.norm_2 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.norm_first = c.norm_first
+
+    def forward(self, x, src_mask=None):
+        x = _sublayer(x, self.norm_1, self.dropout, lambda h: self.self_attn(h, mask=src_mask), self.norm_first)
+        return _sublayer(x, self.norm_2, self.dropout, self.ffn, self.norm_first)  # (B, S, D)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention over the memory, then the FFN; each wrapped in
+    a residual connection and LayerNorm. `cache`: (self KVCache, encoder-decoder KVCache) or None."""
+
+    def __init__(self, config):
+        super().__init__()
+        c = config
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=False)
+        self.ffn = FeedForward(c.d_model, c.d_ff, c.relu_dropout)
+        self.norm_1 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
+        self.norm_2 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
+        self.norm_3 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
+        self.dropout = nn.Dropout(c.dropout)
+        self.norm_first = c.norm_first
+
+    def forward(self, y, memory, src_mask=None, tgt_mask=None, cache=None):
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        y = _sublayer(y, self.norm_1, self.dropout,
+                      lambda h: self.self_attn(h, mask=tgt_mask, cache=self_cache), self.norm_first)
+        y = _sublayer(y, self.norm_2, self.dropout,
+                      lambda h: self.cross_attn(h, memory, mask=src_mask, cache=cross_cache), self.norm_first)
+        return _sublayer(y, self.norm_3, self.dropout, self.ffn, self.norm_first)  # (B, T, D)
+
+
+class Encoder(nn.Module):
+    """N EncoderLayers; with norm_first a final LayerNorm (Note: pre-LN only, not in the paper)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
+        self.norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_first else None
+
+    def forward(self, x, src_mask=None):
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x if self.norm is None else self.norm(x)                    # (B, S, D)
+
+
+class Decoder(nn.Module):
+    """N DecoderLayers; with norm_first a final LayerNorm (Note: pre-LN only, not in the paper)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
+        self.norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_first else None
+
+    def forward(self, y, memory, src_mask=None, tgt_mask=None, cache=None):
+        for i, layer in enumerate(self.layers):
+            y = layer(y, memory, src_mask, tgt_mask, None if cache is None else cache.layer(i))
+        return y if self.norm is None else self.norm(y)                    # (B, T, D)
+
+
+class DecoderCache:
+    """The key/value caches of a whole decoder, for incremental decoding under no_grad.
+
+    Per decoder layer: a KVCache for masked self-attention, which grows by one position per step,
+    and one for encoder-decoder attention, filled from the memory at the first step and reused.
+    `length` is the number of target positions decoded so far (the position offset of the next
+    token). `reorder(index)` keeps batch rows `index` (an integer array, repeats allowed) in every
+    layer: beam search selects the surviving beams with it, and expands a batch into beams with
+    index = repeat(arange(B), beam_size). The caller reorders memory and src_mask alike
+    (`memory[index]`, `src_mask[index]`). include_memory=False skips the encoder-decoder keys and
+    values: correct only when every row of `index` comes from a row of the same source sentence
+    (beams reordered within their sentence), and then memory and src_mask need no reordering either.
+    """
+
+    def __init__(self, n_layers):
+        self.self_attn = [KVCache() for _ in range(n_layers)]
+        self.cross_attn = [KVCache() for _ in range(n_layers)]
+
+    @property
+    def length(self):
+        return self.self_attn[0].length if self.self_attn else 0
+
+    def layer(self, i):
+        return self.self_attn[i], self.cross_attn[i]
+
+    def reorder(self, index, include_memory=True):
+        index = backend.asarray(index)
+        for c in self.self_attn + (self.cross_attn if include_memory else []):
+            c.reorder(index)
+
+
+# -------------------------------------------------------------------- the model
+class Transformer(nn.Module):
+    """The encoder-decoder of Figure 1. Inputs are token ids; outputs are logits (B, T, V).
+
+    One (V, D) matrix serves as source embedding, target embedding and pre-softmax projection
+    (section 3.4: logits = h E^T, one GEMM over (B*T, D)); embeddings are multiplied by sqrt(D),
+    positions added, then dropout. share_embeddings=False gives separate source and target
+    embeddings and an output projection (Note: a deviation from the paper).
+
+    Training: `model.loss(src, tgt_in, tgt_out)` (tgt_in = BOS y_1 .. y_n, tgt_out = y_1 .. y_n EOS).
+    Incremental decoding (search.py), under `with mt.no_grad():` and model.eval():
+
+        memory = model.encode(src, src_mask)              # (B, S, D); src_mask = padding_mask(src, pad_id)
+        cache = model.init_cache()                        # a DecoderCache, empty
+        logits = model.decode(tokens, memory, src_mask, cache=cache)  # tokens (B, 1): the newest token
+        # -> (B, 1, V) for the next position; the cache now holds one more position
+        cache.reorder(index); memory = memory[index]; src_mask = src_mask[index]  # keep rows `index`
+
+    With a cache, decode() takes positions from cache.length, and tgt_mask=None means: a single new
+    token sees every cached position; several new tokens get a causal mask offset by the cache.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config
+        self.src_embed = nn.Embedding(c.vocab_size, c.d_model)
+        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.vocab_size, c.d_model)
+        # Note: untied embeddings only; the paper ties the output projection to the embeddings
+        self.out_proj = None if c.share_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+        learned = c.positional == "learned"
+        self.src_pos = PositionalEncoding(c.d_model, c.max_len, learned)
+        self.tgt_pos = PositionalEncoding(c.d_model, c.max_len, learned)
+        self.dropout = nn.Dropout(c.dropout)
+        self.encoder = Encoder(c)
+        self.decoder = Decoder(c)
+
+    def extra_repr(self):
+        c = self.config
+        return f"vocab_size={c.vocab_size}, d_model={c.d_model}, n_heads={c.n_heads}, parameters={self.num_parameters():,}"
+
+    def _embed(self, ids, embed, pos, offset=0):
+        """Dropout(E[ids] * sqrt(D) + PE): section 3.4 and 3.5, dropout of section 5.4."""
+        x = embed(ids) * math.sqrt(self.config.d_model)                  # (B, T, D)
+        return self.dropout(pos(x, offset))
+
+    def encode(self, src, src_mask=None):
+        """src (B, S) ids -> memory (B, S, D). src_mask defaults to the padding mask of src."""
+        src = _ids(src)
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)              # (B, 1, 1, S)
+        return self.encoder(self._embed(src, self.src_embed, self.src_pos), src_mask)
+
+    def decode(self, tgt_in, memory, src_mask=None, tgt_mask=None, cache=None):
+        """tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V).
+
+        Without a cache, tgt_mask defaults to causal AND the padding mask of tgt_in. With a cache
+        (a DecoderCache from init_cache(), under no_grad), tgt_in holds only the new positions.
+        """
+        tgt_in = _ids(tgt_in)
+        T = tgt_in.shape[1]
+        offset = 0 if cache is None else cache.length
+        if tgt_mask is None:
+            if cache is None:
+                tgt_mask = causal_mask(T) & padding_mask(tgt_in, self.config.pad_id)  # (B, 1, T, T)
+            elif T > 1:
+                tgt_mask = causal_mask(T, offset)                         # (1, 1, T, offset+T)
+        y = self._embed(tgt_in, self.tgt_embed, self.tgt_pos, offset)     # (B, T, D)
+        return self.project(self.decoder(y, memory, src_mask, tgt_mask, cache))
+
+    def project(self, h):
+        """Decoder output (B, T, D) -> logits (B, T, V): h E^T with the shared matrix, one GEMM."""
+        B, T, D = h.shape
+        h = h.reshape(B * T, D)                                           # (B*T, D)
+        logits = h @ self.tgt_embed.weight.T if self.out_proj is None else self.out_proj(h)  # (B*T, V)
+        return logits.reshape(B, T, self.config.vocab_size)
+
+    def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
+        """src (B, S), tgt_in (B, T) ids -> logits (B, T, V); masks from pad_id when not given."""
+        src = _ids(src)
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)
+        return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
+
+    def loss(self, src, tgt_in, tgt_out, src_mask=None, tgt_mask=None, return_count=False):
+        """Label-smoothed cross-entropy (eps_ls from the config) of the logits against tgt_out (B, T),
+        averaged over non-pad target tokens; return_count=True also gives that token count."""
+        logits = self.forward(src, tgt_in, src_mask, tgt_mask)
+        return F.cross_entropy(logits, _ids(tgt_out), ignore_index=self.config.pad_id,
+                               label_smoothing=self.config.label_smoothing, return_count=return_count)
+
+    def init_cache(self):
+        """An empty DecoderCache for incremental decoding (see the class docstring)."""
+        return DecoderCache(self.config.n_decoder_layers)
+
+
+def _ids(x):
+    """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array)."""
+    ids = backend.asarray(x.data if isinstance(x, Tensor) else x)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        raise ValueError(f"token ids must have shape (batch, length), got {tuple(ids.shape)}")
+    return ids
