@@ -1,0 +1,367 @@
+"""Byte-level BPE: learn merges from a corpus, encode text to ids, decode ids back to text.
+
+Adds: regex pre-tokenization, 256 byte tokens (every string round-trips, no unknown token),
+special tokens, a fast incremental learner beside a naive reference one, a JSON file format.
+Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, parallel counting.
+Imports nothing of the package (lesson 08).
+"""
+import gzip
+import heapq
+import json
+import os
+import tempfile
+from collections import Counter, defaultdict
+
+import regex
+from tqdm import tqdm
+
+# Pre-tokenization. A word is an optional leading space and then a run of letters (with their
+# combining marks, and inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of
+# digits or a run of other symbols; whitespace stands alone. It is GPT-2's pattern without its
+# English contractions ('s 't 're ...), which suits European languages. On Multi30k (10k vocab)
+# it gives 29,365 validation tokens against 29,611 with GPT-2's pattern (benchmarks/bpe_speed.py).
+PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
+SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+FORMAT, VERSION = "minitransformer-bpe", 1
+
+
+def merge(ids, pair, new_id):
+    """Replace each occurrence of pair in ids by new_id, left to right.
+
+    merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4];  merge([5, 5, 5], (5, 5), 6) -> [6, 5]
+    """
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def read_text(path):
+    """The whole text of a UTF-8 file, gunzipped if the name ends in .gz.
+
+    read_text("train.de.gz") -> "Zwei junge weiße Männer ...\\n..."
+    """
+    path = os.fspath(path)
+    try:
+        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"cannot read {path}: no such file") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}, line {line}: not valid UTF-8 ({e.reason}, byte {e.start})") from None
+
+
+def _chunks(text, size=1 << 20):
+    """Cut text after line breaks into pieces of about size characters (bounds memory)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start + size)
+        end = len(text) if end < 0 else end + 1
+        yield text[start:end]
+        start = end
+
+
+# ---- the two learners: same word counts in, same merges out ----------------------------------
+# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right id).
+
+def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
+    """Each step: count every adjacent pair, merge the most frequent one everywhere.
+
+    With byte ids offset by 0: learn_merges_naive({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
+    """
+    words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
+    freqs = list(word_counts.values())
+    merges = []
+    for k in range(num_merges):
+        stats = defaultdict(int)
+        for w, f in zip(words, freqs):
+            for pair in zip(w, w[1:]):
+                stats[pair] += f
+        if not stats:
+            break
+        best = min(stats, key=lambda p: (-stats[p], p))
+        if stats[best] < max(1, min_frequency):
+            break
+        words = [merge(w, best, offset + 256 + k) for w in words]
+        merges.append(best)
+    return merges
+
+
+def learn_merges(word_counts, num_merges, min_frequency, offset, progress=None):
+    """learn_merges_naive's merges, but a merge costs what it changes, not the corpus size.
+
+    Keeps pair counts, an index pair -> words that may hold it, and a heap of (-count, pair)
+    whose stale entries are re-queued when popped. A pair's count grows only at the merge that
+    creates it (it holds the new token); after that it can only fall.
+    Speed trick: a word is a str whose characters are token ids (chr(id)) and a pair is a
+    2-character str, so str.find and str.replace do the scanning in C (replace merges left to
+    right like merge()), and 2-character strs sort like (left, right) tuples.
+    learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
+    """
+    assert offset + 256 + num_merges <= 0x110000, "vocab_size is too large (at most 1,114,112 ids)"
+    min_frequency = max(1, min_frequency)
+    shift = {b: b + offset for b in range(256)}
+    words = [w.encode("utf-8").decode("latin-1").translate(shift) for w in word_counts]
+    freqs = list(word_counts.values())
+    counts, where = defaultdict(int), defaultdict(list)
+    for i, (w, f) in enumerate(zip(words, freqs)):
+        for k in range(len(w) - 1):
+            pair = w[k:k + 2]
+            counts[pair] += f
+            where[pair].append(i)
+    heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
+    heapq.heapify(heap)
+    merges = []
+    bar = tqdm(total=num_merges, desc="bpe merges", disable=None if progress is None else not progress)
+    while len(merges) < num_merges and heap:
+        neg, pair = heapq.heappop(heap)
+        if counts[pair] != -neg:  # stale entry: the count fell since it was pushed
+            if counts[pair] >= min_frequency:
+                heapq.heappush(heap, (-counts[pair], pair))
+            continue
+        a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
+        merges.append((ord(a), ord(b)))
+        bar.update()
+        new = defaultdict(int)  # counts of the new pairs, those that hold z
+        for i in where.pop(pair):
+            w, f = words[i], freqs[i]
+            j, end = w.find(pair), -1
+            while j >= 0:  # for each occurrence: (x, a) -> (x, z) and (b, y) -> (z, y)
+                if j == end:  # right after the previous one: (b, a) is already gone
+                    new[z + z] += f
+                    where[z + z].append(i)
+                elif j > 0:
+                    x = w[j - 1]
+                    counts[x + a] -= f
+                    new[x + z] += f
+                    where[x + z].append(i)
+                end = j + 2
+                j = w.find(pair, end)
+                if end < len(w):  # the next occurrence, if it starts at y, adds (z, z) itself
+                    y = w[end]
+                    counts[b + y] -= f
+                    if j != end:
+                        new[z + y] += f
+                        where[z + y].append(i)
+            words[i] = w.replace(pair, z)  # a no-op where the index was stale
+        counts[pair] = 0
+        for p, c in new.items():
+            counts[p] = c
+            if c >= min_frequency:
+                heapq.heappush(heap, (-c, p))
+    bar.close()
+    return merges
+
+
+# ---- the tokenizer ------------------------------------------------------------------------------
+
+class BPE:
+    """Byte-level BPE tokenizer. Ids: special tokens, then the 256 bytes, then one per merge."""
+
+    def __init__(self, merges=(), special_tokens=(), pattern=PATTERN):
+        extra = [t for t in special_tokens if t not in SPECIALS]
+        assert all(isinstance(t, str) and t for t in extra), "special tokens must be non-empty strings"
+        assert len(set(extra)) == len(extra), f"special tokens are repeated: {extra}"
+        self.special_tokens = list(SPECIALS) + extra
+        self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+        self.pattern, self._regex = pattern, regex.compile(pattern)
+        longest_first = sorted(self.special_tokens, key=len, reverse=True)
+        self._special_regex = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
+        self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
+        self.offset = len(self.special_tokens)  # the id of byte 0
+        self.vocab = [t.encode("utf-8") for t in self.special_tokens] + [bytes([b]) for b in range(256)]
+        self.merges, self.ranks = [], {}  # ranks: pair -> id of the merged token (= merge order)
+        for a, b in merges:
+            assert self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab), \
+                f"merge {len(self.merges)} ({a}, {b}) uses an id that is neither a byte nor an earlier merge"
+            self.ranks[(a, b)] = len(self.vocab)
+            self.merges.append((a, b))
+            self.vocab.append(self.vocab[a] + self.vocab[b])
+        self._byte_ids = {}  # bytes -> first id with those bytes (two merges may spell the same)
+        for i in range(self.offset, len(self.vocab)):
+            self._byte_ids.setdefault(self.vocab[i], i)
+        self._cache = {}  # word -> ids
+
+    @property
+    def vocab_size(self):
+        return len(self.vocab)
+
+    # ---- learning --------------------------------------------------------------------------------
+
+    @classmethod
+    def train(cls, lines_or_paths, vocab_size, min_frequency=2, special_tokens=(), pattern=PATTERN,
+              progress=None, naive=False):
+        """Learn merges until vocab_size ids, or until no pair occurs min_frequency times.
+
+        Items of lines_or_paths are lines of text (str) or files (pathlib.Path, .gz accepted).
+        BPE.train(["low lower lowest"], 260, min_frequency=1).merges -> [(111, 114)]  ("l", "o")
+        """
+        tok = cls((), special_tokens, pattern)
+        if vocab_size < tok.vocab_size:
+            raise ValueError(f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens "
+                             f"and 256 bytes already take {tok.vocab_size} ids")
+        words = tok.count_words(lines_or_paths)
+        if not words:
+            raise ValueError("the training corpus is empty: there are no words to learn merges from")
+        if naive:
+            merges = learn_merges_naive(words, vocab_size - tok.vocab_size, min_frequency, tok.offset)
+        else:
+            merges = learn_merges(words, vocab_size - tok.vocab_size, min_frequency, tok.offset, progress)
+        return cls(merges, tok.special_tokens, pattern)
+
+    @classmethod
+    def train_naive(cls, lines_or_paths, vocab_size, min_frequency=2, special_tokens=(), pattern=PATTERN):
+        """The same as train(), by recounting every pair each merge: slow, plain, the reference."""
+        return cls.train(lines_or_paths, vocab_size, min_frequency, special_tokens, pattern, naive=True)
+
+    def count_words(self, lines_or_paths):
+        """Count the pre-tokenized words of a corpus; special tokens are cut out, not counted.
+
+        count_words(["the cat", "the"]) -> Counter({"the": 2, " cat": 1})
+        """
+        if isinstance(lines_or_paths, (str, bytes)):
+            raise TypeError("pass a list of lines (str) or of files (pathlib.Path), not one string")
+        if isinstance(lines_or_paths, os.PathLike):
+            lines_or_paths = [lines_or_paths]
+        counts = Counter()
+        for item in lines_or_paths:
+            if isinstance(item, os.PathLike):
+                for chunk in _chunks(read_text(item)):
+                    counts.update(self._words(chunk))
+            elif isinstance(item, str):
+                counts.update(self._words(item))
+            else:
+                raise TypeError(f"a corpus item must be a line (str) or a file (pathlib.Path), "
+                                f"not {type(item).__name__}")
+        return counts
+
+    def _words(self, text):
+        """Pre-tokenize text, leaving out special tokens: "a<s> b" -> ["a", " b"]."""
+        if any(t in text for t in self.special_tokens):
+            return [w for part in self._special_regex.split(text)[::2] for w in self._regex.findall(part)]
+        return self._regex.findall(text)
+
+    # ---- encoding and decoding -------------------------------------------------------------------
+
+    def _encode_word(self, word):
+        """Apply the merges to one word, lowest rank first, as training did.
+
+        With the merges (a, a) then (aa, b), as ids: "aab" -> ["aab"], "aaab" -> ["aa", "a", "b"]
+        """
+        ids = self._cache.get(word)
+        if ids is None:
+            ids = [b + self.offset for b in word.encode("utf-8")]
+            while len(ids) > 1:
+                pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, 1 << 62))
+                if pair not in self.ranks:
+                    break
+                ids = merge(ids, pair, self.ranks[pair])
+            if len(self._cache) >= 1 << 20:
+                self._cache.clear()
+            self._cache[word] = ids
+        return ids
+
+    def encode(self, text, add_bos=False, add_eos=False, special=True):
+        """Text -> ids; <s> and </s> around it if asked. With special=True, the text of a
+        special token becomes its id (never split); with special=False it is plain text.
+
+        encode("<s>hi") -> [1, id of "hi"]  (after enough merges)
+        """
+        ids = [BOS_ID] if add_bos else []
+        parts = self._special_regex.split(text) if special else [text]
+        for k, part in enumerate(parts):
+            if k % 2:  # odd parts are special tokens
+                ids.append(self._special_ids[part])
+            else:
+                for word in self._regex.findall(part):
+                    ids.extend(self._encode_word(word))
+        if add_eos:
+            ids.append(EOS_ID)
+        return ids
+
+    def encode_batch(self, texts, **kwargs):
+        """encode() each text: encode_batch(["a", "b"]) -> [[ids of "a"], [ids of "b"]]."""
+        return [self.encode(t, **kwargs) for t in texts]
+
+    def decode(self, ids, skip_special=False):
+        """Ids -> text. Bytes that do not form valid UTF-8 become U+FFFD.
+
+        decode(encode(s)) == s for every str s that UTF-8 can encode.
+        """
+        ids = list(ids)
+        if ids and not 0 <= min(ids) <= max(ids) < len(self.vocab):
+            raise ValueError(f"ids must lie in 0..{len(self.vocab) - 1}; got {min(ids)}..{max(ids)}")
+        if skip_special:
+            ids = [i for i in ids if i >= self.offset]
+        return b"".join([self.vocab[i] for i in ids]).decode("utf-8", errors="replace")
+
+    def id_to_token(self, i):
+        """The text of token i; bytes that are no whole character show as \\xNN: 259 -> "aa"."""
+        if not 0 <= i < len(self.vocab):
+            raise ValueError(f"id {i} is outside the vocabulary 0..{len(self.vocab) - 1}")
+        return self.vocab[i].decode("utf-8", errors="backslashreplace")
+
+    def token_to_id(self, token):
+        """The id of a token given as text or bytes: token_to_id("<pad>") -> 0."""
+        if isinstance(token, str) and token in self._special_ids:
+            return self._special_ids[token]
+        key = token.encode("utf-8") if isinstance(token, str) else bytes(token)
+        if key not in self._byte_ids:
+            raise KeyError(f"{token!r} is not a token of this vocabulary")
+        return self._byte_ids[key]
+
+    # ---- files -----------------------------------------------------------------------------------
+
+    def save(self, path):
+        """Write one JSON file atomically, one merge a line: [left id, right id, "merged text"]."""
+        path = os.fspath(path)
+        head = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
+                "special_tokens": self.special_tokens}
+        lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
+        merges = [json.dumps([a, b, self.id_to_token(self.offset + 256 + k)], ensure_ascii=False)
+                  for k, (a, b) in enumerate(self.merges)]
+        text = "{\n" + "\n".join(lines) + '\n  "merges": [\n    ' + ",\n    ".join(merges) + "\n  ]\n}\n"
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path):
+        """Read a file that save() wrote; another version or a damaged file raises ValueError."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"cannot read {path}: no such file") from None
+        except ValueError as e:  # invalid JSON or invalid UTF-8
+            raise ValueError(f"{path} is not a tokenizer file: it is not valid JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f'{path} is not a tokenizer file: it lacks "format": "{FORMAT}"')
+        if d.get("version") != VERSION:
+            raise ValueError(f"{path} has format version {d.get('version')!r}, "
+                             f"but this code reads version {VERSION}")
+        try:
+            merges = d["merges"]
+            tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
+            assert d["special_tokens"] == tok.special_tokens, "the special tokens are out of order"
+            for k, m in enumerate(merges):
+                assert len(m) == 3 and tok.id_to_token(tok.offset + 256 + k) == m[2], \
+                    f"merge {k} {m} does not spell its text"
+        except (AssertionError, KeyError, TypeError, IndexError, ValueError, regex.error) as e:
+            raise ValueError(f"{path} is a damaged tokenizer file: {e}") from None
+        return tok
