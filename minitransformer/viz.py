@@ -1,0 +1,123 @@
+"""Attention maps: collect the attention weights of every layer for one sentence pair, and draw all
+heads of a layer in a grid, like the appendix figures of the paper (encoder self-attention, decoder
+self-attention, encoder-decoder attention).
+
+Collecting needs only the model; drawing needs matplotlib, an optional extra (`pip install matplotlib`,
+or `pip install -e .[plot]`), imported when a drawing function is called. Left out on purpose:
+interactive views, attention rollout and other attribution methods.
+"""
+import contextlib
+import math
+
+import numpy as np
+
+from . import backend
+from .search import encode_sources, inference_mode
+
+MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
+                      "pip install matplotlib  (or, in a checkout, pip install -e .[plot])")
+
+
+@contextlib.contextmanager
+def _recording(modules):
+    """While the block runs, every MultiHeadAttention in `modules` also computes its weights P and
+    appends them (NumPy, (B, H, Tq, Tk)) to records[i]; the modules are left as they were after."""
+    records = [[] for _ in modules]
+    for m, rec in zip(modules, records):
+        def forward(*args, _m=m, _rec=rec, **kwargs):
+            out, p = type(_m).forward(_m, *args, return_weights=True, **kwargs)
+            _rec.append(backend.to_numpy(p))
+            return out
+        m.forward = forward  # an instance attribute shadows the class's method ...
+    try:
+        yield records
+    finally:
+        for m in modules:
+            del m.forward    # ... until it is deleted
+
+
+def collect_attention(model, src_ids, tgt_ids):
+    """The attention weights of every layer for one sentence pair, from one teacher-forced forward pass.
+
+    src_ids: source ids WITHOUT </s> (appended, as in search.py); tgt_ids: output ids without <s> and
+    </s> (a translation's Hypothesis.tokens). With S = len(src_ids) + 1, T = len(tgt_ids) + 1, returns
+    NumPy arrays: "encoder" (n_layers, H, S, S), "decoder" (n_layers, H, T, T), "cross" (n_layers, H, T, S),
+    and the ids on their axes: "src" (x </s>), "tgt_in" (<s> y, the decoder's queries and its
+    self-attention keys) and "tgt_out" (y </s>: query i predicts tgt_out[i]).
+    """
+    c = model.config
+    src, _ = encode_sources([src_ids], c.pad_id, c.eos_id)                 # (1, S)
+    tgt_in = np.array([[c.bos_id] + [int(i) for i in tgt_ids]], dtype=np.int64)  # (1, T)
+    enc = [layer.self_attn for layer in model.encoder.layers]
+    dec = [layer.self_attn for layer in model.decoder.layers]
+    cross = [layer.cross_attn for layer in model.decoder.layers]
+    with inference_mode(model), _recording(enc + dec + cross) as records:
+        model(backend.asarray(src), backend.asarray(tgt_in))
+    stacked = [np.stack([r[0][0] for r in records[i:i + len(group)]])      # (n_layers, H, Tq, Tk)
+               for i, group in ((0, enc), (len(enc), dec), (len(enc) + len(dec), cross))]
+    return {"encoder": stacked[0], "decoder": stacked[1], "cross": stacked[2], "src": src[0].tolist(),
+            "tgt_in": tgt_in[0].tolist(), "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
+
+
+def token_labels(tokenizer, ids):
+    """Axis labels for ids: the tokenizer's token text (id_to_token when it has one, else decode([id]))."""
+    name = getattr(tokenizer, "id_to_token", None) or (lambda i: tokenizer.decode([i]))
+    return [name(int(i)) for i in ids]
+
+
+def _figure():
+    """A matplotlib Figure class, without pyplot (no GUI backend, no global state)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError(MISSING_MATPLOTLIB) from None
+    return Figure
+
+
+def plot_attention(weights, src_tokens, tgt_tokens, path, title=None):
+    """Draw attention weights (H, T, S), one panel per head in a grid (or (T, S), one panel), rows
+    labelled by tgt_tokens (the queries), columns by src_tokens (the keys); save to `path` (.png, .pdf,
+    .svg). Returns path. Each panel is scaled from 0 to its own largest weight.
+    """
+    Figure = _figure()
+    w = np.asarray(backend.to_numpy(weights), dtype=np.float64)
+    w = w[None] if w.ndim == 2 else w                                      # (H, T, S)
+    if w.ndim != 3 or w.shape[1:] != (len(tgt_tokens), len(src_tokens)):
+        raise ValueError(f"attention weights of shape {tuple(w.shape)} do not match {len(tgt_tokens)} query "
+                         f"tokens by {len(src_tokens)} key tokens: expected (H, T, S) or (T, S)")
+    H = w.shape[0]
+    cols = min(H, 4)
+    rows = math.ceil(H / cols)
+    T, S = w.shape[1:]
+    cell = 0.28                                                            # inches per token
+    fig = Figure(figsize=(cols * (S * cell + 1.2), rows * (T * cell + 1.2) + (0.5 if title else 0)))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for h, ax in enumerate(axes.flat):
+        if h >= H:
+            ax.axis("off")
+            continue
+        ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=max(w[h].max(), 1e-9), aspect="auto")
+        ax.set_xticks(range(S), labels=src_tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(T), labels=tgt_tokens, fontsize=7)
+        if H > 1:
+            ax.set_title(f"head {h + 1}", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def plot_sentence_attention(model, tokenizer, src_ids, tgt_ids, path, kind="cross", layer=-1):
+    """collect_attention, then plot_attention of one layer: kind "cross" (rows: the output tokens
+    y </s>, columns: the source x </s>), "encoder" (x </s> by x </s>) or "decoder" (<s> y by <s> y)."""
+    attn = collect_attention(model, src_ids, tgt_ids)
+    axes = {"cross": ("tgt_out", "src"), "encoder": ("src", "src"), "decoder": ("tgt_in", "tgt_in")}
+    if kind not in axes:
+        raise ValueError(f"kind must be one of {sorted(axes)}, got {kind!r}")
+    rows, cols = (token_labels(tokenizer, attn[a]) for a in axes[kind])
+    n_layers = attn[kind].shape[0]
+    name = {"cross": "encoder-decoder attention", "encoder": "encoder self-attention",
+            "decoder": "decoder self-attention"}[kind]
+    title = f"{name}, layer {layer % n_layers + 1} of {n_layers}"
+    return plot_attention(attn[kind][layer], cols, rows, path, title=title)
