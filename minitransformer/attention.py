@@ -12,7 +12,7 @@ import numpy as np
 from . import backend
 from . import functional as F
 from . import nn
-from .tensor import Tensor, make, is_grad_enabled
+from .tensor import Tensor, is_grad_enabled, make, traced
 
 NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
 
@@ -87,6 +87,7 @@ def _attention_backward(g, q, k, v, p, keep, dropout_p, need_q, need_k, need_v):
     return dq, dk, dv
 
 
+@traced
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=True, return_weights=False):
     """dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k), dV = P_drop^T dO, dS = P * (dP - rowsum(dP * P)).
 
@@ -141,6 +142,7 @@ def _head_arrays(parts, n_heads):
     return [h for t, n in zip(parts, _LAYOUTS[len(parts)]) for h in _heads(t.data, n, n_heads)]
 
 
+@traced
 def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True):
     """d part = the head-merged dQ, dK, dV of scaled_dot_product_attention, written into each part.
 
