@@ -1,0 +1,63 @@
+"""`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as JSON.
+
+Adds the subcommand's parser (add_parser) and its entry point (main); cli.py wires them in.
+Leaves out encoding corpora to ids: data.py does that when training.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .bpe import BPE, read_text
+
+EXAMPLE = """example:
+  python -m minitransformer bpe --input train.de.gz train.en.gz --vocab-size 10000 --output tok.json
+
+The files are learned from together (one joint vocabulary for source and target). The ids are
+<pad>=0, <s>=1, </s>=2, then any --special-tokens, then the 256 bytes, then one id per merge."""
+
+
+def add_parser(subparsers):
+    """Register `bpe` on an argparse subparsers object: add_parser(parser.add_subparsers())."""
+    p = subparsers.add_parser(
+        "bpe", help="learn a byte-level BPE tokenizer from text files",
+        description="Learn a byte-level BPE tokenizer from UTF-8 text files (one sentence a line, "
+                    ".gz accepted), save it as one JSON file, and print the time taken and the "
+                    "compression (tokens per whitespace-separated word) on the input.",
+        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                   help="training text files, plain or .gz")
+    p.add_argument("--vocab-size", type=int, required=True, metavar="N",
+                   help="ids in all: special tokens + 256 bytes + merges (e.g. 10000)")
+    p.add_argument("--output", required=True, metavar="FILE", help="the tokenizer file to write (JSON)")
+    p.add_argument("--min-frequency", type=int, default=2, metavar="N",
+                   help="stop when the best pair occurs fewer than N times (default: 2)")
+    p.add_argument("--special-tokens", nargs="*", default=[], metavar="TOKEN",
+                   help="extra special tokens, never split, after <pad> <s> </s> (e.g. <mask>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args):
+    """Learn, save, report; 0 on success, 1 with a one-line message on a bad input."""
+    try:
+        start = time.perf_counter()
+        tok = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
+                        args.special_tokens, progress=not args.quiet)
+        seconds = time.perf_counter() - start
+        tok.save(args.output)
+        n_tokens = n_words = n_bytes = 0
+        for f in args.input:
+            for line in read_text(f).split("\n"):
+                n_tokens += len(tok.encode(line, special=False))
+                n_words += len(line.split())
+                n_bytes += len(line.encode("utf-8"))
+    except (ValueError, OSError) as e:
+        print(f"bpe: error: {e}", file=sys.stderr)
+        return 1
+    print(f"learned {len(tok.merges)} merges (vocab size {tok.vocab_size}) from "
+          f"{len(args.input)} file(s) in {seconds:.2f} s; wrote {args.output}")
+    print(f"compression on the input: {n_tokens:,} tokens for {n_words:,} words = "
+          f"{n_tokens / max(n_words, 1):.3f} tokens per word ({n_bytes / max(n_tokens, 1):.2f} bytes per token)")
+    return 0

@@ -1,0 +1,331 @@
+"""Tests of bpe.py and bpe_cli.py: a hand-computed merge sequence, the fast learner against the
+naive one, round trips on arbitrary Unicode, the file format, special tokens, every error path."""
+import argparse
+import gzip
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from minitransformer import bpe_cli
+from minitransformer.bpe import BPE, learn_merges, learn_merges_naive, merge
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Two young, White males are outside near many bushes.",
+    "Ein Mann in einem T-Shirt spielt Gitarre; a man's guitar.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "A little girl climbing into a wooden playhouse.",
+    "Un homme à l'école, 2 enfants, 3 chiens 🐕🐕 et café (cafe\u0301).",
+] * 3
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return BPE.train(CORPUS, vocab_size=400, min_frequency=2)
+
+
+def byte_id(ch, offset=3):
+    return ord(ch) + offset
+
+
+# ---- known answers -----------------------------------------------------------------------------
+
+def test_merge_helper():
+    assert merge([1, 2, 3, 1, 2], (1, 2), 4) == [4, 3, 4]
+    assert merge([5, 5, 5], (5, 5), 6) == [6, 5]
+    assert merge([5, 5, 5, 5], (5, 5), 6) == [6, 6]
+    assert merge([], (1, 2), 3) == [] and merge([1], (1, 2), 3) == [1]
+
+
+@pytest.mark.parametrize("naive", [False, True])
+def test_wikipedia_example(naive):
+    # https://en.wikipedia.org/wiki/Byte_pair_encoding on "aaabdaaabac", worked by hand:
+    # pairs aa:4 (overlapping, in "aaa" twice), ab:2, bd da ba ac:1 -> Z = aa;  "ZabdZabac"
+    # pairs Za:2, ab:2, others 1 -> tie; ab (a < Z) -> Y = ab;            "ZYdZYac"
+    # pairs ZY:2, others 1 -> X = ZY;                                  "XdXac", then every pair is 1.
+    # Ids: 3 special tokens, so byte c has id ord(c) + 3: a=100, b=101, c=102, d=103; Z=259, Y=260, X=261.
+    learn = BPE.train_naive if naive else BPE.train
+    tok = learn(["aaabdaaabac"], vocab_size=300, min_frequency=2)
+    assert tok.merges == [(100, 100), (100, 101), (259, 260)]
+    assert tok.vocab_size == 262
+    assert [tok.id_to_token(i) for i in (259, 260, 261)] == ["aa", "ab", "aaab"]
+    assert tok.encode("aaabdaaabac") == [261, 103, 261, 100, 102]  # X d X a c
+
+
+def test_vocab_size_bounds_merges():
+    tok = BPE.train(["aaabdaaabac"], vocab_size=260, min_frequency=1)  # room for one merge
+    assert tok.merges == [(100, 100)]
+    tok = BPE.train(["aaabdaaabac"], vocab_size=300, min_frequency=1)  # until the words are one token
+    assert tok.encode("aaabdaaabac") == [tok.vocab_size - 1]
+
+
+def test_pattern_words():
+    words = BPE().count_words(["Ein Mann im T-Shirt, a man's 2024 café  ok\n"])
+    assert list(words) == ["Ein", " Mann", " im", " T-Shirt", ",", " a", " man's", " 2024", " café",
+                           " ", " ok", "\n"]
+
+
+# ---- the fast learner equals the naive one ------------------------------------------------------
+
+corpora = st.lists(st.text(alphabet="ab cé😀\n-'", max_size=24), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(corpora, st.integers(259, 300), st.integers(1, 3))
+def test_fast_equals_naive(lines, vocab_size, min_frequency):
+    words = BPE().count_words(lines)
+    fast = learn_merges(words, vocab_size - 259, min_frequency, 3, progress=False)
+    assert fast == learn_merges_naive(words, vocab_size - 259, min_frequency, 3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.text(alphabet="aab", min_size=1, max_size=12), st.integers(1, 5), max_size=12))
+def test_fast_equals_naive_on_runs(word_counts):
+    # Runs of one letter stress overlapping pairs (aaaa -> ZZ).
+    assert learn_merges(word_counts, 30, 1, 0, False) == learn_merges_naive(word_counts, 30, 1, 0)
+
+
+def test_fast_equals_naive_on_text():
+    words = BPE().count_words(CORPUS)
+    assert learn_merges(words, 150, 1, 3, False) == learn_merges_naive(words, 150, 1, 3)
+
+
+def test_encode_applies_merges_in_order(tok):
+    # Lowest rank first (encode) gives what applying every merge in learned order gives (training).
+    for word in BPE().count_words(CORPUS):
+        ids = [b + tok.offset for b in word.encode("utf-8")]
+        for k, pair in enumerate(tok.merges):
+            ids = merge(ids, pair, tok.offset + 256 + k)
+        assert tok.encode(word) == ids
+
+
+def test_deterministic():
+    shuffled = CORPUS[:]
+    random.Random(0).shuffle(shuffled)
+    a = BPE.train(CORPUS, 350)
+    assert a.merges == BPE.train(CORPUS, 350).merges == BPE.train(shuffled, 350).merges
+
+
+# ---- encode and decode --------------------------------------------------------------------------
+
+ROUND_TRIP = ["", "a", "\x00", "\n\n \t", "naïve café", "cafe\u0301", "👩‍👩‍👧 🇩🇪 🐕", "日本語 текст العربية",
+              "a\x00b\r\n", "<s>", "</s><pad>x", "<s", "\ufeff\ufffd", "\U0010ffff"]
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_round_trip_examples(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.decode(tok.encode(text, special=False)) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_round_trip_any_unicode(tok, text):
+    ids = tok.encode(text)
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert tok.decode(ids) == text
+
+
+def test_merges_compress(tok):
+    line = CORPUS[0]
+    assert len(tok.encode(line)) < len(line.encode("utf-8")) / 2
+
+
+def test_encode_batch_and_bos_eos(tok):
+    assert tok.encode_batch(["a man", "Ein Mann"]) == [tok.encode("a man"), tok.encode("Ein Mann")]
+    ids = tok.encode("a man", add_bos=True, add_eos=True)
+    assert ids[0] == tok.bos_id == 1 and ids[-1] == tok.eos_id == 2 and ids[1:-1] == tok.encode("a man")
+    assert tok.decode(ids, skip_special=True) == "a man"
+    assert tok.decode(ids) == "<s>a man</s>"
+
+
+def test_vocab_lookups(tok):
+    assert (tok.pad_id, tok.token_to_id("<pad>"), tok.token_to_id("<s>"), tok.token_to_id("</s>")) == (0, 0, 1, 2)
+    assert tok.id_to_token(0) == "<pad>" and tok.id_to_token(3) == "\x00" and tok.id_to_token(3 + 0xC3) == "\\xc3" and tok.id_to_token(3 + 97) == "a"
+    assert tok.token_to_id("a") == 100 and tok.token_to_id(b"\xc3") == 3 + 0xC3
+    for i in range(3, tok.vocab_size):
+        assert tok.token_to_id(tok.vocab[i]) <= i  # two merges may spell the same bytes
+        assert tok.decode([i]) == tok.vocab[i].decode("utf-8", errors="replace")
+    assert tok.vocab_size == 400 and len(tok.merges) == 400 - 259
+    with pytest.raises(KeyError, match="not a token"):
+        tok.token_to_id("no such token, surely")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.id_to_token(400)
+
+
+# ---- special tokens -----------------------------------------------------------------------------
+
+def test_special_tokens_never_split_nor_learned():
+    lines = ["<s>hello</s> <mask> world<pad>"] * 20
+    tok = BPE.train(lines, 300, special_tokens=["<mask>"])
+    assert tok.special_tokens == ["<pad>", "<s>", "</s>", "<mask>"] and tok.offset == 4
+    assert tok.encode("<s>hello</s> <mask>")[0] == 1 and 3 in tok.encode("x<mask>y")
+    assert tok.encode("a<mask>b") == tok.encode("a") + [3] + tok.encode("b")
+    for token in tok.vocab[tok.offset:]:
+        assert not any(t.encode() in token for t in tok.special_tokens)
+    assert len(tok.encode("hello")) == 1 and len(tok.encode(" world")) == 1  # the words were learned
+    plain = tok.encode("<mask>", special=False)
+    assert 3 not in plain and tok.decode(plain) == "<mask>"
+
+
+def test_special_tokens_bad():
+    with pytest.raises(AssertionError, match="non-empty"):
+        BPE(special_tokens=[""])
+    with pytest.raises(AssertionError, match="repeated"):
+        BPE(special_tokens=["<m>", "<m>"])
+
+
+# ---- files --------------------------------------------------------------------------------------
+
+def test_save_load_round_trip(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    tok.save(path)
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text)
+    assert data["version"] == 1 and data["pattern"] == tok.pattern and len(data["merges"]) == len(tok.merges)
+    assert '"Männer"' in text or "ä" in text  # human-readable: UTF-8 text, not \\u escapes
+    assert text.count("\n") > len(tok.merges)  # one merge a line
+    loaded = BPE.load(path)
+    assert loaded.merges == tok.merges and loaded.special_tokens == tok.special_tokens
+    for line in CORPUS + ROUND_TRIP:
+        assert loaded.encode(line) == tok.encode(line)
+    assert [p.name for p in tmp_path.iterdir()] == ["tok.json"]  # no temporary file left behind
+
+
+def test_save_replaces_atomically(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    BPE().save(path)
+    tok.save(path)
+    assert BPE.load(path).merges == tok.merges and len(list(tmp_path.iterdir())) == 1
+
+
+def test_load_errors(tok, tmp_path):
+    good = tmp_path / "good.json"
+    tok.save(good)
+    data = json.loads(good.read_text(encoding="utf-8"))
+
+    def write(name, text):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        return tmp_path / name
+
+    with pytest.raises(ValueError, match=r"v2.json has format version 2, but this code reads version 1"):
+        BPE.load(write("v2.json", json.dumps({**data, "version": 2})))
+    with pytest.raises(ValueError, match="cut.json is not a tokenizer file: it is not valid JSON"):
+        BPE.load(write("cut.json", good.read_text(encoding="utf-8")[:200]))
+    with pytest.raises(ValueError, match="is not a tokenizer file"):
+        BPE.load(write("other.json", json.dumps({"model": "something else"})))
+    bad_text = {**data, "merges": [[100, 100, "zz"]] + data["merges"][1:]}
+    with pytest.raises(ValueError, match="damaged tokenizer file: merge 0"):
+        BPE.load(write("text.json", json.dumps(bad_text)))
+    bad_id = {**data, "merges": data["merges"] + [[99999, 100, "?"]]}
+    with pytest.raises(ValueError, match="damaged tokenizer file: merge .* uses an id"):
+        BPE.load(write("id.json", json.dumps(bad_id)))
+    no_merges = {k: v for k, v in data.items() if k != "merges"}
+    with pytest.raises(ValueError, match="damaged tokenizer file"):
+        BPE.load(write("keys.json", json.dumps(no_merges)))
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        BPE.load(tmp_path / "binary.json")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        BPE.load(tmp_path / "missing.json")
+
+
+def test_train_from_files_and_gz(tmp_path):
+    plain, packed = tmp_path / "a.txt", tmp_path / "b.txt.gz"
+    plain.write_text("\n".join(CORPUS[:9]) + "\n", encoding="utf-8")
+    with gzip.open(packed, "wt", encoding="utf-8") as f:
+        f.write("\n".join(CORPUS[9:]) + "\n")
+    from_files = BPE.train([plain, packed], 330)
+    from_lines = BPE.train(CORPUS + ["\n"], 330)
+    assert from_files.merges == from_lines.merges
+    assert BPE.train(plain, 300).merges == BPE.train([plain], 300).merges  # one Path alone works too
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+def test_errors_on_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size 258 is too small: the 3 special tokens and 256 bytes"):
+        BPE.train(CORPUS, 258)
+    with pytest.raises(ValueError, match="vocab_size 259 is too small: the 4 special"):
+        BPE.train(CORPUS, 259, special_tokens=["<mask>"])
+    for empty in ([], [""], ["<s></s>"]):
+        with pytest.raises(ValueError, match="the training corpus is empty"):
+            BPE.train(empty, 300)
+    with pytest.raises(FileNotFoundError, match="cannot read .*nope.txt: no such file"):
+        BPE.train([tmp_path / "nope.txt"], 300)
+    with pytest.raises(TypeError, match="not one string"):
+        BPE.train("a line, not a list", 300)
+    with pytest.raises(TypeError, match="not bytes"):
+        BPE.train([b"bytes"], 300)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("ok line\nzweite Zeile ä\n".encode() + b"third \xff line\n")
+    with pytest.raises(ValueError, match=r"bad.txt, line 3: not valid UTF-8"):
+        BPE.train([bad], 300)
+    with gzip.open(tmp_path / "bad.txt.gz", "wb") as f:
+        f.write(b"\n" * 41 + b"\xc3(\n")
+    with pytest.raises(ValueError, match=r"bad.txt.gz, line 42: not valid UTF-8"):
+        BPE.train([tmp_path / "bad.txt.gz"], 300)
+
+
+def test_decode_errors(tok):
+    with pytest.raises(ValueError, match="ids must lie in 0..399"):
+        tok.decode([5, 400])
+    with pytest.raises(ValueError, match="ids must lie in"):
+        tok.decode([-1])
+
+
+def test_progress_bar(capsys):
+    BPE.train(CORPUS, 300, progress=True)
+    assert "bpe merges" in capsys.readouterr().err
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+def parse(argv):
+    parser = argparse.ArgumentParser(prog="minitransformer")
+    bpe_cli.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(argv)
+
+
+def test_cli_in_process(tmp_path, capsys):
+    corpus = tmp_path / "train.txt.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        f.write("\n".join(CORPUS) + "\n")
+    out = tmp_path / "tok.json"
+    args = parse(["bpe", "--input", str(corpus), "--vocab-size", "300", "--output", str(out), "--quiet"])
+    assert args.func is bpe_cli.main and bpe_cli.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "tokens per word" in printed and " s;" in printed
+    assert BPE.load(out).merges == BPE.train([corpus], 300).merges
+
+
+def test_cli_errors(tmp_path, capsys):
+    args = parse(["bpe", "--input", str(tmp_path / "nope.txt"), "--vocab-size", "300",
+                  "--output", str(tmp_path / "tok.json"), "--quiet"])
+    assert bpe_cli.main(args) == 1
+    assert "no such file" in capsys.readouterr().err and not (tmp_path / "tok.json").exists()
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit):
+        parse(["bpe", "--help"])
+    assert "--vocab-size" in capsys.readouterr().out
+
+
+def test_cli_subprocess(tmp_path):
+    if not (ROOT / "minitransformer" / "__main__.py").exists():
+        pytest.skip("minitransformer/__main__.py does not exist yet, so `python -m minitransformer` cannot run")
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    out = tmp_path / "tok.json"
+    run = subprocess.run([sys.executable, "-m", "minitransformer", "bpe", "--input", str(corpus),
+                          "--vocab-size", "300", "--output", str(out), "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "tokens per word" in run.stdout and BPE.load(out).vocab_size == 300
