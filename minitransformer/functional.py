@@ -31,7 +31,9 @@ def softmax(x, axis=-1):
 
     def backward(g):
         dx = g * y
-        dx -= y * dx.sum(axis=axis, keepdims=True)
+        s = dx.sum(axis=axis, keepdims=True)                          # sum(dy * y)
+        xp.subtract(g, s, out=dx)
+        dx *= y
         return (dx,)
     return make(y, (x,), backward, "softmax")
 
@@ -48,7 +50,9 @@ def log_softmax(x, axis=-1):
     y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
 
     def backward(g):
-        return (g - xp.exp(y) * g.sum(axis=axis, keepdims=True),)
+        dx = xp.exp(y)                                                # softmax(x)
+        dx *= g.sum(axis=axis, keepdims=True)
+        return (xp.subtract(g, dx, out=dx),)
     return make(y, (x,), backward, "log_softmax")
 
 
@@ -133,26 +137,29 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     xp = backend.xp
     D = x.shape[-1]
     xhat = x.data - x.data.mean(axis=-1, keepdims=True)              # (..., D) centred, ours
-    rstd = (xhat * xhat).mean(axis=-1, keepdims=True)                 # (..., 1) variance
-    rstd += eps
-    xp.sqrt(rstd, out=rstd)
-    xp.reciprocal(rstd, out=rstd)                                     # 1 / sigma
+    var = xp.einsum("...i,...i->...", xhat, xhat)[..., None]          # (..., 1) sum of squares, no temporary
+    var *= 1.0 / D
+    var += eps
+    rstd = xp.reciprocal(xp.sqrt(var, out=var), out=var)              # (..., 1) 1 / sigma
     xhat *= rstd
     y = xhat * gamma.data
     y += beta.data
 
     def backward(gy):
         dx = dgamma = dbeta = None
-        if x.requires_grad:
-            g = gy * gamma.data                                       # (..., D)
-            dx = g - g.mean(axis=-1, keepdims=True)
-            g *= xhat
-            dx -= xhat * g.mean(axis=-1, keepdims=True)
-            dx *= rstd
+        gyx = gy * xhat                                               # (..., D)
         if gamma.requires_grad:
-            dgamma = (gy * xhat).reshape(-1, D).sum(axis=0)           # (D,)
+            dgamma = gyx.reshape(-1, D).sum(axis=0)                   # (D,)
         if beta.requires_grad:
             dbeta = gy.reshape(-1, D).sum(axis=0)                     # (D,)
+        if x.requires_grad:
+            # mean(g) and mean(g * xhat) with g = gy * gamma, as matrix-vector products: no (..., D) g
+            mean_g = (gy @ gamma.data)[..., None] * (1.0 / D)         # (..., 1)
+            mean_gx = (gyx @ gamma.data)[..., None] * (1.0 / D)       # (..., 1)
+            dx = gy * gamma.data
+            dx -= mean_g
+            dx -= xp.multiply(xhat, mean_gx, out=gyx)
+            dx *= rstd
         return dx, dgamma, dbeta
     return make(y, (x, gamma, beta), backward, "layer_norm")
 

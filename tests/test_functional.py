@@ -302,3 +302,18 @@ def test_linear_matches_composed_and_gradcheck(xp_backend, lead, d_in, d_out, se
     assert_same(F.linear, linear_ref, x, w, b)
     assert mt.gradcheck(F.linear, x, w, b)
     assert mt.gradcheck(lambda a, m: F.linear(a, m), x, w)
+
+
+def test_float32_stays_float32(xp_backend):
+    """Training runs in float32: no op may upcast its output or its gradients to float64."""
+    rng = np.random.default_rng(0)
+    f32 = lambda *s: mt.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True)
+    x, gamma, beta, w, b, table = f32(2, 3, 4), f32(4), f32(4), f32(4, 5), f32(5), f32(6, 4)
+    outs = [F.softmax(x), F.log_softmax(x), F.layer_norm(x, gamma, beta), F.dropout(x, 0.5), F.linear(x, w, b),
+            F.embedding(table, np.array([[0, 5, 5]])), F.cross_entropy(x, np.array([[0, 1, 2], [3, 0, 1]]),
+                                                                         ignore_index=0, label_smoothing=0.1)]
+    for y in outs:
+        assert y.dtype == np.float32, y._op
+        (y * 1.0).sum().backward()
+    for t in (x, gamma, beta, w, b, table):
+        assert t.grad is not None and t.grad.dtype == np.float32
