@@ -1,11 +1,15 @@
 """minitransformer: the Transformer of "Attention Is All You Need", from scratch on NumPy/CuPy.
 
-Public names only; see DESIGN.md for the layout. `mt.use("gpu")` switches every later op to CuPy.
+Public names only; DESIGN.md has the layout. `mt.use("gpu")` switches every later op to CuPy.
 """
 from . import backend
 from .backend import use, to_numpy, seed
 from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where
 from .gradcheck import gradcheck, GradcheckError
 from .profiler import profile
+from . import functional, nn, optim, data, bpe
+from .attention import MultiHeadAttention, scaled_dot_product_attention, padding_mask, causal_mask
+from .transformer import Transformer, TransformerConfig
+from . import search
 
 __version__ = "0.1.0"
