@@ -1,0 +1,374 @@
+"""Decoding: the cache against full recomputation, greedy against beam search, beam search against
+brute-force enumeration of every output (with and without the length penalty), early stopping
+against searching to the end, batch invariance, EOS handling, maximum lengths and translate_lines."""
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import minitransformer as mt
+from minitransformer import backend, search
+from minitransformer.attention import padding_mask
+from minitransformer.search import Hypothesis, beam_search, greedy_search, length_penalty, translate_lines
+from minitransformer.transformer import Transformer, TransformerConfig
+
+FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PAD, BOS, EOS = 0, 1, 2
+
+
+def make_model(vocab_size=23, d_model=16, n_layers=2, seed=0, dropout=0.1, float64=False, scale=1.0):
+    """A small random Transformer; scale > 1 sharpens its output distributions (embeddings scaled)."""
+    mt.seed(seed)
+    cfg = TransformerConfig.tiny(vocab_size=vocab_size, d_model=d_model, n_heads=2, d_ff=2 * d_model,
+                                 n_layers=n_layers, max_len=64, dropout=dropout)
+    model = Transformer(cfg)
+    model.src_embed.weight.data *= scale
+    if float64:
+        for p in model.parameters():
+            p.data = p.data.astype(np.float64)
+    return model
+
+
+def random_sources(rng, n, V, lo=1, hi=7):
+    return [rng.integers(3, V, size=rng.integers(lo, hi + 1)).tolist() for _ in range(n)]
+
+
+def sequence_log_prob(model, src, y):
+    """log p(y </s> | x) by one full forward pass (teacher forcing), in the model's dtype."""
+    x = np.array([src + [EOS]])
+    tgt_in, tgt_out = np.array([[BOS] + y]), y + [EOS]
+    with search.inference_mode(model):
+        z = backend.to_numpy(model(x, tgt_in).data)[0].astype(np.float64)     # (T, V)
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    return float(sum(logp[i, t] for i, t in enumerate(tgt_out)))
+
+
+# -------------------------------------------------------------------- small pieces
+def test_length_penalty_and_source_encoding():
+    assert length_penalty(1, 0.6) == 1.0 and length_penalty(7, 1.0) == 2.0 and length_penalty(10, 0.0) == 1.0
+    ids, lens = search.encode_sources([[5, 6], [7], []], PAD, EOS)
+    assert ids.tolist() == [[5, 6, 2], [7, 2, 0], [2, 0, 0]] and lens.tolist() == [2, 1, 0]
+    with pytest.raises(ValueError, match="appends </s>"):
+        search.encode_sources([[5, 2]], PAD, EOS)
+    with pytest.raises(TypeError, match="list of source id lists"):
+        search.encode_sources(np.array([[5, 2]]), PAD, EOS)
+    assert greedy_search(make_model(), []) == [] and beam_search(make_model(), []) == []
+
+
+def test_search_restores_modes_and_ignores_dropout():
+    model = make_model(dropout=0.5)
+    model.decoder.eval()                                  # a mixed state must come back as it was
+    src = random_sources(np.random.default_rng(0), 3, 23)
+    first = [h[0].tokens for h in beam_search(model, src, max_len_b=8)]
+    assert [h[0].tokens for h in beam_search(model, src, max_len_b=8)] == first  # eval: no dropout
+    assert model.training and model.encoder.training and not model.decoder.training
+    assert mt.tensor([1.0], requires_grad=True).exp().requires_grad  # grad mode is back on
+
+
+# -------------------------------------------------------------------- the cache
+def test_cached_logits_equal_recomputation_at_every_step(xp_backend):
+    model = make_model(dropout=0.3)
+    rng = np.random.default_rng(1)
+    src = np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])                          # x </s>, padded
+    tgt = np.concatenate([[[BOS], [BOS]], rng.integers(3, 23, size=(2, 9))], axis=1)  # (2, 10)
+    with search.inference_mode(model):
+        mask = padding_mask(backend.asarray(src))
+        memory = model.encode(backend.asarray(src), mask)
+        cache = model.init_cache()
+        for t in range(tgt.shape[1]):
+            step = model.decode(backend.asarray(tgt[:, t:t + 1]), memory, mask, cache=cache).data[:, -1]
+            full = model.decode(backend.asarray(tgt[:, :t + 1]), memory, mask).data[:, -1]
+            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=1e-5, rtol=0)
+
+
+def test_reordered_cache_equals_recomputing_the_selected_beams(xp_backend):
+    model = make_model()
+    rng = np.random.default_rng(2)
+    src = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [10, 2, 0, 0]])
+    prefix = np.concatenate([np.full((3, 1), BOS), rng.integers(3, 23, size=(3, 4))], axis=1)  # (3, 5)
+    with search.inference_mode(model):
+        src_d = backend.asarray(src)
+        mask = padding_mask(src_d)
+        memory = model.encode(src_d, mask)
+        for index, include_memory in (([2, 0, 0, 1, 2], True), ([0, 0, 2, 1], True)):
+            cache = model.init_cache()
+            model.decode(backend.asarray(prefix), memory, mask, cache=cache)  # fills 5 positions
+            cache.reorder(np.array(index), include_memory=include_memory)
+            new = rng.integers(3, 23, size=(len(index), 1))
+            mem_i, mask_i = mt.tensor(memory.data[backend.asarray(index)]), mask[backend.asarray(index)]
+            step = model.decode(backend.asarray(new), mem_i, mask_i, cache=cache).data[:, -1]
+            full = model.decode(backend.asarray(np.concatenate([prefix[index], new], 1)), mem_i, mask_i).data[:, -1]
+            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=1e-5, rtol=0)
+        # within sentences (beams of one sentence swapped), the memory's keys and values stay put
+        cache = model.init_cache()
+        two = np.array([0, 0, 1, 1])                                      # 2 sentences x 2 beams
+        model.decode(backend.asarray(prefix[[0, 1, 1, 2]]), mt.tensor(memory.data[two]), mask[two], cache=cache)
+        index = np.array([1, 1, 3, 2])
+        cache.reorder(index, include_memory=False)
+        new = rng.integers(3, 23, size=(4, 1))
+        step = model.decode(backend.asarray(new), mt.tensor(memory.data[two]), mask[two], cache=cache).data[:, -1]
+        full = model.decode(backend.asarray(np.concatenate([prefix[[0, 1, 1, 2]][index], new], 1)),
+                            mt.tensor(memory.data[two]), mask[two]).data[:, -1]
+        np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_search_with_cache_equals_search_by_recomputation(beam):
+    model = make_model(seed=3, scale=3.0)
+    src = random_sources(np.random.default_rng(3), 5, 23)
+    a = beam_search(model, src, beam, alpha=0.6, max_len_b=6, nbest=beam)
+    b = beam_search(model, src, beam, alpha=0.6, max_len_b=6, nbest=beam, use_cache=False)
+    assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
+    np.testing.assert_allclose([h.score for hs in a for h in hs], [h.score for hs in b for h in hs], atol=1e-5)
+    g, g2 = greedy_search(model, src, max_len_b=6), greedy_search(model, src, max_len_b=6, use_cache=False)
+    assert [h.tokens for h in g] == [h.tokens for h in g2]
+
+
+# -------------------------------------------------------------------- greedy against beam
+@FAST
+@given(seed=st.integers(0, 10_000))
+def test_beam_size_1_equals_greedy(seed):
+    """With alpha = 0, beam 1 keeps the best token each step and stops at the first </s>: greedy."""
+    model = make_model(vocab_size=9, seed=seed % 7, scale=4.0, dropout=0.0)
+    src = random_sources(np.random.default_rng(seed), 4, 9)
+    greedy = greedy_search(model, src, max_len_a=1, max_len_b=3)
+    beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1, max_len_b=3)
+    assert [hs[0].tokens for hs in beam] == [h.tokens for h in greedy]
+    assert [hs[0].score for hs in beam] == [h.score for h in greedy]      # summed the same way, bit for bit
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_beam_with_alpha_0_scores_at_least_greedy(seed):
+    """A sanity check on random models (for a pruned beam it is typical, not a theorem: the greedy
+    path can fall out of the beam; the exact guarantee is the brute-force test below)."""
+    model = make_model(vocab_size=9, seed=seed, scale=4.0, dropout=0.0)
+    src = random_sources(np.random.default_rng(seed), 6, 9)
+    greedy = greedy_search(model, src, max_len_b=5)
+    beam = beam_search(model, src, beam_size=4, alpha=0.0, max_len_b=5)
+    for g, b in zip(greedy, beam):
+        assert b[0].score >= g.score - 1e-6
+
+
+# -------------------------------------------------------------------- exactness
+def all_outputs(V, max_len):
+    """Every output y </s> over the words 3 .. V-1 with len(y) <= max_len (no <pad>, <s> or </s> inside)."""
+    words = range(3, V)
+    return [list(y) for n in range(max_len + 1) for y in itertools.product(words, repeat=n)]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_wide_beam_finds_the_best_of_all_outputs(alpha):
+    """V = 5 (two words), outputs of at most 4 words: 31 of them, all enumerated in float64 and scored
+    log p(y </s> | x) / lp(len(y) + 1). A beam of 32 prunes nothing, so it must return exactly that
+    ranking: the best, and the whole n-best list. Sources of different lengths set different maxima."""
+    model = make_model(vocab_size=5, d_model=16, seed=4, scale=3.0, dropout=0.0, float64=True)
+    src = [[3], [4, 3, 3], [3, 4]]
+    max_len = [2, 4, 3]                                                   # max_len_a=1, max_len_b=1
+    beams = beam_search(model, src, beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1, nbest=31)
+    for x, m, hyps in zip(src, max_len, beams):
+        scored = sorted(((sequence_log_prob(model, x, y) / length_penalty(len(y) + 1, alpha), y)
+                         for y in all_outputs(5, m)), key=lambda s: -s[0])
+        assert hyps[0].tokens == scored[0][1]
+        assert [h.tokens for h in hyps] == [y for _, y in scored]
+        np.testing.assert_allclose([h.score for h in hyps], [s for s, _ in scored], rtol=1e-9, atol=1e-9)
+        for h in hyps:
+            assert h.log_prob == pytest.approx(h.score * length_penalty(len(h.tokens) + 1, alpha), abs=1e-9)
+    # the float32 model agrees on the winner
+    model32 = make_model(vocab_size=5, d_model=16, seed=4, scale=3.0, dropout=0.0)
+    best32 = beam_search(model32, src, beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1)
+    assert [b[0].tokens for b in best32] == [b[0].tokens for b in beams]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_early_stopping_loses_nothing(alpha, monkeypatch):
+    """Stopping a sentence once k finished hypotheses cannot be beaten returns what searching on to
+    the maximum length would: the finished set is final. (A bound using only the next length's lp,
+    instead of the largest lp still reachable, fails this test for alpha > 0.)"""
+    model = make_model(vocab_size=8, seed=5, scale=4.0, dropout=0.0)
+    src = random_sources(np.random.default_rng(5), 8, 8, hi=4)
+    steps = []
+    done = search._done
+
+    def counting(finished, active, best_alive, t, max_len, alpha_, k):
+        steps.append(t)
+        return done(finished, active, best_alive, t, max_len, alpha_, k)
+    monkeypatch.setattr(search, "_done", counting)
+    early = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
+    assert max(steps) < 2 * 4 + 6, "no sentence stopped early: the test would prove nothing"
+
+    def never_early(finished, active, best_alive, t, max_len, alpha_, k):
+        return (t >= max_len[active]) | ~np.isfinite(best_alive)
+    monkeypatch.setattr(search, "_done", never_early)
+    full = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
+    assert [[h.tokens for h in hs] for hs in early] == [[h.tokens for h in hs] for hs in full]
+    np.testing.assert_allclose([h.score for hs in early for h in hs], [h.score for hs in full for h in hs], atol=1e-5)
+
+
+class TableModel:
+    """A stand-in for Transformer with the interface search.py uses (config, modules, eval, encode,
+    init_cache, decode) whose next-token log-probabilities are a hand-written function of the output
+    prefix (without <s>): `next_probs(prefix) -> {token: probability}`, tokens not listed get
+    probability 0 (log p = -inf). The source is ignored."""
+
+    class Cache:
+        def __init__(self):
+            self.rows = None
+
+        @property
+        def length(self):
+            return 0 if self.rows is None else len(self.rows[0])
+
+        def reorder(self, index, include_memory=True):
+            self.rows = [list(self.rows[i]) for i in backend.to_numpy(index)]
+
+    def __init__(self, next_probs, vocab_size=6):
+        self.config = TransformerConfig.tiny(vocab_size=vocab_size, d_model=8, n_heads=2, max_len=64)
+        self.next_probs, self.training, self.calls = next_probs, True, 0
+
+    def modules(self):
+        return [self]
+
+    def eval(self):
+        self.training = False
+
+    def encode(self, src, src_mask=None):
+        return mt.tensor(np.zeros((src.shape[0], src.shape[1], 1)))
+
+    def init_cache(self):
+        return TableModel.Cache()
+
+    def decode(self, tgt_in, memory, src_mask=None, tgt_mask=None, cache=None):
+        self.calls += 1
+        tgt = backend.to_numpy(tgt_in).tolist()
+        if cache is not None:
+            cache.rows = tgt if cache.rows is None else [r + t for r, t in zip(cache.rows, tgt)]
+            tgt = cache.rows
+        logits = np.full((len(tgt), 1, self.config.vocab_size), -np.inf)
+        for r, prefix in enumerate(tgt):
+            for token, p in self.next_probs(tuple(prefix[1:])).items():   # prefix without <s>
+                logits[r, 0, token] = np.log(p)
+        return mt.tensor(logits)
+
+
+def longer_is_better(prefix):
+    """</s> at once has p = 0.5; otherwise word 3 leads to a likely </s> after four words."""
+    if not prefix:
+        return {EOS: 0.5, 3: 0.3, 4: 0.2}
+    if len(prefix) < 4:
+        return {3: 0.97, 4: 0.02, EOS: 0.01}
+    return {EOS: 0.9, 3: 0.05, 4: 0.05}
+
+
+def test_early_stopping_bound_uses_the_largest_reachable_length_penalty():
+    """With alpha = 2, "3 3 3 3 </s>" (log p = -1.40, lp(5) = 2.78, score -0.50) beats "</s>" (score
+    -0.69), found first. After step 0, the alive "3" has log p -1.20: -1.20 / lp(2) = -0.88 would
+    (wrongly) stop the search; -1.20 / lp(9) = -0.22 (outputs of up to 8 words) keeps it going."""
+    model = TableModel(longer_is_better)
+    best = beam_search(model, [[3]], beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8)[0][0]
+    assert best.tokens == [3, 3, 3, 3]
+    assert best.score == pytest.approx(np.log(0.3 * 0.97 ** 3 * 0.9) / length_penalty(5, 2.0))
+    assert greedy_search(model, [[3]], max_len_a=0, max_len_b=8)[0].tokens == []    # greedy stops at once
+    assert beam_search(model, [[3]], beam_size=1, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
+    # and without a cache (the stand-in recomputes from the whole prefix) the same
+    assert beam_search(model, [[3]], 1, 2.0, 0, 8, use_cache=False)[0][0].tokens == [3, 3, 3, 3]
+
+
+def greedy_trap(prefix):
+    """Greedy takes 3 (0.5) and then meets a flat 0.3; 4 (0.4) leads to a sure 5: 0.4 * 0.9 > 0.5 * 0.3."""
+    table = {(): {3: 0.5, 4: 0.4, EOS: 0.1}, (3,): {3: 0.3, 4: 0.3, 5: 0.3, EOS: 0.1},
+             (4,): {5: 0.9, EOS: 0.1}}
+    return table.get(prefix, {EOS: 1.0})
+
+
+def test_beam_escapes_the_greedy_trap():
+    model = TableModel(greedy_trap)
+    greedy = greedy_search(model, [[3]])[0]
+    beam = beam_search(model, [[3]], beam_size=2, alpha=0.0, nbest=2)[0]
+    assert greedy.tokens[:2] == [3, 3] and greedy.log_prob == pytest.approx(np.log(0.5 * 0.3 * 1.0))
+    assert beam[0].tokens == [4, 5] and beam[0].log_prob == pytest.approx(np.log(0.4 * 0.9 * 1.0))
+    assert model.training                                                 # mode restored on the stand-in too
+
+
+# -------------------------------------------------------------------- batches, EOS, lengths
+def test_a_batch_equals_one_sentence_at_a_time(xp_backend):
+    model = make_model(seed=6, scale=3.0)
+    src = random_sources(np.random.default_rng(6), 6, 23, hi=9)
+    for run in (lambda s: [[h] for h in greedy_search(model, s, max_len_b=7)],
+                lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_len_b=7, nbest=2)):
+        batch = run(src)
+        alone = [run([x])[0] for x in src]
+        assert [[h.tokens for h in hs] for hs in batch] == [[h.tokens for h in hs] for hs in alone]
+        np.testing.assert_allclose([h.score for hs in batch for h in hs], [h.score for hs in alone for h in hs],
+                                   atol=1e-5)
+
+
+def eos_model(sign):
+    """A model whose final LayerNorm outputs sign * 10 * E[</s>] at every position: with the tied
+    output projection, </s> then has by far the largest logit (sign = +1) or the smallest (-1)."""
+    model = make_model(seed=7)
+    e = model.src_embed.weight.data
+    e[EOS] *= 4.0
+    last = model.decoder.layers[-1].norm_3
+    last.gamma.data[...] = 0.0
+    last.beta.data[...] = sign * e[EOS]
+    return model
+
+
+def test_a_model_that_emits_eos_first_gives_empty_translations():
+    model = eos_model(+1)
+    src = random_sources(np.random.default_rng(8), 3, 23)
+    for hyps in [[h] for h in greedy_search(model, src)] + beam_search(model, src, nbest=2):
+        assert hyps[0].tokens == []
+        assert hyps[0].log_prob == pytest.approx(sequence_log_prob(model, [3], []), abs=1e-4)  # the same everywhere
+    assert translate_lines(model, WordTokenizer(), ["a b c", "d"]) == ["", ""]
+
+
+def test_outputs_stop_at_the_maximum_length_with_eos_forced():
+    model = eos_model(-1)                                                 # </s> is never chosen freely
+    src = [[5], [5, 6, 7], [8, 9]]
+    for a, b in ((1, 2), (2, 0), (0, 3)):
+        want = [a * len(x) + b for x in src]
+        assert [len(h.tokens) for h in greedy_search(model, src, a, b)] == want
+        for hyps in beam_search(model, src, 3, 0.6, a, b, nbest=3):
+            assert all(len(h.tokens) <= a * 1 + b + 2 * a for h in hyps)
+        assert [len(hs[0].tokens) for hs in beam_search(model, src, 3, 0.6, a, b)] == want
+        g = greedy_search(model, src, a, b)
+        for x, h in zip(src, g):   # the forced </s> keeps its own (tiny) log-probability
+            assert h.log_prob == pytest.approx(sequence_log_prob(model, x, h.tokens), abs=1e-3)
+
+
+def test_return_attention_gives_the_cross_attention_of_the_best():
+    model = make_model(seed=9, scale=3.0)
+    src = random_sources(np.random.default_rng(9), 3, 23)
+    for x, hyps in zip(src, beam_search(model, src, max_len_b=5, return_attention=True, nbest=2)):
+        a = hyps[0].attention
+        assert a.shape == (2, 2, len(hyps[0].tokens) + 1, len(x) + 1)    # (layers, H, |Y|, |x| + 1)
+        np.testing.assert_allclose(a.sum(-1), 1.0, atol=1e-5)
+        assert hyps[1].attention is None
+
+
+# -------------------------------------------------------------------- translate_lines
+class WordTokenizer:
+    """Words <-> ids 3.. by a fixed small vocabulary (a stand-in for bpe.BPE)."""
+    words = "a b c d e f g h i j k l m n o p q r s t".split()
+
+    def encode(self, s):
+        return [3 + self.words.index(w) for w in s.split()]
+
+    def decode(self, ids):
+        return " ".join(self.words[i - 3] for i in ids)
+
+
+def test_translate_lines_keeps_the_order_and_matches_beam_search():
+    model = make_model(seed=10, scale=3.0)
+    tok = WordTokenizer()
+    lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q", "r s"]
+    ids = [tok.encode(s) for s in lines]
+    want = [tok.decode(hs[0].tokens) for hs in beam_search(model, ids, 4, 0.6, 1, 5)]
+    assert translate_lines(model, tok, lines, max_len_b=5, batch_size=4) == want
+    nbest = translate_lines(model, tok, lines, nbest=3, max_len_b=5, batch_size=2)
+    assert [n[0] for n in nbest] == want and all(len(n) == 3 for n in nbest)
+    greedy = [tok.decode(h.tokens) for h in greedy_search(model, ids, 1, 5)]
+    assert translate_lines(model, tok, lines, beam_size=1, max_len_b=5) == greedy
