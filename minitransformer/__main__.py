@@ -1,0 +1,6 @@
+"""`python -m minitransformer ...`: the command line of cli.py."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,180 @@
+"""Checkpoints: one .npz of named arrays plus a JSON entry, read without pickle, written atomically;
+and checkpoint averaging (section 6.1: "averaging the last 5 checkpoints").
+
+Inside the .npz:
+    model/<name>   the model's parameters (Module.state_dict(): a shared matrix is stored once)
+    optim/<name>   the optimizer's arrays (Adam's moments: optim/m.3, optim/v.3 for parameter 3)
+    meta.json      a uint8 array holding the UTF-8 bytes of one JSON object: format, version, the
+                   model config (TransformerConfig.to_dict()), step, optimizer scalars, batch-stream
+                   position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
+Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
+"""
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FORMAT, VERSION = "minitransformer-checkpoint", 1
+META_KEY = "meta.json"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, damaged, or does not fit the model it is loaded into."""
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint file holds: meta (a dict from JSON), model and optim (name -> NumPy array)."""
+    meta: dict
+    model: dict
+    optim: dict = field(default_factory=dict)
+    path: str = None
+
+    @property
+    def step(self):
+        return self.meta.get("step", 0)
+
+
+# ---------------------------------------------------------------- writing
+def atomic_write(path, write):
+    """Call write(file) on a temporary file in path's directory, then rename it to path: a reader
+    (or a crash) sees the old file or the new one, never half of one."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save(path, model_state, meta, optim_arrays=None):
+    """Write a checkpoint: model_state (name -> array), meta (a JSON-able dict), optim_arrays
+    (name -> array, may be None). Returns the path."""
+    arrays = {f"model/{k}": np.asarray(v) for k, v in model_state.items()}
+    arrays.update({f"optim/{k}": np.asarray(v) for k, v in (optim_arrays or {}).items()})
+    for k, a in arrays.items():
+        assert a.dtype != object, f"checkpoint entry {k} is an object array; only numeric arrays are stored"
+    meta = {"format": FORMAT, "version": VERSION, **meta}
+    text = json.dumps(meta, allow_nan=False, sort_keys=True)
+    arrays[META_KEY] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    return atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+# ---------------------------------------------------------------- reading
+def load(path):
+    """Read a checkpoint into a Checkpoint; a missing or damaged file raises CheckpointError."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
+                              f"{type(e).__name__}: {e}") from None
+    if META_KEY not in arrays:
+        raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint: it has no {META_KEY}")
+    try:
+        meta = json.loads(arrays.pop(META_KEY).tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint (its {META_KEY} lacks "
+                              f'"format": "{FORMAT}")')
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; this code reads {VERSION}")
+    model = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
+    optim = {k[len("optim/"):]: a for k, a in arrays.items() if k.startswith("optim/")}
+    return Checkpoint(meta, model, optim, path)
+
+
+def average(paths):
+    """A Checkpoint whose model arrays are the element-wise mean of the inputs' (summed in float64,
+    stored in the inputs' dtype), with the meta of the last input and no optimizer state.
+
+    Every parameter is averaged once: state_dict() lists a shared matrix under one name.
+    """
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise CheckpointError("average needs at least one checkpoint")
+    first = load(paths[0])
+    total = {k: a.astype(np.float64) for k, a in first.model.items()}
+    for p in paths[1:]:
+        ck = load(p)
+        if set(ck.model) != set(total):
+            diff = sorted(set(ck.model) ^ set(total))
+            raise CheckpointError(f"cannot average {p} with {paths[0]}: their parameters differ ({', '.join(diff[:5])})")
+        for k, a in ck.model.items():
+            if a.shape != total[k].shape:
+                raise CheckpointError(f"cannot average {p} with {paths[0]}: {k} has shape {a.shape}, "
+                                      f"not {total[k].shape}")
+            total[k] += a
+        last = ck
+    last = last if len(paths) > 1 else first
+    mean = {k: (t / len(paths)).astype(first.model[k].dtype) for k, t in total.items()}
+    meta = dict(last.meta, averaged_from=paths, optimizer=None, iterator=None)
+    return Checkpoint(meta, mean, {}, None)
+
+
+def average_files(paths, out):
+    """average(paths), written to `out` (a checkpoint for translation, not for resuming)."""
+    ck = average(paths)
+    meta = {k: v for k, v in ck.meta.items() if k not in ("format", "version")}
+    return save(out, ck.model, meta)
+
+
+# ---------------------------------------------------------------- tokenizer inside the checkpoint
+def tokenizer_to_json(tokenizer):
+    """The text of the tokenizer's JSON file (BPE.save), to embed in a checkpoint."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tokenizer.json")
+        tokenizer.save(path)
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+
+
+def tokenizer_from_json(text):
+    """The inverse of tokenizer_to_json: a BPE."""
+    from .bpe import BPE
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tokenizer.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return BPE.load(path)
+
+
+def load_model(path, tokenizer_path=None):
+    """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
+
+    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given.
+    """
+    from .transformer import Transformer, TransformerConfig
+    ck = load(path)
+    if "config" not in ck.meta:
+        raise CheckpointError(f"{ck.path} holds no model config")
+    model = Transformer(TransformerConfig.from_dict(ck.meta["config"]))
+    try:
+        model.load_state_dict(ck.model)
+    except ValueError as e:
+        raise CheckpointError(f"{ck.path}: {e}") from None
+    model.eval()
+    if tokenizer_path is not None:
+        from .bpe import BPE
+        tokenizer = BPE.load(tokenizer_path)
+    elif ck.meta.get("tokenizer"):
+        tokenizer = tokenizer_from_json(ck.meta["tokenizer"])
+    else:
+        raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
+    return model, tokenizer, ck

@@ -1,0 +1,368 @@
+"""Training: the Trainer loop (section 5), evaluation (validation loss and sacreBLEU), checkpoints and
+exact resumption.
+
+One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
+target-token counts so the update sees the mean over every target token of all of them (the paper's
+~25,000 tokens per update, reached on one device by accumulation). The learning rate follows eq. (3).
+Resuming is exact: the dropout generator is re-seeded at every step from (seed, step), and the batch
+stream's position is saved, so an interrupted run continues with the very same losses.
+Left out on purpose: multiple devices, mixed precision, early stopping.
+"""
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from . import backend
+from . import checkpoint as ckpt
+from . import functional as F
+from .data import BatchIterator, encode_pairs
+from .optim import Adam, WarmupSchedule, clip_grad_norm
+from .tensor import no_grad
+
+
+# ---------------------------------------------------------------- translation and BLEU
+def translate(model, tokenizer, lines, beam_size=1, alpha=0.6, max_len_a=1.0, max_len_b=50, nbest=1,
+              batch_size=64):
+    """Translate lines of text with search.py (greedy when beam_size is 1); returns one string per
+    line, or with nbest > 1 a list of (string, score) per line. Lines go in batches of similar
+    length (less padding) and come back in input order."""
+    from . import search
+    ids = tokenizer.encode_batch(list(lines))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = [None] * len(ids)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        src = [ids[i] for i in chunk]
+        if beam_size == 1 and nbest == 1:
+            found = [[h] for h in search.greedy_search(model, src, max_len_a=max_len_a, max_len_b=max_len_b)]
+        else:
+            found = search.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
+                                       max_len_b=max_len_b, nbest=nbest)
+            found = [f if isinstance(f, (list, tuple)) else [f] for f in found]
+        for i, hyps in zip(chunk, found):
+            texts = [(tokenizer.decode(h.tokens, skip_special=True), h.score) for h in hyps]
+            out[i] = texts[0][0] if nbest == 1 else texts
+    return out
+
+
+def corpus_bleu(hypotheses, references):
+    """(score, signature) of sacreBLEU with its defaults (13a tokenization, exp smoothing) for
+    detokenized hypotheses against one or more reference lists: corpus_bleu(h, [refs])."""
+    import sacrebleu
+    bleu = sacrebleu.metrics.BLEU()
+    score = bleu.corpus_score(list(hypotheses), [list(r) for r in references])
+    return score.score, str(bleu.get_signature())
+
+
+# ---------------------------------------------------------------- training
+class TrainingError(RuntimeError):
+    """Training cannot go on (a non-finite loss); the message says what to do."""
+
+
+@dataclass
+class TrainingConfig:
+    """The settings of a run; the defaults are the paper's where it gives one (section 5)."""
+    max_tokens: int = 4096        # tokens per batch and side, padding included
+    accum: int = 1                # batches per update (section 5.1: ~25,000 tokens per update)
+    steps: int = None             # number of updates; or
+    epochs: float = None          # passes over the training data (converted to updates)
+    warmup_steps: int = 4000      # eq. (3)
+    lr_scale: float = 1.0         # multiplies eq. (3) (Note: 1.0 in the paper)
+    betas: tuple = (0.9, 0.98)    # section 5.3
+    eps: float = 1e-9
+    clip_norm: float = None       # Note: not in the paper; off by default
+    eval_every: int = 1000        # steps between evaluations (0: only at the end)
+    save_every: int = 1000        # steps between checkpoints (0: only at the end)
+    keep: int = 5                 # step checkpoints kept on disk (the best one is kept besides)
+    seed: int = 0                 # batch order and dropout
+    log_every: int = None         # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
+    beam_size: int = 1            # evaluation decoding: 1 is greedy search
+    alpha: float = 0.6            # length penalty of beam search
+    max_len_a: float = 1.0        # output length limit: a * source length + b
+    max_len_b: int = 50
+    eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
+    progress: bool = True         # the tqdm bar
+
+    def __post_init__(self):
+        if self.steps is None and self.epochs is None:
+            raise ValueError("TrainingConfig: give steps or epochs")
+        for name in ("max_tokens", "accum", "warmup_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainingConfig: {name} must be at least 1, got {getattr(self, name)}")
+        if self.keep < 1:
+            raise ValueError(f"TrainingConfig: keep must be at least 1, got {self.keep}")
+
+
+def step_seed(seed, step):
+    """The dropout seed of one update, a function of (seed, step) alone: resuming at any step
+    replays the same dropout masks. step_seed(0, 1) != step_seed(0, 2) != step_seed(1, 1)."""
+    return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1)[0])
+
+
+class Trainer:
+    """Train `model` on `train_pairs` ((src_ids, tgt_ids) lists) and evaluate on `valid`
+    ((source lines, reference lines), raw text, or None).
+
+        trainer = Trainer(model, tokenizer, pairs, (valid_src, valid_ref), TrainingConfig(steps=1000), "runs/x")
+        trainer.resume("runs/x/checkpoint_0000500.npz")   # optional
+        summary = trainer.train()
+
+    Writes out_dir/log.jsonl (one JSON object per logged step and per evaluation) and checkpoints
+    out_dir/checkpoint_<step>.npz (the last `keep`) and out_dir/checkpoint_best.npz (best BLEU).
+    `callbacks` are called as cb(trainer) after every update; one may raise KeyboardInterrupt (a
+    checkpoint is saved, train() returns with stopped="interrupted").
+    """
+
+    def __init__(self, model, tokenizer, train_pairs, valid=None, config=None, out_dir=None,
+                 callbacks=(), tokenizer_path=None, log=None):
+        self.model, self.tokenizer, self.config = model, tokenizer, config or TrainingConfig(steps=1000)
+        self.out_dir, self.callbacks, self.tokenizer_path = out_dir, list(callbacks), tokenizer_path
+        self.log = log or tqdm.write
+        c, mc = self.config, model.config
+        self.optimizer = Adam(model.parameters(), lr=0.0, betas=c.betas, eps=c.eps)
+        self.schedule = WarmupSchedule(mc.d_model, c.warmup_steps, c.lr_scale)
+        self.iterator = BatchIterator(train_pairs, c.max_tokens, mc.pad_id, mc.bos_id, mc.eos_id, seed=c.seed)
+        self.valid = valid
+        self.valid_iterator = None
+        if valid is not None:
+            pairs, _ = encode_pairs(valid[0], valid[1], tokenizer)
+            if pairs:
+                self.valid_iterator = BatchIterator(pairs, c.max_tokens, mc.pad_id, mc.bos_id, mc.eos_id, shuffle=False)
+        self.step = 0
+        self.best_bleu = None
+        self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
+        self.last_checkpoint = None
+        self.losses = {}              # step -> training loss (per target token), as read from the device
+        self._iter_state = self.iterator.state_dict()  # the stream's position after the last whole step
+        self._pending = []            # (step, device loss, target tokens) not yet read
+        self._window = [0, time.perf_counter()]  # target tokens since the last read, and when it began
+        self.log_every = c.log_every or (20 if backend.device == "gpu" else 1)
+
+    # ---------------------------------------------------------------- one update
+    @property
+    def total_steps(self):
+        c = self.config
+        if c.steps is not None:
+            return int(c.steps)
+        return max(1, math.ceil(c.epochs * len(self.iterator) / c.accum))
+
+    def train_step(self):
+        """One update over `accum` batches; returns (device loss per target token, target tokens).
+        self.step advances only once the update is complete."""
+        c, mc = self.config, self.model.config
+        step = self.step + 1
+        backend.seed(step_seed(c.seed, step))  # dropout masks depend on (seed, step) only
+        batches = [next(self.iterator) for _ in range(c.accum)]
+        n_total = sum(b.n_tgt_tokens for b in batches)
+        step_loss = None
+        for b in batches:
+            logits = self.model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)                # (B, T, V)
+            loss = F.cross_entropy(logits, b.tgt_out, ignore_index=mc.pad_id, label_smoothing=mc.label_smoothing)
+            # each batch's mean weighted by its share of the tokens: the mean over all n_total tokens
+            loss = loss * (b.n_tgt_tokens / n_total)
+            loss.backward()
+            step_loss = loss.data if step_loss is None else step_loss + loss.data
+        if c.clip_norm:
+            clip_grad_norm(self.optimizer.params, c.clip_norm)
+        self.optimizer.step(self.schedule(step))
+        self.optimizer.zero_grad()
+        self.step = step
+        self._iter_state = self.iterator.state_dict()
+        return step_loss, n_total
+
+    def _read_losses(self, bar=None):
+        """Copy the pending device losses to the host (one sync), log them, stop on a non-finite one."""
+        if not self._pending:
+            return
+        xp = backend.xp
+        values = backend.to_numpy(xp.stack([xp.asarray(l, dtype=xp.float32) for _, l, _ in self._pending]))
+        steps = [s for s, _, _ in self._pending]
+        self._pending = []
+        for s, v in zip(steps, values.tolist()):
+            if not math.isfinite(v):
+                self._stop_non_finite(s, v)
+            self.losses[s] = v
+        tokens, start = self._window
+        now = time.perf_counter()
+        loss = float(np.mean(values))
+        record = {"step": self.step, "loss": loss, "ppl": math.exp(min(loss, 50.0)), "lr": self.optimizer.lr,
+                  "tokens_per_s": tokens / max(now - start, 1e-9), "epoch": self.iterator.epoch}
+        if backend.device == "gpu":  # the memory pool's bytes in use (xp is cupy here)
+            record["gpu_mem_mb"] = backend.xp.get_default_memory_pool().used_bytes() / 2**20
+        self._window = [0, now]
+        self._write_log(record)
+        if bar is not None:
+            post = {"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}", "lr": f"{record['lr']:.2e}",
+                    "tok/s": f"{record['tokens_per_s']:.0f}"}
+            if "gpu_mem_mb" in record:
+                post["mem"] = f"{record['gpu_mem_mb']:.0f}MB"
+            bar.set_postfix(post, refresh=False)
+
+    def _stop_non_finite(self, step, value):
+        where = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
+                 else "no checkpoint was saved before it")
+        self._write_log({"step": step, "event": "non-finite loss", "loss": str(value)})
+        raise TrainingError(f"training stopped: the loss became {value} at step {step}; {where}. "
+                            f"Try a lower learning rate (lr_scale), a longer warmup or clip_norm.")
+
+    # ---------------------------------------------------------------- the loop
+    def train(self):
+        """Run until total_steps; returns a summary dict (stopped: "done" or "interrupted")."""
+        c = self.config
+        total = self.total_steps
+        self.model.train()
+        bar = tqdm(total=total, initial=self.step, disable=not c.progress, unit="step", dynamic_ncols=True)
+        start, start_step, stopped = time.perf_counter(), self.step, "done"
+        self._window = [0, time.perf_counter()]
+        due = lambda every: bool(every) and self.step % every == 0
+        try:
+            while self.step < total:
+                loss, n = self.train_step()
+                self._pending.append((self.step, loss, n))
+                self._window[0] += n
+                bar.update(1)
+                if due(self.log_every) or due(c.eval_every) or due(c.save_every) or self.step == total:
+                    self._read_losses(bar)
+                if self.step < total and (due(c.eval_every) or due(c.save_every)):
+                    if due(c.eval_every):
+                        self.evaluate()
+                    if due(c.save_every):
+                        self.save()
+                    self._window = [0, time.perf_counter()]  # tokens/s counts training time only
+                for cb in self.callbacks:
+                    cb(self)
+        except KeyboardInterrupt:
+            # a step cut short is forgotten: the batch stream goes back to the last whole step
+            stopped = "interrupted"
+            self.iterator.load_state_dict(self._iter_state)
+            self.optimizer.zero_grad()
+            self.log(f"interrupted at step {self.step}: saving a checkpoint")
+        finally:
+            bar.close()
+        if stopped == "done":
+            self.evaluate()
+        self.save()
+        summary = {"stopped": stopped, "step": self.step, "steps_run": self.step - start_step,
+                   "seconds": time.perf_counter() - start, "best_bleu": self.best_bleu,
+                   "checkpoint": self.last_checkpoint,
+                   "last_loss": self.losses[max(self.losses)] if self.losses else None}
+        self._write_log({"event": "end", **summary})
+        return summary
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(self):
+        """Validation loss (per target token, without label smoothing) and sacreBLEU of the
+        translations of the validation sources; logged, printed, and returned as a dict."""
+        if self.valid is None:
+            return {}
+        c, mc = self.config, self.model.config
+        self.model.eval()
+        result = {"step": self.step}
+        with no_grad():
+            if self.valid_iterator is not None:
+                total, count = 0.0, 0
+                for b in self.valid_iterator.epoch_batches():
+                    logits = self.model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
+                    loss = F.cross_entropy(logits, b.tgt_out, ignore_index=mc.pad_id)
+                    total += float(loss.data) * b.n_tgt_tokens
+                    count += b.n_tgt_tokens
+                result["valid_loss"] = total / count
+                result["valid_ppl"] = math.exp(min(result["valid_loss"], 50.0))
+            src, ref = self.valid
+            if c.eval_sentences:
+                src, ref = src[:c.eval_sentences], ref[:c.eval_sentences]
+            hyps = translate(self.model, self.tokenizer, src, beam_size=c.beam_size, alpha=c.alpha,
+                             max_len_a=c.max_len_a, max_len_b=c.max_len_b)
+            bleu, signature = corpus_bleu(hyps, [ref])
+            result.update(bleu=bleu, bleu_signature=signature,
+                          exact_match=float(np.mean([h == r for h, r in zip(hyps, ref)])))
+        self.model.train()
+        self._write_log(result)
+        loss = f"valid loss {result['valid_loss']:.3f} (ppl {result['valid_ppl']:.2f}), " if "valid_loss" in result else ""
+        self.log(f"step {self.step}: {loss}BLEU {bleu:.2f} ({signature})")
+        if self.best_bleu is None or bleu > self.best_bleu:
+            self.best_bleu = bleu
+            self._best_pending = True
+        return result
+
+    # ---------------------------------------------------------------- checkpoints
+    def state(self):
+        """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
+        scalars, arrays = self.optimizer.state_dict()
+        meta = {"config": self.model.config.to_dict(), "training": _jsonable(asdict(self.config)),
+                "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
+                "seed": self.config.seed, "best_bleu": self.best_bleu,
+                "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
+                "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
+        return self.model.state_dict(), meta, arrays
+
+    def save(self, path=None):
+        """Write a checkpoint (atomically); keep the last `keep` step checkpoints, and copy this one
+        to checkpoint_best.npz when the latest evaluation was the best so far."""
+        if self.out_dir is None:
+            return None
+        if self._pending:
+            self._read_losses()  # never save a model whose loss was not checked
+        path = path or os.path.join(self.out_dir, f"checkpoint_{self.step:07d}.npz")
+        model, meta, arrays = self.state()
+        ckpt.save(path, model, meta, arrays)
+        self.last_checkpoint = path
+        if self._best_pending:
+            best = os.path.join(self.out_dir, "checkpoint_best.npz")
+            ckpt.atomic_write(best, lambda f: f.write(open(path, "rb").read()))
+            self._best_pending = False
+        for old in list_checkpoints(self.out_dir)[:-self.config.keep]:
+            os.remove(old)
+        return path
+
+    def resume(self, path):
+        """Continue from a checkpoint: model, optimizer, step, batch-stream position, best BLEU."""
+        ck = ckpt.load(path)
+        for key in ("config", "optimizer", "iterator", "step"):
+            if ck.meta.get(key) is None:
+                raise ckpt.CheckpointError(f"{path} cannot be resumed from: it has no {key} "
+                                           f"(an averaged checkpoint is for translation only)")
+        if ck.meta["config"] != self.model.config.to_dict():
+            raise ckpt.CheckpointError(f"{path} was saved for another model configuration")
+        self.model.load_state_dict(ck.model)
+        self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
+        self.iterator.load_state_dict(ck.meta["iterator"])
+        self._iter_state = self.iterator.state_dict()
+        self.step, self.best_bleu, self.last_checkpoint = int(ck.meta["step"]), ck.meta.get("best_bleu"), path
+        self.log(f"resumed from {path} at step {self.step}")
+        return ck
+
+    def _write_log(self, record):
+        if self.out_dir is None:
+            return
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, "log.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(record)) + "\n")
+
+
+def list_checkpoints(out_dir):
+    """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
+    paths = glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
+    steps = [(int(m.group(1)), p) for p in paths if (m := re.search(r"checkpoint_(\d+)\.npz$", p))]
+    return [p for _, p in sorted(steps)]
+
+
+def _jsonable(x):
+    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts strictly."""
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.generic,)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
