@@ -161,17 +161,16 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
-        grads = iter(_attention_backward(g, q, k, v, p, keep, dropout_p, *needs))
-        result = []
+        grads = _attention_backward(g, q, k, v, p, keep, dropout_p, *needs)  # dQ, dK, dV
+        result, first = [], 0
         for t, n in zip(parts, layout):
-            if not t.requires_grad:
-                result.append(None)
-                [next(grads) for _ in range(n)]
-                continue
-            buf = backend.xp.empty(t.shape, dtype=t.dtype)                 # (B, T, n*D)
-            for view in _heads(buf, n, n_heads):
-                view[...] = next(grads)                                   # (B, H, T, K) into its slot
+            buf = None
+            if t.requires_grad:
+                buf = backend.xp.empty(t.shape, dtype=t.dtype)             # (B, T, n*D)
+                for view, grad in zip(_heads(buf, n, n_heads), grads[first:first + n]):
+                    view[...] = grad                                      # (B, H, T, K) into its slot
             result.append(buf)
+            first += n
         return tuple(result)
     return make(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
 

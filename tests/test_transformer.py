@@ -190,17 +190,22 @@ def test_layers_gradcheck_elementwise(xp_backend):
                         mode="elementwise")
 
 
-@pytest.mark.parametrize("overrides", [{}, dict(norm_first=True, positional="learned", share_embeddings=False)])
-def test_full_transformer_gradcheck(xp_backend, overrides):
-    """End to end: ids -> embeddings -> encoder -> decoder -> tied projection -> smoothed loss."""
-    rng = np.random.default_rng(1)
+@FAST
+@given(data=st.data(), variant=st.booleans())
+def test_full_transformer_gradcheck(xp_backend, data, variant):
+    """End to end: ids -> embeddings -> encoder -> decoder -> tied projection -> smoothed loss, on drawn
+    shapes and paddings (a source of padding only included); variant: pre-LN, learned, untied."""
+    overrides = dict(norm_first=True, positional="learned", share_embeddings=False) if variant else {}
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    B, S, T = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
     model = Transformer(micro(n_layers=2, **overrides))
-    src = random_ids(rng, 2, 5, 11, lengths=[5, 2])
-    tgt = random_ids(rng, 2, 4, 11, lengths=[4, 3], first=1)
-    tgt_out = np.concatenate([tgt[:, 1:], np.zeros((2, 1), int)], axis=1)
+    src = random_ids(rng, B, S, 11, lengths=rng.integers(0, S + 1, size=B))
+    tgt = random_ids(rng, B, T, 11, lengths=rng.integers(1, T + 1, size=B), first=1)
+    tgt_out = random_ids(rng, B, T, 11, lengths=(tgt != 0).sum(1))
     assert mt.gradcheck(lambda *p: model.loss(src, tgt, tgt_out), *model.parameters(), mode="directional",
                         n_directions=3)
     assert mt.gradcheck(lambda *p: model(src, tgt), *model.parameters(), mode="directional")
+    assert np.isfinite(model(src, tgt).numpy()).all()
 
 
 def test_full_transformer_gradcheck_elementwise(xp_backend):
@@ -326,14 +331,14 @@ def test_cache_reorder_matches_recomputing_the_selected_rows(xp_backend):
         src_mask = padding_mask(src)
         memory = model.encode(src, src_mask)
         cache = model.init_cache()
-        expand = np.repeat(np.arange(2), 3)                     # batch of 2 -> 2 sentences x 3 beams
+        expand = backend.asarray(np.repeat(np.arange(2), 3))    # batch of 2 -> 2 sentences x 3 beams
         cache.reorder(expand)
         memory, src_mask = memory[expand], src_mask[expand]
         for t in range(3):
             model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache)
         index = np.array([2, 0, 0, 5, 3, 4])                    # beams survive within their sentence
         cache.reorder(index)
-        memory, src_mask = memory[index], src_mask[index]
+        memory, src_mask = memory[backend.asarray(index)], src_mask[backend.asarray(index)]
         new = tgt.copy()
         new[:, :3] = tgt[index, :3]
         for t in range(3, 6):
