@@ -281,7 +281,7 @@ class DecoderCache:
     token). `reorder(index)` keeps batch rows `index` (an integer array, repeats allowed) in every
     layer: beam search selects the surviving beams with it, and expands a batch into beams with
     index = repeat(arange(B), beam_size). The caller reorders memory and src_mask alike
-    (`memory[index]`, `src_mask[index]`). include_memory=False skips the encoder-decoder keys and
+    (`memory[idx]`, `src_mask[idx]` with idx = backend.asarray(index), an array of the current backend). include_memory=False skips the encoder-decoder keys and
     values: correct only when every row of `index` comes from a row of the same source sentence
     (beams reordered within their sentence), and then memory and src_mask need no reordering either.
     """
@@ -319,7 +319,8 @@ class Transformer(nn.Module):
         cache = model.init_cache()                        # a DecoderCache, empty
         logits = model.decode(tokens, memory, src_mask, cache=cache)  # tokens (B, 1): the newest token
         # -> (B, 1, V) for the next position; the cache now holds one more position
-        cache.reorder(index); memory = memory[index]; src_mask = src_mask[index]  # keep rows `index`
+        cache.reorder(index); memory, src_mask = memory[index], src_mask[index]  # keep rows `index`
+        # (index: an integer array of the current backend, backend.asarray(...); repeats allowed)
 
     With a cache, decode() takes positions from cache.length, and tgt_mask=None means: a single new
     token sees every cached position; several new tokens get a causal mask offset by the cache.
