@@ -96,7 +96,7 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     return merges
 
 
-def learn_merges(word_counts, num_merges, min_frequency, offset, progress=None):
+def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False):
     """learn_merges_naive's merges, but a merge costs what it changes, not the corpus size.
 
     Keeps pair counts, an index pair -> words that may hold it, and a heap of (-count, pair)
@@ -121,7 +121,7 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=None):
     heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
     heapq.heapify(heap)
     merges = []
-    bar = tqdm(total=num_merges, desc="bpe merges", disable=None if progress is None else not progress)
+    bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
     while len(merges) < num_merges and heap:
         neg, pair = heapq.heappop(heap)
         if counts[pair] != -neg:  # stale entry: the count fell since it was pushed
@@ -199,10 +199,11 @@ class BPE:
 
     @classmethod
     def train(cls, lines_or_paths, vocab_size, min_frequency=2, special_tokens=(), pattern=PATTERN,
-              progress=None, naive=False):
+              progress=False, naive=False):
         """Learn merges until vocab_size ids, or until no pair occurs min_frequency times.
 
         Items of lines_or_paths are lines of text (str) or files (pathlib.Path, .gz accepted).
+        Ties: of the pairs with the highest count, the smallest (left id, right id) is merged.
         BPE.train(["low lower lowest"], 260, min_frequency=1).merges -> [(111, 114)]  ("l", "o")
         """
         tok = cls((), special_tokens, pattern)
@@ -334,6 +335,9 @@ class BPE:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
+            umask = os.umask(0o22)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -54,7 +54,7 @@ def main(args):
                 n_words += len(line.split())
                 n_bytes += len(line.encode("utf-8"))
     except (ValueError, OSError) as e:
-        print(f"bpe: error: {e}", file=sys.stderr)
+        print(f"minitransformer bpe: error: {e}", file=sys.stderr)
         return 1
     print(f"learned {len(tok.merges)} merges (vocab size {tok.vocab_size}) from "
           f"{len(args.input)} file(s) in {seconds:.2f} s; wrote {args.output}")
