@@ -1,0 +1,81 @@
+"""Attention maps: the collected weights against the attention modules called directly, their shapes
+and masks, the model left untouched, the drawing (when matplotlib is installed) and the clear error
+when it is not."""
+import sys
+
+import numpy as np
+import pytest
+
+from minitransformer import backend, search, viz
+from minitransformer.attention import causal_mask, padding_mask
+
+from test_search import WordTokenizer, make_model
+
+SRC, TGT = [3, 4, 5, 6], [7, 8, 9]
+
+
+class NamedTokenizer(WordTokenizer):
+    def id_to_token(self, i):
+        return {0: "<pad>", 1: "<s>", 2: "</s>"}.get(i) or self.words[i - 3]
+
+
+def test_collected_shapes_masks_and_sums():
+    model = make_model(dropout=0.3)
+    a = viz.collect_attention(model, SRC, TGT)
+    S, T = len(SRC) + 1, len(TGT) + 1
+    assert a["encoder"].shape == (2, 2, S, S) and a["decoder"].shape == (2, 2, T, T)
+    assert a["cross"].shape == (2, 2, T, S)
+    assert a["src"] == SRC + [2] and a["tgt_in"] == [1] + TGT and a["tgt_out"] == TGT + [2]
+    for w in a["encoder"], a["decoder"], a["cross"]:
+        np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    assert np.all(a["decoder"][..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0)  # causal
+    assert model.training                                                  # mode restored
+    assert not any("forward" in m.__dict__ for m in model.modules())       # no patch left behind
+
+
+def test_collected_weights_equal_the_first_layers_called_directly(xp_backend):
+    model = make_model(seed=1, scale=2.0)
+    a = viz.collect_attention(model, SRC, TGT)
+    src = backend.asarray(np.array([SRC + [2]]))
+    tgt = backend.asarray(np.array([[1] + TGT]))
+    with search.inference_mode(model):
+        x = model._embed(src, model.src_embed, model.src_pos)               # (1, S, D)
+        _, p = model.encoder.layers[0].self_attn(x, mask=padding_mask(src), return_weights=True)
+        y = model._embed(tgt, model.tgt_embed, model.tgt_pos)
+        _, q = model.decoder.layers[0].self_attn(y, mask=causal_mask(len(TGT) + 1), return_weights=True)
+    np.testing.assert_allclose(a["encoder"][0], backend.to_numpy(p)[0], atol=1e-6)
+    np.testing.assert_allclose(a["decoder"][0], backend.to_numpy(q)[0], atol=1e-6)
+
+
+def test_beam_search_attention_is_the_collected_cross_attention():
+    model = make_model(seed=2, scale=3.0)
+    best = search.beam_search(model, [SRC], max_len_b=5, return_attention=True)[0][0]
+    np.testing.assert_allclose(best.attention, viz.collect_attention(model, SRC, best.tokens)["cross"])
+
+
+def test_token_labels_use_id_to_token_or_decode():
+    assert viz.token_labels(NamedTokenizer(), [3, 2]) == ["a", "</s>"]
+    assert viz.token_labels(WordTokenizer(), [3, 4]) == ["a", "b"]
+
+
+def test_missing_matplotlib_gives_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)                   # import matplotlib -> ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"pip install matplotlib.*pip install -e \.\[plot\]"):
+        viz.plot_attention(np.eye(2), ["a", "b"], ["c", "d"], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_drawing_writes_images(tmp_path):
+    pytest.importorskip("matplotlib")
+    model = make_model(seed=3)
+    tok = NamedTokenizer()
+    for kind in ("cross", "encoder", "decoder"):
+        path = viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / f"{kind}.png", kind=kind, layer=0)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    single = viz.plot_attention(np.full((2, 3), 1 / 3), ["x", "y", "z"], ["u", "v"], tmp_path / "one.svg", title="t")
+    assert single.read_text().lstrip().startswith("<?xml")
+    with pytest.raises(ValueError, match="do not match"):
+        viz.plot_attention(np.ones((2, 3, 4)), ["a"] * 3, ["b"] * 3, tmp_path / "bad.png")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / "bad.png", kind="self")
