@@ -73,7 +73,8 @@ def run_demo(args):
     from . import backend, demo_data
     from .bpe import BPE
     from .data import encode_pairs
-    from .training import Trainer, TrainingConfig, corpus_bleu, translate
+    from .search import translate_lines
+    from .training import Trainer, TrainingConfig, corpus_bleu
     from .transformer import Transformer, TransformerConfig
     s = dict(QUICK if args.quick else DEMO)
     steps = args.steps or s["steps"]
@@ -106,7 +107,7 @@ def run_demo(args):
         print(f"interrupted; checkpoint saved to {summary['checkpoint']}")
         return 130
 
-    hyps = translate(model, tok, test[0])
+    hyps = translate_lines(model, tok, test[0], beam_size=1)
     exact = sum(h == r for h, r in zip(hyps, test[1])) / len(hyps)
     bleu, signature = corpus_bleu(hyps, [test[1]])
     print(f"\nheld-out examples (never seen in training):")
@@ -251,7 +252,7 @@ def add_translate(sub):
                                    "paper's settings: --beam 4 --alpha 0.6 --max-len-b 50.",
                        epilog=_examples("translate --checkpoint runs/demo/checkpoint_0001000.npz < input.txt",
                                         "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de --output hyp.en",
-                                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>score<TAB>text lines"))
+                                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first"))
     p.add_argument("--checkpoint", required=True, metavar="FILE")
     p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (default: the checkpoint's own)")
     p.add_argument("--input", default="-", metavar="FILE", help="default: stdin")
@@ -269,7 +270,7 @@ def add_translate(sub):
 def run_translate(args):
     from .checkpoint import load_model
     from .data import read_lines
-    from .training import translate
+    from .search import translate_lines
     _existing(args.checkpoint, "--checkpoint file")
     _existing(args.tokenizer, "--tokenizer file")
     _existing(args.input, "--input file")
@@ -278,10 +279,10 @@ def run_translate(args):
     _use_device(args.device)
     model, tok, _ = load_model(args.checkpoint, args.tokenizer)
     lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
-    out = translate(model, tok, lines, beam_size=args.beam, alpha=args.alpha, nbest=args.nbest,
+    out = translate_lines(model, tok, lines, beam_size=args.beam, alpha=args.alpha, nbest=args.nbest,
                     max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size)
     if args.nbest > 1:
-        text = [f"{i}\t{score:.4f}\t{h}" for i, hyps in enumerate(out) for h, score in hyps]
+        text = [f"{i}\t{h}" for i, hyps in enumerate(out) for h in hyps]
     else:
         text = out
     if args.output == "-":

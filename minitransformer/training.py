@@ -25,34 +25,11 @@ from . import checkpoint as ckpt
 from . import functional as F
 from .data import BatchIterator, encode_pairs
 from .optim import Adam, WarmupSchedule, clip_grad_norm
+from .search import translate_lines
 from .tensor import no_grad
 
 
-# ---------------------------------------------------------------- translation and BLEU
-def translate(model, tokenizer, lines, beam_size=1, alpha=0.6, max_len_a=1.0, max_len_b=50, nbest=1,
-              batch_size=64):
-    """Translate lines of text with search.py (greedy when beam_size is 1); returns one string per
-    line, or with nbest > 1 a list of (string, score) per line. Lines go in batches of similar
-    length (less padding) and come back in input order."""
-    from . import search
-    ids = tokenizer.encode_batch(list(lines))
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = [None] * len(ids)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        src = [ids[i] for i in chunk]
-        if beam_size == 1 and nbest == 1:
-            found = [[h] for h in search.greedy_search(model, src, max_len_a=max_len_a, max_len_b=max_len_b)]
-        else:
-            found = search.beam_search(model, src, beam_size=beam_size, alpha=alpha, max_len_a=max_len_a,
-                                       max_len_b=max_len_b, nbest=nbest)
-            found = [f if isinstance(f, (list, tuple)) else [f] for f in found]
-        for i, hyps in zip(chunk, found):
-            texts = [(tokenizer.decode(h.tokens, skip_special=True), h.score) for h in hyps]
-            out[i] = texts[0][0] if nbest == 1 else texts
-    return out
-
-
+# ---------------------------------------------------------------- BLEU
 def corpus_bleu(hypotheses, references):
     """(score, signature) of sacreBLEU with its defaults (13a tokenization, exp smoothing) for
     detokenized hypotheses against one or more reference lists: corpus_bleu(h, [refs])."""
@@ -279,7 +256,7 @@ class Trainer:
             src, ref = self.valid
             if c.eval_sentences:
                 src, ref = src[:c.eval_sentences], ref[:c.eval_sentences]
-            hyps = translate(self.model, self.tokenizer, src, beam_size=c.beam_size, alpha=c.alpha,
+            hyps = translate_lines(self.model, self.tokenizer, src, beam_size=c.beam_size, alpha=c.alpha,
                              max_len_a=c.max_len_a, max_len_b=c.max_len_b)
             bleu, signature = corpus_bleu(hyps, [ref])
             result.update(bleu=bleu, bleu_signature=signature,

@@ -1,0 +1,226 @@
+"""The Trainer and checkpoints: a tiny model overfits one batch, an interrupted and resumed run gives
+the very same losses, checkpoints load without pickle, averaging is a mean, a NaN loss stops cleanly
+with the last good checkpoint kept, Ctrl-C saves and returns."""
+import json
+import math
+import os
+import zipfile
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import checkpoint as ckpt
+from minitransformer import demo_data
+from minitransformer.bpe import BPE
+from minitransformer.data import encode_pairs
+from minitransformer.training import Trainer, TrainingConfig, TrainingError, corpus_bleu, list_checkpoints, step_seed
+from minitransformer.transformer import Transformer, TransformerConfig
+
+
+@pytest.fixture(scope="module")
+def task():
+    """A small generated corpus, its tokenizer and encoded pairs (shared by the module's tests)."""
+    train, valid, _ = demo_data.make_splits(300, 12, 0, seed=3, max_numbers=2, max_digits=2)
+    tok = BPE.train(train[0] + train[1], 300)
+    pairs, _ = encode_pairs(train[0], train[1], tok)
+    return tok, pairs, valid
+
+
+def tiny_model(tok, dropout=0.1, seed=0, **overrides):
+    mt.seed(seed)
+    cfg = TransformerConfig.tiny(vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_layers=1,
+                                 dropout=dropout, **overrides)
+    return Transformer(cfg)
+
+
+def config(**kw):
+    base = dict(steps=6, max_tokens=120, warmup_steps=4, lr_scale=1.0, eval_every=0, save_every=0,
+                keep=3, progress=False)
+    return TrainingConfig(**{**base, **kw})
+
+
+def quiet(*args):
+    pass
+
+
+def test_overfits_one_batch(task):
+    tok, pairs, _ = task
+    model = tiny_model(tok, dropout=0.0, label_smoothing=0.0)
+    few = pairs[:6]  # one batch: max_tokens covers them all
+    trainer = Trainer(model, tok, few, None, config(steps=300, max_tokens=10_000, warmup_steps=20, lr_scale=2.0),
+                      log=quiet)
+    assert len(trainer.iterator) == 1
+    trainer.train()
+    losses = [trainer.losses[s] for s in sorted(trainer.losses)]
+    assert losses[0] > 4.0 and losses[-1] < 0.05, (losses[0], losses[-1])
+
+
+def test_accumulation_normalises_by_all_tokens(task):
+    """An update over accum=2 batches sees the gradient of one batch holding both: the mean over
+    all their target tokens (not the mean of the two batch means)."""
+    tok, pairs, _ = task
+    few = pairs[:8]
+    grads = {}
+    # a budget that cuts the 8 pairs into exactly two batches of unequal token counts
+    budget = next(m for m in range(20, 200) if len(Trainer(tiny_model(tok), tok, few, None,
+                                                           config(max_tokens=m), log=quiet).iterator) == 2)
+    for accum, max_tokens in ((2, budget), (1, 10_000)):
+        trainer = Trainer(tiny_model(tok, dropout=0.0), tok, few, None, config(accum=accum, max_tokens=max_tokens),
+                          log=quiet)
+        trainer.optimizer.step = lambda lr: grads.setdefault(accum, [p.grad.copy() for p in trainer.optimizer.params])
+        if accum == 2:
+            sizes = [b.n_tgt_tokens for b in trainer.iterator.epoch_batches()]
+            assert len(sizes) == 2 and sizes[0] != sizes[1]
+        trainer.train_step()
+    for a, b in zip(grads[2], grads[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_resume_gives_identical_losses(task, tmp_path):
+    tok, pairs, valid = task
+    kw = dict(steps=8, accum=2, max_tokens=100, save_every=3)
+    full = Trainer(tiny_model(tok), tok, pairs, valid, config(**kw), str(tmp_path / "full"), log=quiet)
+    full.train()
+
+    def interrupt(trainer):
+        if trainer.step == 5:
+            raise KeyboardInterrupt
+    first = Trainer(tiny_model(tok), tok, pairs, valid, config(**kw), str(tmp_path / "cut"), [interrupt], log=quiet)
+    assert first.train()["stopped"] == "interrupted"
+    again = Trainer(tiny_model(tok, seed=99), tok, pairs, valid, config(**kw), str(tmp_path / "cut"), log=quiet)
+    again.resume(str(tmp_path / "cut" / "checkpoint_0000005.npz"))
+    assert again.step == 5
+    again.train()
+    resumed = {**first.losses, **again.losses}
+    assert sorted(resumed) == list(range(1, 9))
+    assert [resumed[s] for s in range(1, 9)] == [full.losses[s] for s in range(1, 9)]  # bit for bit
+    for (k, a), (_, b) in zip(full.model.state_dict().items(), again.model.state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+
+
+def test_checkpoint_is_plain_npz(task, tmp_path):
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, config(steps=2), str(tmp_path), log=quiet)
+    trainer.train()
+    path = trainer.last_checkpoint
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    assert all(a.dtype != object for a in arrays.values())
+    meta = json.loads(arrays["meta.json"].tobytes().decode("utf-8"))
+    assert meta["step"] == 2 and meta["config"] == trainer.model.config.to_dict()
+    assert meta["iterator"]["index"] >= 1 and meta["optimizer"]["steps"] == 2
+    names = dict(trainer.model.named_parameters())
+    assert {k for k in arrays if k.startswith("model/")} == {f"model/{k}" for k in names}
+    assert any(k.startswith("optim/m.") for k in arrays)
+    # the embedded tokenizer and config rebuild the same model
+    model, tok2, ck = ckpt.load_model(path)
+    assert tok2.encode("3 4 , 5") == tok.encode("3 4 , 5")
+    for k, p in names.items():
+        np.testing.assert_array_equal(model.state_dict()[k], mt.to_numpy(p.data))
+    # the JSONL log: one object per line, with losses and the evaluation
+    records = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert any("loss" in r and "lr" in r and "tokens_per_s" in r for r in records)
+    assert any("bleu" in r and "bleu_signature" in r and "valid_loss" in r for r in records)
+
+
+def test_keeps_last_k_and_best(task, tmp_path):
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, config(steps=5, save_every=1, eval_every=2, keep=2),
+                      str(tmp_path), log=quiet)
+    trainer.train()
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == \
+        ["checkpoint_0000004.npz", "checkpoint_0000005.npz"]
+    best = ckpt.load(tmp_path / "checkpoint_best.npz")
+    assert best.meta["best_bleu"] == trainer.best_bleu
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]  # no temporary file left
+
+
+def test_average_is_the_mean(task, tmp_path):
+    tok, _, _ = task
+    paths, states = [], []
+    for i in range(3):
+        model = tiny_model(tok, seed=i)
+        states.append(model.state_dict())
+        paths.append(ckpt.save(tmp_path / f"c{i}.npz", states[-1], {"config": model.config.to_dict(), "step": i}))
+    out = ckpt.average_files(paths, tmp_path / "avg.npz")
+    avg = ckpt.load(out)
+    assert set(avg.model) == set(states[0])  # the shared embedding once, as state_dict lists it
+    assert "tgt_embed.weight" not in avg.model or "src_embed.weight" not in avg.model
+    for k in states[0]:
+        expect = np.mean([s[k] for s in states], axis=0)
+        assert avg.model[k].dtype == np.float32
+        np.testing.assert_allclose(avg.model[k], expect, rtol=1e-6, atol=1e-7)
+    assert avg.meta["step"] == 2 and avg.meta["averaged_from"] == [str(p) for p in paths]
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(task, tmp_path):
+    tok, pairs, _ = task
+
+    def poison(trainer):
+        if trainer.step == 3:
+            p = trainer.model.parameters()[0]
+            p.data[...] = np.nan
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8, save_every=2), str(tmp_path), [poison], log=quiet)
+    with pytest.raises(TrainingError, match=r"nan at step 4.*checkpoint_0000002\.npz"):
+        trainer.train()
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ["checkpoint_0000002.npz"]
+    good = ckpt.load(tmp_path / "checkpoint_0000002.npz")
+    assert all(np.isfinite(a).all() for a in good.model.values())
+
+
+def test_ctrl_c_saves_and_returns(task, tmp_path):
+    tok, pairs, _ = task
+
+    def stop(trainer):
+        if trainer.step == 2:
+            raise KeyboardInterrupt
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=50), str(tmp_path), [stop], log=quiet)
+    summary = trainer.train()
+    assert summary["stopped"] == "interrupted" and summary["step"] == 2
+    assert ckpt.load(summary["checkpoint"]).step == 2
+
+
+def test_bad_checkpoints_are_clear_errors(tmp_path):
+    with pytest.raises(ckpt.CheckpointError, match="not found"):
+        ckpt.load(tmp_path / "missing.npz")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"this is not a zip file")
+    with pytest.raises(ckpt.CheckpointError, match="bad.npz is not a readable checkpoint"):
+        ckpt.load(bad)
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.zeros(3))
+    with pytest.raises(ckpt.CheckpointError, match="not a minitransformer checkpoint"):
+        ckpt.load(other)
+    # truncated: the first half of a real checkpoint
+    good = ckpt.save(tmp_path / "good.npz", {"w": np.ones((4, 4), np.float32)}, {"step": 1})
+    data = open(good, "rb").read()
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ckpt.CheckpointError, match="cut.npz"):
+        ckpt.load(cut)
+    with pytest.raises(ckpt.CheckpointError, match="cannot average"):
+        other2 = ckpt.save(tmp_path / "g2.npz", {"v": np.ones(3, np.float32)}, {"step": 2})
+        ckpt.average([good, other2])
+
+
+def test_step_seed_and_bleu():
+    assert step_seed(0, 1) == step_seed(0, 1)
+    assert len({step_seed(0, 1), step_seed(0, 2), step_seed(1, 1)}) == 3
+    refs = ["the cat sat on the mat", "a dog ran in the park today"]
+    score, signature = corpus_bleu(refs, [refs])
+    assert score == pytest.approx(100.0) and "tok:13a" in signature
+    assert corpus_bleu(["x y z w"], [["a b c d"]])[0] == pytest.approx(0.0)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="steps or epochs"):
+        TrainingConfig()
+    with pytest.raises(ValueError, match="accum"):
+        TrainingConfig(steps=1, accum=0)
+
+
+def test_epochs_set_the_number_of_steps(task):
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=None, epochs=2, accum=2), log=quiet)
+    assert trainer.total_steps == math.ceil(2 * len(trainer.iterator) / 2)
