@@ -252,3 +252,12 @@ class ModuleList(Module):
 
     def __len__(self):
         return len(self._modules)
+
+
+def __getattr__(name):
+    """mt.nn.MultiHeadAttention, as DESIGN.md spells it: attention.py imports this module, so the
+    name is looked up lazily instead of imported at the top (which would be a cycle)."""
+    if name == "MultiHeadAttention":
+        from .attention import MultiHeadAttention
+        return MultiHeadAttention
+    raise AttributeError(f"module 'minitransformer.nn' has no attribute {name!r}")

@@ -222,7 +222,10 @@ def traced(fn):
             out = fn(*args, **kwargs)
         finally:
             prof.depth -= 1
-        prof.record(getattr(out, "_op", "") or fn.__name__, "forward", prof.now() - start)
+        # the node's name, so forward and backward rows match; the op's own name when it made no
+        # node (dropout with p=0 hands back its input)
+        made = isinstance(out, Tensor) and out._op and not any(out is a for a in args)
+        prof.record(out._op if made else fn.__name__, "forward", prof.now() - start)
         return out
     return op
 
