@@ -8,6 +8,7 @@ below run unchanged on CuPy), and gradients of the integer inputs (targets, ids)
 import numpy as np
 
 from . import backend
+from .ops import at_b
 from .tensor import Tensor, make, traced
 
 
@@ -216,16 +217,6 @@ def embedding(weight, ids):
     return make(weight.data[ids], (weight,), backward, "embedding")  # (..., D)
 
 
-def _at_b(a, b):
-    """a^T b for a (N, m), b (N, n), as (b^T a)^T when m < n.
-
-    Note: the same product, but OpenBLAS (2 threads, this project's reference CPU) runs a^T b up to
-    10x slower when the result is wider than tall: 131 ms vs 28 ms for (4096, 256)^T (4096, 512);
-    see benchmarks/README.md. The result is then a transposed (Fortran-ordered) view, which is fine.
-    """
-    return (b.T @ a).T if a.shape[1] < b.shape[1] else a.T @ b
-
-
 @traced
 def linear(x, weight, bias=None):
     """y = x W + b over the flattened leading axes: dx = dy W^T, dW = x^T dy, db = sum(dy, rows).
@@ -247,7 +238,7 @@ def linear(x, weight, bias=None):
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
         dx = (g @ weight.data.T).reshape(x.shape) if x.requires_grad else None
-        dw = _at_b(x2, g) if weight.requires_grad else None           # (d_in, d_out)
+        dw = at_b(x2, g) if weight.requires_grad else None           # (d_in, d_out)
         db = g.sum(axis=0) if bias is not None and bias.requires_grad else None
         return dx, dw, db
     parents = (x, weight) if bias is None else (x, weight, bias)
