@@ -1,0 +1,263 @@
+"""Training-step speed and memory: forward + loss + backward + Adam + schedule, on batches shaped like
+Multi30k's, for the tiny, small and base presets; side by side with an equivalent PyTorch eager model.
+
+    python benchmarks/train_step.py --preset small            # ours only
+    python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
+    python benchmarks/train_step.py --preset tiny small base --torch --steps 10
+    python benchmarks/train_step.py --device gpu              # on CuPy
+
+Batches: sentence lengths from ../shared/data/multi30k/train.{de,en}.gz (word counts x 1.25 for BPE; a
+generated length distribution when the data is absent), random token ids, pairs sorted by length and
+cut into batches of at most --max-tokens padded target tokens; the same batches for both frameworks.
+
+Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shapes: per encoder layer
+2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
+the output projection 2BTDV. The ceiling is a large float32 matmul measured by this script.
+Each framework runs in its own subprocess, so peak memory (RSS growth over the timed steps, or the
+GPU memory pool's peak) belongs to one framework alone.
+"""
+import argparse
+import gzip
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data" / "multi30k"
+VOCAB = {"tiny": 8000, "small": 8000, "base": 37000, "big": 37000}
+
+
+def sentence_lengths(n_max=29000, seed=0):
+    """(source, target) token lengths: Multi30k word counts x 1.25, or a generated distribution."""
+    src, tgt = DATA / "train.de.gz", DATA / "train.en.gz"
+    if src.exists() and tgt.exists():
+        with gzip.open(src, "rt", encoding="utf-8") as f, gzip.open(tgt, "rt", encoding="utf-8") as g:
+            lens = [(len(a.split()), len(b.split())) for a, b in zip(f, g)]
+        source = "multi30k train"
+    else:
+        rng = np.random.default_rng(seed)
+        w = np.clip(rng.gamma(6.0, 2.1, n_max).round(), 3, 40).astype(int)
+        lens = list(zip((w * rng.uniform(0.85, 1.15, n_max)).round().astype(int), w))
+        source = "generated (multi30k not found)"
+    lens = [(max(1, round(a * 1.25)), max(1, round(b * 1.25))) for a, b in lens[:n_max]]
+    return lens, source
+
+
+def make_batches(vocab, max_tokens, n_batches, seed=0):
+    """Length-sorted batches of at most `max_tokens` padded target tokens (<s> y), random ids >= 3."""
+    lens, source = sentence_lengths()
+    order = sorted(range(len(lens)), key=lambda i: (lens[i][1], lens[i][0]))
+    plans, cur = [], []
+    for i in order:
+        t = max([lens[j][1] for j in cur] + [lens[i][1]]) + 1
+        if cur and (len(cur) + 1) * t > max_tokens:
+            plans.append(cur)
+            cur = []
+        cur.append(i)
+    plans.append(cur)
+    rng = np.random.default_rng(seed)
+    chosen = [plans[k] for k in rng.choice(len(plans), size=min(n_batches, len(plans)), replace=False)]
+    batches = []
+    for plan in chosen:
+        s_len = max(lens[i][0] for i in plan) + 1           # x </s>
+        t_len = max(lens[i][1] for i in plan) + 1           # <s> y
+        src = np.zeros((len(plan), s_len), np.int64)
+        tgt = np.zeros((len(plan), t_len + 1), np.int64)
+        for r, i in enumerate(plan):
+            src[r, : lens[i][0] + 1] = rng.integers(3, vocab, lens[i][0] + 1)
+            tgt[r, 0] = 1
+            tgt[r, 1: lens[i][1] + 2] = rng.integers(3, vocab, lens[i][1] + 1)
+        batches.append((src, tgt[:, :-1], tgt[:, 1:]))
+    return batches, source
+
+
+def forward_flops(cfg, B, S, T):
+    D, F, V = cfg.d_model, cfg.d_ff, cfg.vocab_size
+    enc = 2 * B * S * (3 * D * D + D * D + 2 * D * F) + 4 * B * S * S * D
+    dec = 2 * B * T * (3 * D * D + 2 * D * D + 2 * D * F) + 4 * B * T * T * D + 4 * B * S * D * D + 4 * B * T * S * D
+    return cfg.n_encoder_layers * enc + cfg.n_decoder_layers * dec + 2 * B * T * D * V
+
+
+def matmul_ceiling(xp, sync, n=2048, reps=5):
+    a = xp.ones((n, n), dtype=np.float32)
+    xp.matmul(a, a)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        xp.matmul(a, a)
+    sync()
+    return 2 * n ** 3 * reps / (time.perf_counter() - start)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_ours(preset, batches, steps, device):
+    import minitransformer as mt
+    import minitransformer.functional as F
+    from minitransformer import backend
+    from minitransformer.data import Batch  # noqa: F401  (masks built as data.Batch builds them)
+    mt.use(device)
+    mt.seed(0)
+    cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
+    model = mt.Transformer(cfg)
+    opt = mt.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    sched = mt.optim.WarmupSchedule(cfg.d_model, warmup_steps=4000)
+    xp = backend.xp
+    dev = []
+    for src, tgt_in, tgt_out in batches:
+        causal = np.tril(np.ones((tgt_in.shape[1],) * 2, bool))
+        dev.append(tuple(backend.asarray(a) for a in (src, tgt_in, tgt_out, (src != 0)[:, None, None, :],
+                                                      (tgt_in != 0)[:, None, None, :] & causal)))
+    step_no = [0]
+
+    def step(b):
+        src, tgt_in, tgt_out, src_mask, tgt_mask = b
+        logits = model(src, tgt_in, src_mask, tgt_mask)
+        loss = F.cross_entropy(logits, tgt_out, ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
+        opt.zero_grad()
+        loss.backward()
+        step_no[0] += 1
+        opt.step(lr=sched(step_no[0]))
+        return loss
+    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_pool_peak(xp))
+
+
+def _gpu_pool_peak(xp):
+    if xp.__name__ != "cupy":
+        return None
+    return xp.get_default_memory_pool().total_bytes()
+
+
+def run_torch(preset, batches, steps, device):
+    import torch
+    from torch_reference import TorchTransformer
+    import minitransformer as mt
+    torch.set_num_threads(os.cpu_count() or 1)
+    torch.manual_seed(0)
+    cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
+    dev = "cuda" if device == "gpu" else "cpu"
+    model = TorchTransformer(cfg).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: cfg.d_model ** -0.5 * min((s + 1) ** -0.5, (s + 1) * 4000 ** -1.5))
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
+    data = [tuple(torch.as_tensor(a, device=dev) for a in b) for b in batches]
+
+    def step(b):
+        src, tgt_in, tgt_out = b
+        logits = model(src, tgt_in)
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        return loss
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    peak = (lambda: torch.cuda.max_memory_allocated()) if dev == "cuda" else (lambda: None)
+    return cfg, step, data, sync, None, peak
+
+
+def worker(args):
+    """Time one framework on one preset; print one JSON line."""
+    batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, seed=0)
+    runner = run_torch if args.worker == "torch" else run_ours
+    cfg, step, data, sync, xp, peak = runner(args.preset, batches, args.steps, args.device)
+    for b in data[: args.warmup]:
+        step(b)
+    sync()
+    rss0 = rss_bytes()
+    times, flops, tokens = [], [], []
+    for (src, tgt_in, _), b in zip(batches[args.warmup:], data[args.warmup:]):
+        start = time.perf_counter()
+        loss = step(b)
+        sync()
+        times.append(time.perf_counter() - start)
+        flops.append(3 * forward_flops(cfg, src.shape[0], src.shape[1], tgt_in.shape[1]))
+        tokens.append(int((tgt_in != 0).sum()))
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if xp is None:
+        import torch
+        xp = torch
+        ceiling = _torch_ceiling(torch, args.device)
+    else:
+        ceiling = matmul_ceiling(xp, sync)
+    med = statistics.median(times)
+    gpu_peak = peak()
+    print(json.dumps({
+        "framework": args.worker, "preset": args.preset, "ms_per_step": med * 1e3,
+        "tokens_per_s": sum(tokens) / sum(times), "flops_per_s": sum(flops) / sum(times),
+        "ceiling": ceiling, "peak_mem_mb": (gpu_peak if gpu_peak is not None else max(maxrss - rss0, 0)) / 2 ** 20,
+        "rss_mb": maxrss / 2 ** 20, "avg_tgt_tokens": statistics.mean(tokens),
+        "avg_padded_tgt": statistics.mean(b[1].size for b in batches[args.warmup:]),
+        "lengths": source, "loss": float(loss.item()), "steps": len(times)}))
+
+
+def _torch_ceiling(torch, device, n=2048, reps=5):
+    dev = "cuda" if device == "gpu" else "cpu"
+    a = torch.ones((n, n), device=dev)
+    a @ a
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ a
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    return 2 * n ** 3 * reps / (time.perf_counter() - start)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", nargs="+", default=["small"], choices=["tiny", "small", "base", "big"])
+    p.add_argument("--torch", action="store_true", help="also run the PyTorch eager reference, if installed")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch at most")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        args.preset = args.preset[0]
+        return worker(args)
+    results = []
+    for preset in args.preset:
+        for fw in ["ours"] + (["torch"] if args.torch else []):
+            cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
+                   "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent)
+            if out.returncode != 0:
+                tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
+                if fw == "torch" and "No module named 'torch'" in out.stderr:
+                    print("PyTorch is not installed: skipping the side-by-side run")
+                    continue
+                print(f"{fw} {preset} failed: {tail[0]}")
+                continue
+            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            r = results[-1]
+            print(f"{r['framework']:6s} {r['preset']:6s} {r['ms_per_step']:9.1f} ms/step {r['tokens_per_s']:9.0f} tgt tok/s "
+                  f"{r['flops_per_s'] / 1e9:7.1f} GFLOP/s ({r['flops_per_s'] / r['ceiling']:5.1%} of "
+                  f"{r['ceiling'] / 1e9:.0f}) peak step memory {r['peak_mem_mb']:7.0f} MB  loss {r['loss']:.3f}")
+    by = {(r["framework"], r["preset"]): r for r in results}
+    for preset in args.preset:
+        if ("ours", preset) in by and ("torch", preset) in by:
+            o, t = by["ours", preset], by["torch", preset]
+            print(f"{preset}: step time ours / PyTorch = {o['ms_per_step'] / t['ms_per_step']:.2f}x, "
+                  f"memory ours / PyTorch = {o['peak_mem_mb'] / max(t['peak_mem_mb'], 1e-9):.2f}x")
+    if results:
+        print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
+              f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}")
+
+
+if __name__ == "__main__":
+    main()
