@@ -143,10 +143,9 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
     with inference_mode(model):
         step = _Stepper(model, src_ids, use_cache)
         active = np.arange(len(lens))                                     # sentence of each row
-        total = None
+        total, xp = None, backend.xp
         for t in range(int(max_len.max()) + 1):
             logp = step.log_probs(forced=t >= max_len[active])          # (R, V)
-            xp = backend.xp
             token = xp.argmax(logp, axis=-1)                               # (R,)
             lp = backend.to_numpy(logp[xp.arange(len(active)), token])
             token = backend.to_numpy(token)
@@ -228,7 +227,7 @@ def _top_candidates(logp, alive, width):
     cand = (logp.reshape(Ba, n, V) + backend.asarray(alive)[:, :, None]).reshape(Ba, n * V)  # (Ba, n*V)
     w = min(width, n * V)
     if w < n * V:
-        top = xp.argpartition(-cand, w - 1, axis=1)[:, :w]                         # (Ba, w) unordered
+        top = xp.argpartition(cand, n * V - w, axis=1)[:, n * V - w:]              # (Ba, w) unordered
     else:
         top = xp.broadcast_to(xp.arange(n * V), (Ba, n * V))
     top_scores = xp.take_along_axis(cand, top, axis=1)
