@@ -77,7 +77,7 @@ def run_demo(args):
     from .training import Trainer, TrainingConfig, corpus_bleu
     from .transformer import Transformer, TransformerConfig
     s = dict(QUICK if args.quick else DEMO)
-    steps = args.steps or s["steps"]
+    steps = s["steps"] if args.steps is None else args.steps
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     _use_device(args.device)
@@ -185,10 +185,9 @@ def _model_config(spec, vocab_size):
 
 
 def run_train(args):
-    from pathlib import Path
     from . import backend
     from .bpe import BPE
-    from .data import load_pairs, read_parallel
+    from .data import encode_pairs, read_parallel
     from .training import Trainer, TrainingConfig, list_checkpoints
     from .transformer import Transformer
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "tokenizer"):
@@ -203,15 +202,17 @@ def run_train(args):
         raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
     _use_device(args.device)
     os.makedirs(args.out, exist_ok=True)
+    src, tgt = read_parallel(args.train_src, args.train_tgt)
     if args.tokenizer:
         tok, tok_path = BPE.load(args.tokenizer), args.tokenizer
     else:
         tok_path = os.path.join(args.out, "tokenizer.json")
         print(f"learning a joint BPE of {args.vocab_size} ids on the training files ...")
-        tok = BPE.train([Path(args.train_src), Path(args.train_tgt)], args.vocab_size)
+        tok = BPE.train(src + tgt, args.vocab_size)
         tok.save(tok_path)
     cfg = _model_config(args.config, tok.vocab_size)
-    pairs, report = load_pairs(args.train_src, args.train_tgt, tok, max_len=args.max_len)
+    pairs, report = encode_pairs(src, tgt, tok, max_len=args.max_len)
+    del src, tgt
     print(f"training data: {report}")
     valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None
     try:

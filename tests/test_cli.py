@@ -1,0 +1,155 @@
+"""The command line: --help of every subcommand, the demo end to end (--quick), train / resume /
+average / translate on files, bleu against a hand-computed case, and errors on bad input."""
+import io
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from minitransformer import checkpoint as ckpt
+from minitransformer import cli, demo_data
+
+COMMANDS = ["demo", "train", "translate", "bleu", "average"]
+
+
+def run(argv, capsys, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", COMMANDS + ["bpe"])
+def test_help(command, capsys):
+    if command == "bpe":
+        pytest.importorskip("minitransformer.bpe_cli")
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert f"usage: python -m minitransformer {command}" in out
+    assert "example" in out.lower()
+
+
+def test_top_level_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and all(c in out for c in COMMANDS)
+
+
+def test_demo_quick_end_to_end(tmp_path, capsys):
+    code, out, err = run(["demo", "--quick", "--out", str(tmp_path), "--no-progress"], capsys)
+    assert code == 0, err
+    for label in ("source:", "reference:", "hypothesis:", "exact match on", "BLEU = ", "nrefs:1|"):
+        assert label in out
+    losses = [r["loss"] for r in map(json.loads, open(tmp_path / "log.jsonl")) if "loss" in r and "step" in r]
+    assert losses[-1] < losses[0] - 1.0, (losses[0], losses[-1])
+    assert (tmp_path / "tokenizer.json").exists()
+    checkpoint = [f for f in os.listdir(tmp_path) if f.startswith("checkpoint_0")]
+    assert checkpoint
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Small train/valid files of the generated task, and the paths of a short trained run."""
+    d = tmp_path_factory.mktemp("corpus")
+    (trs, trt), (vs, vt), _ = demo_data.make_splits(200, 10, 0, seed=5, max_numbers=2, max_digits=2)
+    for name, lines in dict(train_src=trs, train_tgt=trt, valid_src=vs, valid_tgt=vt).items():
+        (d / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = d / "config.json"
+    cfg.write_text(json.dumps({"preset": "tiny", "d_model": 32, "d_ff": 64, "n_heads": 2, "n_layers": 1}))
+    return d
+
+
+def train_args(d, out, *extra):
+    return ["train", "--config", str(d / "config.json"), "--train-src", str(d / "train_src.txt"),
+            "--train-tgt", str(d / "train_tgt.txt"), "--valid-src", str(d / "valid_src.txt"),
+            "--valid-tgt", str(d / "valid_tgt.txt"), "--out", str(out), "--max-tokens", "200",
+            "--warmup", "5", "--eval-every", "3", "--save-every", "2", "--keep", "3", "--no-progress", *extra]
+
+
+def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    code, stdout, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "4"), capsys)
+    assert code == 0, err
+    assert "done at step 4" in stdout and (out / "tokenizer.json").exists()
+    code, stdout, err = run(train_args(corpus, out, "--tokenizer", str(out / "tokenizer.json"), "--steps", "6",
+                                       "--resume", "auto"), capsys)
+    assert code == 0, err
+    assert "done at step 6" in stdout
+    records = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert [r["step"] for r in records if "loss" in r and "event" not in r][-2:] == [5, 6]
+
+    code, stdout, err = run(["average", str(out), "--last", "2", "--output", str(tmp_path / "avg.npz")], capsys)
+    assert code == 0, err
+    assert "averaged 2 checkpoints" in stdout
+    a, b, avg = (ckpt.load(p) for p in (out / "checkpoint_0000004.npz", out / "checkpoint_0000006.npz", tmp_path / "avg.npz"))
+    for k in avg.model:
+        np.testing.assert_allclose(avg.model[k], (a.model[k].astype(np.float64) + b.model[k]) / 2, rtol=1e-6, atol=1e-7)
+
+    code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "2"], capsys,
+                            stdin="1 2\n3 , 4 5\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert len(stdout.splitlines()) == 2
+    code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "3", "--nbest", "2"],
+                            capsys, stdin="1 2\n", monkeypatch=monkeypatch)
+    assert code == 0, err
+    assert [line.split("\t")[0] for line in stdout.splitlines()] == ["0", "0"]
+
+
+def test_bleu_identical_is_100(tmp_path, capsys):
+    lines = ["the cat sat on the mat", "two dogs ran in the park"]
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("\n".join(lines) + "\n")
+    ref.write_text("\n".join(lines) + "\n")
+    code, out, _ = run(["bleu", str(hyp), str(ref)], capsys)
+    assert code == 0 and "BLEU = 100.00" in out and "signature: nrefs:1|case:mixed" in out
+
+
+def test_bleu_hand_computed(tmp_path, capsys):
+    # one sentence, hypothesis "a b c d e" against reference "a b c d f": n-gram precisions
+    # 4/5, 3/4, 2/3, 1/2, brevity penalty 1 -> BLEU = (4/5 * 3/4 * 2/3 * 1/2) ** (1/4) = 0.5 ** 0.5 * ...
+    hyp, ref = tmp_path / "h.txt", tmp_path / "r.txt"
+    hyp.write_text("a b c d e\n")
+    ref.write_text("a b c d f\n")
+    code, out, _ = run(["bleu", str(hyp), str(ref)], capsys)
+    expected = 100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
+    assert code == 0 and f"BLEU = {expected:.2f}" in out
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["bleu", "nope.txt", "ref.txt"], 2, "hypothesis file not found: nope.txt"),
+    (["translate", "--checkpoint", "missing.npz"], 2, "--checkpoint file not found: missing.npz"),
+    (["average", "a.npz", "--output", "b.npz"], 2, "checkpoint not found: a.npz"),
+    (["demo", "--steps", "0"], 2, "--steps must be at least 1"),
+])
+def test_usage_errors(argv, code, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    got, out, err = run(argv, capsys)
+    assert got == code
+    assert message in err and "Traceback" not in err
+
+
+def test_runtime_and_input_errors(corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.npz").write_bytes(b"garbage")
+    got, _, err = run(["translate", "--checkpoint", "bad.npz"], capsys)
+    assert got == 1 and "bad.npz is not a readable checkpoint" in err
+    (tmp_path / "h.txt").write_text("a\nb\n")
+    (tmp_path / "r.txt").write_text("a\n")
+    got, _, err = run(["bleu", "h.txt", "r.txt"], capsys)
+    assert got == 2 and "r.txt has 1 lines but the hypotheses have 2" in err
+    got, _, err = run(train_args(corpus, tmp_path / "x", "--steps", "1"), capsys)
+    assert got == 2 and "--tokenizer FILE or --vocab-size" in err
+    (tmp_path / "short.txt").write_text("1 2\n")
+    args = train_args(corpus, tmp_path / "x", "--steps", "1", "--vocab-size", "300")
+    args[args.index("--train-tgt") + 1] = "short.txt"
+    got, _, err = run(args, capsys)
+    assert got == 1 and "parallel files differ in length" in err and "short.txt has 1" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as e:  # argparse's own usage errors exit with 2 too
+        cli.main(["train", "--steps", "x"])
+    assert e.value.code == 2
