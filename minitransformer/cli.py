@@ -64,7 +64,7 @@ def add_demo(sub):
 # minutes on a 2-core CPU. Note: not the paper's settings: no dropout, a short warmup and a larger
 # learning rate suit this small, noise-free task and the tiny model.
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
-            max_tokens=1000, warmup_steps=100, lr_scale=0.6, dropout=0.0, eval_every=250, overrides={})
+            max_tokens=1000, warmup_steps=100, lr_scale=0.4, dropout=0.0, eval_every=250, overrides={})
 QUICK = dict(DEMO, n_train=3000, n_test=40, steps=60, max_tokens=600, eval_every=0,
              overrides=dict(d_model=64, d_ff=128, n_layers=1))
 

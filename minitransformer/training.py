@@ -197,7 +197,7 @@ class Trainer:
         total = self.total_steps
         self.model.train()
         bar = tqdm(total=total, initial=self.step, disable=not c.progress, unit="step", dynamic_ncols=True)
-        start, start_step, stopped = time.perf_counter(), self.step, "done"
+        start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
         self._window = [0, time.perf_counter()]
         due = lambda every: bool(every) and self.step % every == 0
         try:
@@ -205,6 +205,7 @@ class Trainer:
                 loss, n = self.train_step()
                 self._pending.append((self.step, loss, n))
                 self._window[0] += n
+                tokens += n
                 bar.update(1)
                 if due(self.log_every) or due(c.eval_every) or due(c.save_every) or self.step == total:
                     self._read_losses(bar)
@@ -227,8 +228,10 @@ class Trainer:
         if stopped == "done":
             self.evaluate()
         self.save()
+        seconds = time.perf_counter() - start
         summary = {"stopped": stopped, "step": self.step, "steps_run": self.step - start_step,
-                   "seconds": time.perf_counter() - start, "best_bleu": self.best_bleu,
+                   "seconds": seconds, "tgt_tokens": tokens, "tokens_per_s": tokens / max(seconds, 1e-9),
+                   "best_bleu": self.best_bleu,
                    "checkpoint": self.last_checkpoint,
                    "last_loss": self.losses[max(self.losses)] if self.losses else None}
         self._write_log({"event": "end", **summary})
