@@ -31,11 +31,13 @@ def random_sequences(n, vocab_size, max_len, seed):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=500)
     p.add_argument("--vocab-size", type=int, default=13, help="3 special ids + 10 symbols (default: 13)")
-    p.add_argument("--max-len", type=int, default=10)
+    p.add_argument("--max-len", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr-scale", type=float, default=0.3)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     mt.use(args.device)
     start = time.perf_counter()
@@ -47,8 +49,8 @@ def main(argv=None):
     # the tiny preset, smaller still; Note: no dropout and a short warmup suit this noise-free task
     cfg = TransformerConfig.tiny(vocab_size=args.vocab_size, d_model=64, d_ff=256, dropout=0.0)
     model = Transformer(cfg)
-    tc = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100, lr_scale=1.0,
-                        eval_every=0, save_every=0, seed=args.seed)
+    tc = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100, lr_scale=args.lr_scale,
+                        eval_every=0, save_every=0, seed=args.seed, progress=not args.no_progress)
     summary = Trainer(model, None, pairs, None, tc).train()
     losses = summary["last_loss"]
 

@@ -199,6 +199,8 @@ class Trainer:
         bar = tqdm(total=total, initial=self.step, disable=not c.progress, unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
         self._window = [0, time.perf_counter()]
+        self._write_log({"event": "start", "step": self.step, "total_steps": total,
+                         "training": asdict(c), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
         try:
             while self.step < total:
@@ -297,7 +299,10 @@ class Trainer:
         self.last_checkpoint = path
         if self._best_pending:
             best = os.path.join(self.out_dir, "checkpoint_best.npz")
-            ckpt.atomic_write(best, lambda f: f.write(open(path, "rb").read()))
+            def copy(f):
+                with open(path, "rb") as src:
+                    shutil.copyfileobj(src, f)
+            ckpt.atomic_write(best, copy)
             self._best_pending = False
         for old in list_checkpoints(self.out_dir)[:-self.config.keep]:
             os.remove(old)
