@@ -34,6 +34,17 @@ def _existing(path, what):
     return path
 
 
+def _read_input(path):
+    """Lines of a file, or of stdin for "-"; only "\n" ends a line (as data.read_lines)."""
+    from .data import read_lines
+    if path != "-":
+        return read_lines(path)
+    lines = sys.stdin.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [s[:-1] if s.endswith("\r") else s for s in lines]
+
+
 def _use_device(name):
     from . import backend
     backend.use(name)  # a RuntimeError with the reason when no GPU is usable
@@ -65,7 +76,7 @@ def add_demo(sub):
 # learning rate suit this small, noise-free task and the tiny model.
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
             max_tokens=1000, warmup_steps=100, lr_scale=0.4, dropout=0.0, eval_every=250, overrides={})
-QUICK = dict(DEMO, n_train=3000, n_test=40, steps=60, max_tokens=600, eval_every=0,
+QUICK = dict(DEMO, n_train=3000, n_test=40, steps=150, max_tokens=600, eval_every=0,
              overrides=dict(d_model=64, d_ff=128, n_layers=1))
 
 
@@ -270,7 +281,6 @@ def add_translate(sub):
 
 def run_translate(args):
     from .checkpoint import load_model
-    from .data import read_lines
     from .search import translate_lines
     _existing(args.checkpoint, "--checkpoint file")
     _existing(args.tokenizer, "--tokenizer file")
@@ -279,7 +289,7 @@ def run_translate(args):
         raise UsageError(f"need 1 <= --nbest <= --beam, got --beam {args.beam} --nbest {args.nbest}")
     _use_device(args.device)
     model, tok, _ = load_model(args.checkpoint, args.tokenizer)
-    lines = sys.stdin.read().splitlines() if args.input == "-" else read_lines(args.input)
+    lines = _read_input(args.input)
     out = translate_lines(model, tok, lines, beam_size=args.beam, alpha=args.alpha, nbest=args.nbest,
                     max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size)
     if args.nbest > 1:
@@ -312,7 +322,7 @@ def run_bleu(args):
     _existing(args.hypotheses, "hypothesis file")
     for r in args.references:
         _existing(r, "reference file")
-    hyps = sys.stdin.read().splitlines() if args.hypotheses == "-" else read_lines(args.hypotheses)
+    hyps = _read_input(args.hypotheses)
     refs = [read_lines(r) for r in args.references]
     for r, lines in zip(args.references, refs):
         if len(lines) != len(hyps):
