@@ -44,7 +44,7 @@ def quiet(*args):
     pass
 
 
-def test_overfits_one_batch(task):
+def test_overfits_one_batch(xp_backend, task):
     tok, pairs, _ = task
     model = tiny_model(tok, dropout=0.0, label_smoothing=0.0)
     few = pairs[:6]  # one batch: max_tokens covers them all
@@ -99,7 +99,7 @@ def test_resume_gives_identical_losses(task, tmp_path):
         np.testing.assert_array_equal(a, b, err_msg=k)
 
 
-def test_checkpoint_is_plain_npz(task, tmp_path):
+def test_checkpoint_is_plain_npz(xp_backend, task, tmp_path):
     tok, pairs, valid = task
     trainer = Trainer(tiny_model(tok), tok, pairs, valid, config(steps=2), str(tmp_path), log=quiet)
     trainer.train()
@@ -154,7 +154,7 @@ def test_average_is_the_mean(task, tmp_path):
     assert avg.meta["step"] == 2 and avg.meta["averaged_from"] == [str(p) for p in paths]
 
 
-def test_nan_loss_stops_and_keeps_last_good_checkpoint(task, tmp_path):
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(xp_backend, task, tmp_path):
     tok, pairs, _ = task
 
     def poison(trainer):
@@ -169,7 +169,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(task, tmp_path):
     assert all(np.isfinite(a).all() for a in good.model.values())
 
 
-def test_ctrl_c_saves_and_returns(task, tmp_path):
+def test_ctrl_c_saves_and_returns(xp_backend, task, tmp_path):
     tok, pairs, _ = task
 
     def stop(trainer):
