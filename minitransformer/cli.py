@@ -214,10 +214,14 @@ def run_train(args):
     _use_device(args.device)
     os.makedirs(args.out, exist_ok=True)
     src, tgt = read_parallel(args.train_src, args.train_tgt)
+    learned = os.path.join(args.out, "tokenizer.json")
     if args.tokenizer:
         tok, tok_path = BPE.load(args.tokenizer), args.tokenizer
+    elif args.resume and os.path.exists(learned):  # the tokenizer learned by the run being resumed
+        tok, tok_path = BPE.load(learned), learned
+        print(f"resuming: using the tokenizer learned before, {learned}")
     else:
-        tok_path = os.path.join(args.out, "tokenizer.json")
+        tok_path = learned
         print(f"learning a joint BPE of {args.vocab_size} ids on the training files ...")
         tok = BPE.train(src + tgt, args.vocab_size)
         tok.save(tok_path)

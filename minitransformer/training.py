@@ -317,6 +317,9 @@ class Trainer:
                                            f"(an averaged checkpoint is for translation only)")
         if ck.meta["config"] != self.model.config.to_dict():
             raise ckpt.CheckpointError(f"{path} was saved for another model configuration")
+        saved_tok = ck.meta.get("tokenizer")
+        if saved_tok and self.tokenizer is not None and saved_tok != ckpt.tokenizer_to_json(self.tokenizer):
+            raise ckpt.CheckpointError(f"{path} was trained with another tokenizer than the one given")
         self.model.load_state_dict(ck.model)
         self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
         self.iterator.load_state_dict(ck.meta["iterator"])

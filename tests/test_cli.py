@@ -77,10 +77,9 @@ def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
     code, stdout, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "4"), capsys)
     assert code == 0, err
     assert "done at step 4" in stdout and (out / "tokenizer.json").exists()
-    code, stdout, err = run(train_args(corpus, out, "--tokenizer", str(out / "tokenizer.json"), "--steps", "6",
-                                       "--resume", "auto"), capsys)
+    code, stdout, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "6", "--resume", "auto"), capsys)
     assert code == 0, err
-    assert "done at step 6" in stdout
+    assert "using the tokenizer learned before" in stdout and "done at step 6" in stdout
     records = [json.loads(line) for line in open(out / "log.jsonl")]
     assert [r["step"] for r in records if "loss" in r and "event" not in r][-2:] == [5, 6]
 
@@ -139,6 +138,14 @@ def test_runtime_and_input_errors(corpus, tmp_path, capsys, monkeypatch):
     (tmp_path / "bad.npz").write_bytes(b"garbage")
     got, _, err = run(["translate", "--checkpoint", "bad.npz"], capsys)
     assert got == 1 and "bad.npz is not a readable checkpoint" in err
+    other = tmp_path / "other_tok.json"
+    from minitransformer.bpe import BPE
+    BPE.train(["x y z"], 262, min_frequency=1).save(other)
+    got, _, err = run(train_args(corpus, tmp_path / "y", "--steps", "2", "--vocab-size", "300"), capsys)
+    assert got == 0, err
+    got, _, err = run(train_args(corpus, tmp_path / "y", "--steps", "3", "--tokenizer", str(other), "--resume", "auto"),
+                      capsys)
+    assert got == 1 and "was saved for another model configuration" in err
     (tmp_path / "h.txt").write_text("a\nb\n")
     (tmp_path / "r.txt").write_text("a\n")
     got, _, err = run(["bleu", "h.txt", "r.txt"], capsys)

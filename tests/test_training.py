@@ -224,3 +224,15 @@ def test_epochs_set_the_number_of_steps(task):
     tok, pairs, _ = task
     trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=None, epochs=2, accum=2), log=quiet)
     assert trainer.total_steps == math.ceil(2 * len(trainer.iterator) / 2)
+
+
+def test_resume_refuses_another_tokenizer(task, tmp_path):
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=1), str(tmp_path), log=quiet)
+    trainer.train()
+    q = tok.offset + ord("q")
+    other = BPE(list(tok.merges[:-1]) + [(q, q)])            # same vocabulary size, another last merge
+    assert other.vocab_size == tok.vocab_size
+    again = Trainer(tiny_model(tok), other, pairs, None, config(steps=2), str(tmp_path), log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match="another tokenizer"):
+        again.resume(trainer.last_checkpoint)
