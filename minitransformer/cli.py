@@ -72,8 +72,10 @@ def add_demo(sub):
 
 
 # The demo's task and settings, tuned to reach >= 95% exact match on held-out lines in a few
-# minutes on a 2-core CPU. Note: not the paper's settings: no dropout, a short warmup and a larger
-# learning rate suit this small, noise-free task and the tiny model.
+# minutes on a 2-core CPU (measured: 100% after 1,000 steps, about 4 minutes in all). Note: not the
+# paper's settings: no dropout, and a warmup of 100 steps instead of 4,000, so the rate peaks at
+# 0.4 * 128^-0.5 * 100^-0.5 = 0.0035 (the paper's base model peaks at 0.0007); this small,
+# noise-free task and the tiny model learn faster that way.
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
             max_tokens=1000, warmup_steps=100, lr_scale=0.4, dropout=0.0, eval_every=250, overrides={})
 QUICK = dict(DEMO, n_train=3000, n_test=40, steps=150, max_tokens=600, eval_every=0,
@@ -108,7 +110,9 @@ def run_demo(args):
     backend.seed(args.seed)
     cfg = TransformerConfig.tiny(vocab_size=tok.vocab_size, dropout=s["dropout"], **s["overrides"])
     model = Transformer(cfg)
-    print(f"model: tiny preset, {model.num_parameters():,} parameters; training {steps} steps on the {args.device}")
+    shrunk = f" shrunk ({', '.join(f'{k}={v}' for k, v in s['overrides'].items())})" if s["overrides"] else ""
+    print(f"model: tiny preset{shrunk}, {model.num_parameters():,} parameters; training {steps} steps on the {args.device} "
+          f"(Note: dropout {s['dropout']}, warmup {s['warmup_steps']}, {s['lr_scale']} x eq. (3): tuned for this task)")
     tc = TrainingConfig(steps=steps, max_tokens=s["max_tokens"], warmup_steps=s["warmup_steps"],
                         lr_scale=s["lr_scale"], eval_every=s["eval_every"], save_every=0, keep=1,
                         seed=args.seed, eval_sentences=100, progress=not args.no_progress)
