@@ -92,6 +92,9 @@ class Trainer:
         trainer.resume("runs/x/checkpoint_0000500.npz")   # optional
         summary = trainer.train()
 
+    The training loss is the label-smoothed cross-entropy per target token, and its "ppl" is
+    exp(that loss): it has a floor above 1 when smoothing is on (lesson 09). Evaluation reports the
+    validation loss and perplexity without smoothing, and sacreBLEU.
     Writes out_dir/log.jsonl (one JSON object per logged step and per evaluation) and checkpoints
     out_dir/checkpoint_<step>.npz (the last `keep`) and out_dir/checkpoint_best.npz (best BLEU).
     `callbacks` are called as cb(trainer) after every update; one may raise KeyboardInterrupt (a
