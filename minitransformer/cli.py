@@ -56,7 +56,7 @@ def add_demo(sub):
                        formatter_class=_formatter, epilog=_examples("demo", "demo --steps 800 --seed 1 --out runs/demo",
                                                                    "demo --quick"),
                        description="Fully offline: generate a small translation task (numbers in digits -> "
-                                   "English words, e.g. '3 4 1 7' -> 'three thousand four hundred seventeen'), "
+                                   "English words, e.g. '3 4 1 , 7' -> 'three hundred forty one , seven'), "
                                    "learn a BPE tokenizer on it, train the tiny Transformer on the CPU, then "
                                    "translate held-out examples and print exact-match accuracy and sacreBLEU.")
     p.add_argument("--steps", type=int, default=None, help="training updates (default: %d; --quick: %d)"
@@ -64,7 +64,7 @@ def add_demo(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the data, the weights and the batches (default: 0)")
     p.add_argument("--out", default=None, metavar="DIR", help="where to write the tokenizer, checkpoints and "
                    "log.jsonl (default: a new temporary directory)")
-    p.add_argument("--quick", action="store_true", help="a very short run (tens of seconds) that checks the "
+    p.add_argument("--quick", action="store_true", help="a very short run (seconds) that checks the "
                    "pipeline, not the accuracy; the test suite runs it")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="default: cpu")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
