@@ -2,7 +2,7 @@
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
     python examples/multi30k.py                                # CPU, small preset, data in ../shared/data/multi30k
-    python examples/multi30k.py --download --data-dir data/multi30k --device gpu --steps 20000 --max-tokens 4096 --accum 6
+    python examples/multi30k.py --download --data-dir data/multi30k --device gpu --steps 20000 --max-tokens 4096 --accum 6 --warmup 4000 --lr-scale 1
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
 
 Measured with the defaults (small preset, 1,000 updates of 2,048-token batches, one CPU thread, 33 min,
