@@ -10,6 +10,7 @@ from .profiler import profile
 from . import functional, nn, optim, data, bpe
 from .attention import MultiHeadAttention, scaled_dot_product_attention, padding_mask, causal_mask
 from .transformer import Transformer, TransformerConfig
-from . import search, viz
+from . import search, viz, checkpoint
+from .training import Trainer, TrainingConfig, TrainingError
 
 __version__ = "0.1.0"

@@ -272,7 +272,8 @@ def add_translate(sub):
                                    "paper's settings: --beam 4 --alpha 0.6 --max-len-b 50.",
                        epilog=_examples("translate --checkpoint runs/demo/checkpoint_0001000.npz < input.txt",
                                         "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de --output hyp.en",
-                                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first"))
+                                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first",
+                                        "translate --checkpoint avg.npz --input test.de --attention attn.png"))
     p.add_argument("--checkpoint", required=True, metavar="FILE")
     p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (default: the checkpoint's own)")
     p.add_argument("--input", default="-", metavar="FILE", help="default: stdin")
@@ -284,6 +285,8 @@ def add_translate(sub):
     p.add_argument("--max-len-b", type=int, default=50, help="(default b: 50)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--attention", metavar="PNG", help="also draw the encoder-decoder attention of the first line's "
+                   "translation, every head of the last layer (needs matplotlib: pip install -e .[plot])")
     p.set_defaults(func=run_translate)
 
 
@@ -309,7 +312,23 @@ def run_translate(args):
     else:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write("".join(t + "\n" for t in text))
+    if args.attention and lines:
+        _draw_attention(model, tok, lines[0], args)
     return 0
+
+
+def _draw_attention(model, tok, line, args):
+    """The cross-attention of the first line's best translation, saved to args.attention."""
+    from . import viz
+    from .search import beam_search
+    ids = tok.encode(line)
+    best = beam_search(model, [ids], beam_size=args.beam, alpha=args.alpha,
+                       max_len_a=args.max_len_a, max_len_b=args.max_len_b)[0][0]
+    try:
+        viz.plot_sentence_attention(model, tok, ids, best.tokens, args.attention)
+    except ImportError as e:
+        raise RuntimeError(str(e)) from None
+    print(f"attention map of line 1 saved to {args.attention}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- bleu

@@ -99,6 +99,21 @@ def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
     assert code == 0, err
     assert [line.split("\t")[0] for line in stdout.splitlines()] == ["0", "0"]
 
+    png = tmp_path / "attn.png"
+    argv = ["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "2", "--attention", str(png)]
+    try:
+        import matplotlib  # noqa: F401
+        code, stdout, err = run(argv, capsys, stdin="1 2\n", monkeypatch=monkeypatch)
+        assert code == 0, err
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "attention map of line 1" in err
+    except ImportError:
+        pass
+    monkeypatch.setitem(sys.modules, "matplotlib", None)              # as if it were not installed
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    code, stdout, err = run(argv, capsys, stdin="1 2\n", monkeypatch=monkeypatch)
+    assert code == 1 and "pip install matplotlib" in err and "Traceback" not in err
+    assert len(stdout.splitlines()) == 1                               # the translation itself still came out
+
 
 def test_bleu_identical_is_100(tmp_path, capsys):
     lines = ["the cat sat on the mat", "two dogs ran in the park"]
