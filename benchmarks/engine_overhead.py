@@ -29,9 +29,8 @@ def time_per_node(fn, n_nodes, repeats):
     return statistics.median(times) / n_nodes * 1e6
 
 
-def ours(x0, w0, b0, depth):
-    x, w, b = (mt.tensor(a, requires_grad=True) for a in (x0, w0, b0))
-
+def autograd_step(x, w, b, depth):
+    """The graph for an autograd library whose tensors x, w, b require gradients (ours or PyTorch)."""
     def step():
         h = x
         for _ in range(depth):
@@ -39,6 +38,10 @@ def ours(x0, w0, b0, depth):
         h.sum().backward()
         x.grad = w.grad = b.grad = None
     return step
+
+
+def ours(x0, w0, b0, depth):
+    return autograd_step(*(mt.tensor(a, requires_grad=True) for a in (x0, w0, b0)), depth)
 
 
 def raw_numpy(x0, w0, b0, depth):
@@ -61,15 +64,7 @@ def raw_numpy(x0, w0, b0, depth):
 def torch_eager(x0, w0, b0, depth):
     import torch
     torch.set_num_threads(1)
-    x, w, b = (torch.tensor(a, requires_grad=True) for a in (x0, w0, b0))
-
-    def step():
-        h = x
-        for _ in range(depth):
-            h = (h * w + b).relu()
-        h.sum().backward()
-        x.grad = w.grad = b.grad = None
-    return step
+    return autograd_step(*(torch.tensor(a, requires_grad=True) for a in (x0, w0, b0)), depth)
 
 
 def main():
