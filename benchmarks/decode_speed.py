@@ -22,7 +22,6 @@ import time
 import zlib
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -119,8 +118,8 @@ def main():
                     sentences[key] = sentences.get(key, 0) + len(batch)
         print(f"batch {i + 1}/{len(batches)} done", file=sys.stderr, flush=True)
     rate = {k: sentences[k] / seconds[k] for k in seconds}
-    print(f"| method | cache | sentences | seconds | sentences/s | output tokens/s |")
-    print(f"|---|---|---|---|---|---|")
+    print("| method | cache | sentences | seconds | sentences/s | output tokens/s |")
+    print("|---|---|---|---|---|---|")
     for key in [(m, c) for c in (True, False) for m in methods]:
         print(f"| {key[0]} | {'yes' if key[1] else 'no (recompute)'} | {sentences[key]} | {seconds[key]:.1f} | "
               f"{rate[key]:.2f} | {tokens[key] / seconds[key]:.0f} |")

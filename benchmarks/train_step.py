@@ -106,7 +106,6 @@ def run_ours(preset, batches, steps, device):
     import minitransformer as mt
     import minitransformer.functional as F
     from minitransformer import backend
-    from minitransformer.data import Batch  # noqa: F401  (masks built as data.Batch builds them)
     mt.use(device)
     mt.seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])

@@ -85,7 +85,7 @@ def run_demo(args):
     hyps = translate_lines(model, tok, test[0], beam_size=1)
     exact = sum(h == r for h, r in zip(hyps, test[1])) / len(hyps)
     bleu, signature = corpus_bleu(hyps, [test[1]])
-    print(f"\nheld-out examples (never seen in training):")
+    print("\nheld-out examples (never seen in training):")
     for src, ref, hyp in list(zip(test[0], test[1], hyps))[:5]:
         print(f"  source:     {src}\n  reference:  {ref}\n  hypothesis: {hyp}  [{'ok' if hyp == ref else 'WRONG'}]\n")
     first = trainer.losses[min(trainer.losses)]

@@ -7,7 +7,6 @@ and retain_graph (the graph is freed as backward walks it).
 """
 import contextlib
 import functools
-import time
 
 import numpy as np
 
@@ -168,17 +167,17 @@ class Tensor:
 
 def _topological_order(root):
     """Nodes that need a gradient, each after all of its parents (iterative depth-first search)."""
-    order, seen, stack = [], set(), [(root, False)]
-    while stack:
-        node, done = stack.pop()
+    order, seen, todo = [], set(), [(root, False)]
+    while todo:
+        node, done = todo.pop()
         if done:
             order.append(node)
         elif node not in seen:
             seen.add(node)
-            stack.append((node, True))
+            todo.append((node, True))
             for p in node._parents:
                 if p.requires_grad and p not in seen:
-                    stack.append((p, False))
+                    todo.append((p, False))
     return order
 
 

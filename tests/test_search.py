@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import minitransformer as mt
 from minitransformer import backend, search
 from minitransformer.attention import padding_mask
-from minitransformer.search import Hypothesis, beam_search, greedy_search, length_penalty, translate_lines
+from minitransformer.search import beam_search, greedy_search, length_penalty, translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
 FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

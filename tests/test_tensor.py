@@ -9,7 +9,6 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer.tensor import unbroadcast
 
-from conftest import randn
 
 FAST = settings(max_examples=15, deadline=None)
 

@@ -4,7 +4,6 @@ with the last good checkpoint kept, Ctrl-C saves and returns."""
 import json
 import math
 import os
-import zipfile
 
 import numpy as np
 import pytest
