@@ -1,5 +1,5 @@
 """Attention: boolean masks, scaled dot-product attention as one fused op with a hand-derived backward,
-multi-head attention, and the key/value cache for incremental decoding.
+multi-head attention (which reads and fills a key/value cache of cache.py when decoding incrementally).
 
 Masks are plain boolean arrays of the current backend (not Tensors: they carry no gradient), True
 where attention is allowed, broadcastable to (B, H, T_q, T_k). Left out on purpose: relative
@@ -12,6 +12,7 @@ import numpy as np
 from . import backend
 from . import functional as F
 from . import nn
+from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
 from .tensor import Tensor, is_grad_enabled, make, traced
 
 NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
@@ -173,62 +174,6 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
             first += n
         return tuple(result)
     return make(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
-
-
-class KVCache:
-    """The keys and values of one attention layer, kept between decoding steps (inference only).
-
-    Arrays (B, H, T, K), no graph. Decoder self-attention appends the new positions' keys and values
-    at each step (`append`, one position per step; a buffer that doubles its capacity, so a step
-    copies only what is new); encoder-decoder attention stores the memory's keys and values once
-    (`set`) and reuses them for the rest of the sentence. `reorder(index)` keeps rows `index` of the
-    batch, in that order (beam search; repeated rows expand a batch into beams).
-    """
-
-    def __init__(self):
-        self._k = self._v = None  # (B, H, capacity, K)
-        self.length = 0           # positions held
-
-    def __len__(self):
-        return self.length
-
-    @property
-    def empty(self):
-        return self.length == 0
-
-    @property
-    def k(self):
-        return None if self._k is None else self._k[:, :, :self.length]  # (B, H, T, K)
-
-    @property
-    def v(self):
-        return None if self._v is None else self._v[:, :, :self.length]  # (B, H, T, K)
-
-    def set(self, k, v):
-        """Hold exactly k, v (B, H, S, K): the memory's keys and values."""
-        self._k, self._v, self.length = k, v, k.shape[2]
-        return k, v
-
-    def append(self, k, v):
-        """Add the keys and values (B, H, n, K) of n new positions; return all of them (B, H, T, K)."""
-        B, H, n, K = k.shape
-        if self._k is None or self.length + n > self._k.shape[2]:
-            capacity = max(16, 2 * (self.length + n))
-            for name in ("_k", "_v"):
-                buf = backend.xp.empty((B, H, capacity, K), dtype=k.dtype)
-                if self.length:
-                    buf[:, :, :self.length] = getattr(self, name)[:, :, :self.length]
-                setattr(self, name, buf)
-        self._k[:, :, self.length:self.length + n] = k
-        self._v[:, :, self.length:self.length + n] = v
-        self.length += n
-        return self.k, self.v
-
-    def reorder(self, index):
-        """Keep batch rows `index` (an integer array), in that order."""
-        if self._k is not None:
-            index = _array(index)
-            self._k, self._v = self._k[index], self._v[index]
 
 
 class MultiHeadAttention(nn.Module):

@@ -15,7 +15,8 @@ import numpy as np
 from . import backend
 from . import functional as F
 from . import nn
-from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
+from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .cache import DecoderCache
 from .config import TransformerConfig, count_parameters  # noqa: F401  (re-exported)
 from .tensor import Tensor
 
@@ -156,37 +157,6 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             y = layer(y, memory, src_mask, tgt_mask, None if cache is None else cache.layer(i))
         return y if self.norm is None else self.norm(y)                    # (B, T, D)
-
-
-class DecoderCache:
-    """The key/value caches of a whole decoder, for incremental decoding under no_grad.
-
-    Per decoder layer: a KVCache for masked self-attention, which grows by one position per step,
-    and one for encoder-decoder attention, filled from the memory at the first step and reused.
-    `length` is the number of target positions decoded so far (the position offset of the next
-    token). `reorder(index)` keeps batch rows `index` (an integer array, repeats allowed) in every
-    layer: beam search selects the surviving beams with it, and expands a batch into beams with
-    index = repeat(arange(B), beam_size). The caller reorders memory and src_mask alike
-    (`memory[idx]`, `src_mask[idx]` with idx = backend.asarray(index), an array of the current backend). include_memory=False skips the encoder-decoder keys and
-    values: correct only when every row of `index` comes from a row of the same source sentence
-    (beams reordered within their sentence), and then memory and src_mask need no reordering either.
-    """
-
-    def __init__(self, n_layers):
-        self.self_attn = [KVCache() for _ in range(n_layers)]
-        self.cross_attn = [KVCache() for _ in range(n_layers)]
-
-    @property
-    def length(self):
-        return self.self_attn[0].length if self.self_attn else 0
-
-    def layer(self, i):
-        return self.self_attn[i], self.cross_attn[i]
-
-    def reorder(self, index, include_memory=True):
-        index = backend.asarray(index)
-        for c in self.self_attn + (self.cross_attn if include_memory else []):
-            c.reorder(index)
 
 
 # -------------------------------------------------------------------- the model
