@@ -221,9 +221,11 @@ def test_embedding_gradcheck_repeated_ids(xp_backend, lead, V, d, seed):
 @given(lead=leads, d=st.integers(2, 5), seed=st.integers(0, 9))
 def test_layer_norm_module_gradcheck(xp_backend, lead, d, seed):
     ln = nn.LayerNorm(d)
-    y = ln(randn(*lead, d, seed=seed, requires_grad=False)).numpy()
+    x0 = randn(*lead, d, seed=seed, requires_grad=False)
+    y = ln(x0).numpy()
     np.testing.assert_allclose(y.mean(-1), 0, atol=1e-6)       # gamma 1, beta 0: standardised rows
-    np.testing.assert_allclose(y.var(-1), 1, atol=1e-3)
+    var = x0.numpy().var(-1)                                   # var / (var + eps): below 1 for near-constant rows
+    np.testing.assert_allclose(y.var(-1), var / (var + 1e-6), rtol=1e-6, atol=1e-9)
     ln.gamma.data = backend.asarray(np.random.default_rng(seed).standard_normal(d).astype(np.float32))
     ln.beta.data = backend.asarray(np.random.default_rng(seed + 1).standard_normal(d).astype(np.float32))
     x = randn(*lead, d, seed=seed)
