@@ -1,19 +1,19 @@
-"""Byte-level BPE: learn merges from a corpus, encode text to ids, decode ids back to text.
+"""Byte-level BPE, the tokenizer: learn it from a corpus, encode text to ids, decode ids back to
+text, and its JSON file.
 
 Adds: regex pre-tokenization, 256 byte tokens (every string round-trips, no unknown token),
-special tokens, a fast incremental learner beside a naive reference one, a JSON file format.
+special tokens, a JSON file format. The merge learners themselves are in bpe_learn.py.
 Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, parallel counting.
-Imports nothing of the package (lesson 08).
+Imports only bpe_learn and fileio of the package (lesson 08).
 """
-import gzip
-import heapq
 import json
 import os
-import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 
 import regex
-from tqdm import tqdm
+
+from .bpe_learn import learn_merges, learn_merges_naive, merge
+from .fileio import atomic_write, read_text
 
 # Pre-tokenization. A word is an optional leading space and then a run of letters (with their
 # combining marks, and inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of
@@ -26,40 +26,6 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 FORMAT, VERSION = "minitransformer-bpe", 1
 
 
-def merge(ids, pair, new_id):
-    """Replace each occurrence of pair in ids by new_id, left to right.
-
-    merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4];  merge([5, 5, 5], (5, 5), 6) -> [6, 5]
-    """
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-def read_text(path):
-    """The whole text of a UTF-8 file, gunzipped if the name ends in .gz.
-
-    read_text("train.de.gz") -> "Zwei junge weiße Männer ...\\n..."
-    """
-    path = os.fspath(path)
-    try:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"cannot read {path}: no such file") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}, line {line}: not valid UTF-8 ({e.reason}, byte {e.start})") from None
-
-
 def _chunks(text, size=1 << 20):
     """Cut text after line breaks into pieces of about size characters (bounds memory)."""
     start = 0
@@ -68,98 +34,6 @@ def _chunks(text, size=1 << 20):
         end = len(text) if end < 0 else end + 1
         yield text[start:end]
         start = end
-
-
-# ---- the two learners: same word counts in, same merges out ----------------------------------
-# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right id).
-
-def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
-    """Each step: count every adjacent pair, merge the most frequent one everywhere.
-
-    With byte ids offset by 0: learn_merges_naive({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
-    """
-    words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
-    freqs = list(word_counts.values())
-    merges = []
-    for k in range(num_merges):
-        stats = defaultdict(int)
-        for w, f in zip(words, freqs):
-            for pair in zip(w, w[1:]):
-                stats[pair] += f
-        if not stats:
-            break
-        best = min(stats, key=lambda p: (-stats[p], p))
-        if stats[best] < max(1, min_frequency):
-            break
-        words = [merge(w, best, offset + 256 + k) for w in words]
-        merges.append(best)
-    return merges
-
-
-def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False):
-    """learn_merges_naive's merges, but a merge costs what it changes, not the corpus size.
-
-    Keeps pair counts, an index pair -> words that may hold it, and a heap of (-count, pair)
-    whose stale entries are re-queued when popped. A pair's count grows only at the merge that
-    creates it (it holds the new token); after that it can only fall.
-    Speed trick: a word is a str whose characters are token ids (chr(id)) and a pair is a
-    2-character str, so str.find and str.replace do the scanning in C (replace merges left to
-    right like merge()), and 2-character strs sort like (left, right) tuples.
-    learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
-    """
-    assert offset + 256 + num_merges <= 0x110000, "vocab_size is too large (at most 1,114,112 ids)"
-    min_frequency = max(1, min_frequency)
-    shift = {b: b + offset for b in range(256)}
-    words = [w.encode("utf-8").decode("latin-1").translate(shift) for w in word_counts]
-    freqs = list(word_counts.values())
-    counts, where = defaultdict(int), defaultdict(list)
-    for i, (w, f) in enumerate(zip(words, freqs)):
-        for k in range(len(w) - 1):
-            pair = w[k:k + 2]
-            counts[pair] += f
-            where[pair].append(i)
-    heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
-    heapq.heapify(heap)
-    merges = []
-    bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
-    while len(merges) < num_merges and heap:
-        neg, pair = heapq.heappop(heap)
-        if counts[pair] != -neg:  # stale entry: the count fell since it was pushed
-            if counts[pair] >= min_frequency:
-                heapq.heappush(heap, (-counts[pair], pair))
-            continue
-        a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
-        merges.append((ord(a), ord(b)))
-        bar.update()
-        new = defaultdict(int)  # counts of the new pairs, those that hold z
-        for i in where.pop(pair):
-            w, f = words[i], freqs[i]
-            j, end = w.find(pair), -1
-            while j >= 0:  # for each occurrence: (x, a) -> (x, z) and (b, y) -> (z, y)
-                if j == end:  # right after the previous one: (b, a) is already gone
-                    new[z + z] += f
-                    where[z + z].append(i)
-                elif j > 0:
-                    x = w[j - 1]
-                    counts[x + a] -= f
-                    new[x + z] += f
-                    where[x + z].append(i)
-                end = j + 2
-                j = w.find(pair, end)
-                if end < len(w):  # the next occurrence, if it starts at y, adds (z, z) itself
-                    y = w[end]
-                    counts[b + y] -= f
-                    if j != end:
-                        new[z + y] += f
-                        where[z + y].append(i)
-            words[i] = w.replace(pair, z)  # a no-op where the index was stale
-        counts[pair] = 0
-        for p, c in new.items():
-            counts[p] = c
-            if c >= min_frequency:
-                heapq.heappush(heap, (-c, p))
-    bar.close()
-    return merges
 
 
 # ---- the tokenizer ------------------------------------------------------------------------------
@@ -322,26 +196,18 @@ class BPE:
 
     # ---- files -----------------------------------------------------------------------------------
 
-    def save(self, path):
-        """Write one JSON file atomically, one merge a line: [left id, right id, "merged text"]."""
-        path = os.fspath(path)
+    def to_json(self):
+        """The text of the tokenizer file: one JSON object, one merge a line: [left id, right id, "merged text"]."""
         head = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.special_tokens}
         lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
         merges = [json.dumps([a, b, self.id_to_token(self.offset + 256 + k)], ensure_ascii=False)
                   for k, (a, b) in enumerate(self.merges)]
-        text = "{\n" + "\n".join(lines) + '\n  "merges": [\n    ' + ",\n    ".join(merges) + "\n  ]\n}\n"
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            umask = os.umask(0o22)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        return "{\n" + "\n".join(lines) + '\n  "merges": [\n    ' + ",\n    ".join(merges) + "\n  ]\n}\n"
+
+    def save(self, path):
+        """Write to_json() to path, atomically."""
+        atomic_write(path, lambda f: f.write(self.to_json()), mode="w")
 
     @classmethod
     def load(cls, path):
@@ -349,15 +215,24 @@ class BPE:
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
-                d = json.load(f)
+                text = f.read()
         except FileNotFoundError:
             raise FileNotFoundError(f"cannot read {path}: no such file") from None
-        except ValueError as e:  # invalid JSON or invalid UTF-8
+        except UnicodeDecodeError as e:
             raise ValueError(f"{path} is not a tokenizer file: it is not valid JSON ({e})") from None
+        return cls.from_json(text, path)
+
+    @classmethod
+    def from_json(cls, text, source="the tokenizer"):
+        """The inverse of to_json; errors name `source` (a file name, or where the text came from)."""
+        try:
+            d = json.loads(text)
+        except ValueError as e:  # invalid JSON
+            raise ValueError(f"{source} is not a tokenizer file: it is not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError(f'{path} is not a tokenizer file: it lacks "format": "{FORMAT}"')
+            raise ValueError(f'{source} is not a tokenizer file: it lacks "format": "{FORMAT}"')
         if d.get("version") != VERSION:
-            raise ValueError(f"{path} has format version {d.get('version')!r}, "
+            raise ValueError(f"{source} has format version {d.get('version')!r}, "
                              f"but this code reads version {VERSION}")
         try:
             merges = d["merges"]
@@ -367,5 +242,5 @@ class BPE:
                 assert len(m) == 3 and tok.id_to_token(tok.offset + 256 + k) == m[2], \
                     f"merge {k} {m} does not spell its text"
         except (AssertionError, KeyError, TypeError, IndexError, ValueError, regex.error) as e:
-            raise ValueError(f"{path} is a damaged tokenizer file: {e}") from None
+            raise ValueError(f"{source} is a damaged tokenizer file: {e}") from None
         return tok

@@ -9,13 +9,16 @@ Inside the .npz:
                    position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
 Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
 """
+import glob
 import json
 import os
-import tempfile
+import re
 import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .fileio import atomic_write
 
 FORMAT, VERSION = "minitransformer-checkpoint", 1
 META_KEY = "meta.json"
@@ -39,26 +42,6 @@ class Checkpoint:
 
 
 # ---------------------------------------------------------------- writing
-def atomic_write(path, write):
-    """Call write(file) on a temporary file in path's directory, then rename it to path: a reader
-    (or a crash) sees the old file or the new one, never half of one."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 def save(path, model_state, meta, optim_arrays=None):
     """Write a checkpoint: model_state (name -> array), meta (a JSON-able dict), optim_arrays
     (name -> array, may be None). Returns the path."""
@@ -137,22 +120,14 @@ def average_files(paths, out):
 
 # ---------------------------------------------------------------- tokenizer inside the checkpoint
 def tokenizer_to_json(tokenizer):
-    """The text of the tokenizer's JSON file (BPE.save), to embed in a checkpoint."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "tokenizer.json")
-        tokenizer.save(path)
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+    """The text of the tokenizer's JSON file (BPE.to_json), to embed in a checkpoint."""
+    return tokenizer.to_json()
 
 
-def tokenizer_from_json(text):
-    """The inverse of tokenizer_to_json: a BPE."""
+def tokenizer_from_json(text, source="the checkpoint"):
+    """The inverse of tokenizer_to_json: a BPE; errors name `source`."""
     from .bpe import BPE
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "tokenizer.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return BPE.load(path)
+    return BPE.from_json(text, f"the tokenizer embedded in {source}")
 
 
 def load_model(path, tokenizer_path=None):
@@ -174,7 +149,14 @@ def load_model(path, tokenizer_path=None):
         from .bpe import BPE
         tokenizer = BPE.load(tokenizer_path)
     elif ck.meta.get("tokenizer"):
-        tokenizer = tokenizer_from_json(ck.meta["tokenizer"])
+        tokenizer = tokenizer_from_json(ck.meta["tokenizer"], ck.path)
     else:
         raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
     return model, tokenizer, ck
+
+
+def list_checkpoints(out_dir):
+    """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
+    paths = glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
+    steps = [(int(m.group(1)), p) for p in paths if (m := re.search(r"checkpoint_(\d+)\.npz$", p))]
+    return [p for _, p in sorted(steps)]

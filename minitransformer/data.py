@@ -5,40 +5,16 @@ Batches are planned on the host from lengths alone; each batch's arrays go to th
 The batch order is a pure function of (seed, epoch), so training resumes exactly from a position
 (epoch, index). Left out on purpose: streaming corpora larger than memory, multiple workers.
 """
-import gzip
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import backend
+from .fileio import read_lines  # noqa: F401  (data.read_lines: the corpus reader)
 
 
 # ---------------------------------------------------------------- reading corpora
-def read_lines(path):
-    """The lines of a UTF-8 text file (gzip-compressed when the name ends in .gz), without their
-    line endings. Only "\\n" ends a line (not U+2028 and friends), so parallel files stay aligned."""
-    path = str(path)
-    try:
-        with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"corpus file not found: {path}") from None
-    except (OSError, EOFError) as e:  # gzip.BadGzipFile, truncated archive
-        raise ValueError(f"{path}: cannot read the file ({e})") from None
-    try:
-        text = raw.decode("utf-8-sig")  # utf-8, dropping a byte-order mark if there is one
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({e.reason} at byte {column} "
-                         f"of the line)") from None
-    lines = text.split("\n")
-    if lines[-1] == "":  # the file ended with a newline
-        lines.pop()
-    return [s[:-1] if s.endswith("\r") else s for s in lines]
-
-
 def read_parallel(src_path, tgt_path):
     """(source lines, target lines) of a parallel corpus; the two files must have equal line counts."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)

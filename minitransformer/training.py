@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from . import backend
 from . import checkpoint as ckpt
+from .checkpoint import list_checkpoints  # noqa: F401  (moved; re-exported)
 from . import functional as F
 from .data import BatchIterator, encode_pairs
 from .optim import Adam, WarmupSchedule, clip_grad_norm
@@ -337,13 +338,6 @@ class Trainer:
         os.makedirs(self.out_dir, exist_ok=True)
         with open(os.path.join(self.out_dir, "log.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(_jsonable(record)) + "\n")
-
-
-def list_checkpoints(out_dir):
-    """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
-    paths = glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
-    steps = [(int(m.group(1)), p) for p in paths if (m := re.search(r"checkpoint_(\d+)\.npz$", p))]
-    return [p for _, p in sorted(steps)]
 
 
 def _jsonable(x):

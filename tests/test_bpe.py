@@ -265,11 +265,11 @@ def test_errors_on_bad_input(tmp_path):
         BPE.train([b"bytes"], 300)
     bad = tmp_path / "bad.txt"
     bad.write_bytes("ok line\nzweite Zeile ä\n".encode() + b"third \xff line\n")
-    with pytest.raises(ValueError, match=r"bad.txt, line 3: not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"bad.txt: line 3 is not valid UTF-8"):
         BPE.train([bad], 300)
     with gzip.open(tmp_path / "bad.txt.gz", "wb") as f:
         f.write(b"\n" * 41 + b"\xc3(\n")
-    with pytest.raises(ValueError, match=r"bad.txt.gz, line 42: not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"bad.txt.gz: line 42 is not valid UTF-8"):
         BPE.train([tmp_path / "bad.txt.gz"], 300)
 
 

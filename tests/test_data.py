@@ -47,7 +47,7 @@ def test_read_lines_plain_and_gzip(tmp_path):
 
 
 def test_read_lines_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="corpus file not found: .*nowhere.de"):
+    with pytest.raises(FileNotFoundError, match="cannot read .*nowhere.de: no such file"):
         read_lines(tmp_path / "nowhere.de")
 
 

@@ -1,0 +1,119 @@
+"""The BPE merge learners: given word counts, which pairs of tokens to merge, in order.
+
+Two learners with the same word counts in and the same merges out: learn_merges_naive recounts every
+pair at each merge (slow, plain: the reference) and learn_merges updates the counts incrementally
+(what BPE.train uses). The tokenizer itself (pre-tokenization, encoding, the file) is in bpe.py,
+which imports this module; this one imports nothing of the package (lesson 08).
+"""
+import heapq
+from collections import defaultdict
+
+from tqdm import tqdm
+
+
+def merge(ids, pair, new_id):
+    """Replace each occurrence of pair in ids by new_id, left to right.
+
+    merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4];  merge([5, 5, 5], (5, 5), 6) -> [6, 5]
+    """
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+# ---- the two learners: same word counts in, same merges out ----------------------------------
+# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right id).
+
+def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
+    """Each step: count every adjacent pair, merge the most frequent one everywhere.
+
+    With byte ids offset by 0: learn_merges_naive({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
+    """
+    words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
+    freqs = list(word_counts.values())
+    merges = []
+    for k in range(num_merges):
+        stats = defaultdict(int)
+        for w, f in zip(words, freqs):
+            for pair in zip(w, w[1:]):
+                stats[pair] += f
+        if not stats:
+            break
+        best = min(stats, key=lambda p: (-stats[p], p))
+        if stats[best] < max(1, min_frequency):
+            break
+        words = [merge(w, best, offset + 256 + k) for w in words]
+        merges.append(best)
+    return merges
+
+
+def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False):
+    """learn_merges_naive's merges, but a merge costs what it changes, not the corpus size.
+
+    Keeps pair counts, an index pair -> words that may hold it, and a heap of (-count, pair)
+    whose stale entries are re-queued when popped. A pair's count grows only at the merge that
+    creates it (it holds the new token); after that it can only fall.
+    Speed trick: a word is a str whose characters are token ids (chr(id)) and a pair is a
+    2-character str, so str.find and str.replace do the scanning in C (replace merges left to
+    right like merge()), and 2-character strs sort like (left, right) tuples.
+    learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
+    """
+    assert offset + 256 + num_merges <= 0x110000, "vocab_size is too large (at most 1,114,112 ids)"
+    min_frequency = max(1, min_frequency)
+    shift = {b: b + offset for b in range(256)}
+    words = [w.encode("utf-8").decode("latin-1").translate(shift) for w in word_counts]
+    freqs = list(word_counts.values())
+    counts, where = defaultdict(int), defaultdict(list)
+    for i, (w, f) in enumerate(zip(words, freqs)):
+        for k in range(len(w) - 1):
+            pair = w[k:k + 2]
+            counts[pair] += f
+            where[pair].append(i)
+    heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
+    heapq.heapify(heap)
+    merges = []
+    bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
+    while len(merges) < num_merges and heap:
+        neg, pair = heapq.heappop(heap)
+        if counts[pair] != -neg:  # stale entry: the count fell since it was pushed
+            if counts[pair] >= min_frequency:
+                heapq.heappush(heap, (-counts[pair], pair))
+            continue
+        a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
+        merges.append((ord(a), ord(b)))
+        bar.update()
+        new = defaultdict(int)  # counts of the new pairs, those that hold z
+        for i in where.pop(pair):
+            w, f = words[i], freqs[i]
+            j, end = w.find(pair), -1
+            while j >= 0:  # for each occurrence: (x, a) -> (x, z) and (b, y) -> (z, y)
+                if j == end:  # right after the previous one: (b, a) is already gone
+                    new[z + z] += f
+                    where[z + z].append(i)
+                elif j > 0:
+                    x = w[j - 1]
+                    counts[x + a] -= f
+                    new[x + z] += f
+                    where[x + z].append(i)
+                end = j + 2
+                j = w.find(pair, end)
+                if end < len(w):  # the next occurrence, if it starts at y, adds (z, z) itself
+                    y = w[end]
+                    counts[b + y] -= f
+                    if j != end:
+                        new[z + y] += f
+                        where[z + y].append(i)
+            words[i] = w.replace(pair, z)  # a no-op where the index was stale
+        counts[pair] = 0
+        for p, c in new.items():
+            counts[p] = c
+            if c >= min_frequency:
+                heapq.heappush(heap, (-c, p))
+    bar.close()
+    return merges
