@@ -13,14 +13,9 @@ from . import backend
 from . import functional as F
 from . import nn
 from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
-from .tensor import Tensor, is_grad_enabled, make, traced
+from .tensor import Tensor, data_of, is_grad_enabled, make_node, traced
 
 NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
-
-
-def _array(x):
-    """The backend array behind a Tensor, list or array (masks, ids, indices)."""
-    return backend.asarray(x.data if isinstance(x, Tensor) else x)
 
 
 # -------------------------------------------------------------------- masks
@@ -29,7 +24,7 @@ def padding_mask(ids, pad_id=0):
 
     padding_mask([[5, 7, 0]]) -> [[[[True, True, False]]]]
     """
-    return (_array(ids) != pad_id)[:, None, None, :]  # (B, 1, 1, S)
+    return (backend.asarray(data_of(ids)) != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
 def causal_mask(T, offset=0):
@@ -43,7 +38,7 @@ def causal_mask(T, offset=0):
 
 # -------------------------------------------------------------------- the fused op
 def _attention_forward(q, k, v, mask, dropout_p, training):
-    """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, keep (dropout mask or None)."""
+    """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None)."""
     xp = backend.xp
     s = xp.matmul(q, xp.swapaxes(k, -1, -2))        # (B, H, Tq, Tk)
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
@@ -55,28 +50,28 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
     p = s                                            # (B, H, Tq, Tk)
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
-    keep = None
+    kept = None
     if training and dropout_p > 0:
-        keep = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p  # (B, H, Tq, Tk) bool
-        pd = p * keep
+        kept = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p  # (B, H, Tq, Tk) bool
+        pd = p * kept
         pd *= 1.0 / (1.0 - dropout_p)                # inverted dropout
     else:
         pd = p
-    return xp.matmul(pd, v), p, keep                 # (B, H, Tq, K)
+    return xp.matmul(pd, v), p, kept                 # (B, H, Tq, K)
 
 
-def _attention_backward(g, q, k, v, p, keep, dropout_p, need_q, need_k, need_v):
+def _attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
     """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention."""
     xp = backend.xp
-    inv_keep = 1.0 / (1.0 - dropout_p) if keep is not None else 1.0
+    inv_keep = 1.0 / (1.0 - dropout_p) if kept is not None else 1.0
     dq = dk = dv = None
     if need_v:
-        pd = p if keep is None else (p * keep) * inv_keep  # the dropped P of the forward pass
+        pd = p if kept is None else (p * kept) * inv_keep  # the dropped P of the forward pass
         dv = xp.matmul(xp.swapaxes(pd, -1, -2), g)          # dV = P_drop^T dO       (B, H, Tk, K)
     if need_q or need_k:
         ds = xp.matmul(g, xp.swapaxes(v, -1, -2))            # dP_drop = dO V^T      (B, H, Tq, Tk)
-        if keep is not None:
-            ds *= keep                                       # dP = dP_drop * M / (1 - p)
+        if kept is not None:
+            ds *= kept                                       # dP = dP_drop * M / (1 - p)
             ds *= inv_keep
         ds -= (ds * p).sum(axis=-1, keepdims=True)           # dS = P * (dP - rowsum(dP * P))
         ds *= p
@@ -110,13 +105,13 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=Tru
     Saved for backward: q, k, v, P and (with dropout) the boolean mask M; S and P_drop are not kept.
     """
     qd, kd, vd = q.data, k.data, v.data
-    mask = None if mask is None else _array(mask)
-    out, p, keep = _attention_forward(qd, kd, vd, mask, dropout_p, training)
+    mask = None if mask is None else backend.asarray(data_of(mask))
+    out, p, kept = _attention_forward(qd, kd, vd, mask, dropout_p, training)
 
     def backward(g):
-        return _attention_backward(g, qd, kd, vd, p, keep, dropout_p,
+        return _attention_backward(g, qd, kd, vd, p, kept, dropout_p,
                                    q.requires_grad, k.requires_grad, v.requires_grad)
-    o = make(out, (q, k, v), backward, "attention")
+    o = make_node(out, (q, k, v), backward, "attention")
     return (o, p) if return_weights else o
 
 
@@ -135,12 +130,16 @@ def _merge_heads(o):
     return o.transpose(0, 2, 1, 3).reshape(B, T, H * K)  # (B, T, H, K) -> (B, T, D)
 
 
-_LAYOUTS = {1: (3,), 2: (1, 2), 3: (1, 1, 1)}  # number of parts -> how many of q, k, v each holds
+# The projection layouts: how many of q, k, v each projection Tensor holds, side by side on its last axis.
+FUSED_QKV = (3,)        # self-attention: one (B, T, 3D) projection [q | k | v]
+Q_AND_KV = (1, 2)       # encoder-decoder attention: q (B, Tq, D) and the memory's [k | v] (B, Tk, 2D)
+SEPARATE = (1, 1, 1)    # q, k, v from three projections
+LAYOUT_OF = {len(layout): layout for layout in (FUSED_QKV, Q_AND_KV, SEPARATE)}  # by number of projections
 
 
 def _head_arrays(parts, n_heads):
-    """The arrays q, k, v (B, H, T, K) inside the projections (qkv,), (q, kv) or (q, k, v)."""
-    return [h for t, n in zip(parts, _LAYOUTS[len(parts)]) for h in _heads(t.data, n, n_heads)]
+    """The arrays q, k, v (B, H, T, K) inside the projections `parts`, laid out as LAYOUT_OF[len(parts)]."""
+    return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads)]
 
 
 @traced
@@ -148,21 +147,22 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
     """d part = the head-merged dQ, dK, dV of scaled_dot_product_attention, written into each part.
 
     Split heads, attend, merge heads, as one graph node. `parts` are the projections, Tensors whose
-    last axis holds q, k, v side by side in that order: (qkv,) one fused self-attention projection
-    (B, T, 3D); (q, kv) encoder-decoder attention, (B, T, D) and (B, S, 2D); or (q, k, v). Returns
+    last axis holds q, k, v side by side in that order, in one of three layouts (see LAYOUT_OF):
+    FUSED_QKV (qkv,), one self-attention projection (B, T, 3D); Q_AND_KV (q, kv), encoder-decoder
+    attention, (B, T, D) and (B, S, 2D); or SEPARATE (q, k, v). Returns
     O (B, Tq, D) and P (B, H, Tq, Tk). Backward writes dQ, dK, dV straight into one gradient array per
     part, so splitting a fused projection costs no extra nodes and no zero-filled gradients.
     """
-    layout = _LAYOUTS[len(parts)]
+    layout = LAYOUT_OF[len(parts)]
     q, k, v = _head_arrays(parts, n_heads)                                  # (B, H, T, K) each
-    mask = None if mask is None else _array(mask)
-    out, p, keep = _attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
+    mask = None if mask is None else backend.asarray(data_of(mask))
+    out, p, kept = _attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
 
     def backward(g):
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
-        grads = _attention_backward(g, q, k, v, p, keep, dropout_p, *needs)  # dQ, dK, dV
+        grads = _attention_backward(g, q, k, v, p, kept, dropout_p, *needs)  # dQ, dK, dV
         result, first = [], 0
         for t, n in zip(parts, layout):
             buf = None
@@ -173,7 +173,7 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
             result.append(buf)
             first += n
         return tuple(result)
-    return make(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
+    return make_node(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
 
 
 class MultiHeadAttention(nn.Module):
@@ -191,8 +191,9 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must split evenly across heads"
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads = d_model, n_heads
         self.dropout_p, self.self_attention = dropout, self_attention
+        self.recorded = None  # a list: every forward call appends its weights P to it (collect_attention)
         if self_attention:
             self.w_qkv = nn.Linear(d_model, 3 * d_model)   # [W^Q | W^K | W^V]
             _init_blocks(self.w_qkv, 3)
@@ -222,10 +223,12 @@ class MultiHeadAttention(nn.Module):
             o, p = multi_head_attention(self._project(q, k, v), self.n_heads, mask,
                                         self.dropout_p, self.training)  # (B, Tq, D)
             out = self.w_o(o)                                            # (B, Tq, D)
+        if self.recorded is not None:                                    # P (B, H, Tq, Tk), on request
+            self.recorded.append(p)
         return (out, p) if return_weights else out
 
     def _project(self, q, k, v):
-        """The projections, as few GEMMs as the inputs allow: (qkv,), (q, kv) or (q, k, v)."""
+        """The projections, as few GEMMs as the inputs allow: FUSED_QKV, Q_AND_KV or SEPARATE."""
         D = self.d_model
         if self.self_attention:
             if q is k and k is v:
@@ -251,7 +254,7 @@ class MultiHeadAttention(nn.Module):
         else:
             (qh,) = _heads(self.w_q(q).data, 1, H)                       # (B, H, Tq, K)
             kh, vh = cache.k, cache.v                                    # (B, H, S, K)
-        mask = None if mask is None else _array(mask)
+        mask = None if mask is None else backend.asarray(data_of(mask))
         o, p, _ = _attention_forward(qh, kh, vh, mask, self.dropout_p, self.training)
         return self.w_o(Tensor(_merge_heads(o))), p                      # (B, Tq, D)
 

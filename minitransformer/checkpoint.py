@@ -7,12 +7,14 @@ Inside the .npz:
     meta.json      a uint8 array holding the UTF-8 bytes of one JSON object: format, version, the
                    model config (TransformerConfig.to_dict()), step, optimizer scalars, batch-stream
                    position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
-Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
+The run directory of a training run (checkpoint_<step>.npz, the best copy, how many are kept) and the
+checks before resuming live here too. Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
 """
 import glob
 import json
 import os
 import re
+import shutil
 import zipfile
 from dataclasses import dataclass, field
 
@@ -155,8 +157,56 @@ def load_model(path, tokenizer_path=None):
     return model, tokenizer, ck
 
 
+# ---------------------------------------------------------------- the run directory
+BEST = "checkpoint_best.npz"
+
+
+def checkpoint_path(out_dir, step):
+    """out_dir/checkpoint_<step, 7 digits>.npz: names sort by step."""
+    return os.path.join(out_dir, f"checkpoint_{int(step):07d}.npz")
+
+
 def list_checkpoints(out_dir):
     """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
     paths = glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
     steps = [(int(m.group(1)), p) for p in paths if (m := re.search(r"checkpoint_(\d+)\.npz$", p))]
     return [p for _, p in sorted(steps)]
+
+
+class RunDirectory:
+    """The checkpoints of one training run in out_dir: checkpoint_<step>.npz, of which the last
+    `keep` are kept, and checkpoint_best.npz, a copy of the one saved after the best evaluation.
+
+        run = RunDirectory("runs/x", keep=5)
+        path = run.save(step, model_state, meta, optim_arrays, best=True)
+    """
+
+    def __init__(self, out_dir, keep):
+        self.out_dir, self.keep = out_dir, int(keep)
+
+    def save(self, step, model_state, meta, optim_arrays=None, best=False):
+        """Write checkpoint_<step>.npz (atomically), copy it to checkpoint_best.npz when `best`,
+        delete step checkpoints beyond the last `keep`; returns the path written."""
+        path = save(checkpoint_path(self.out_dir, step), model_state, meta, optim_arrays)
+        if best:
+            with open(path, "rb") as src:
+                atomic_write(os.path.join(self.out_dir, BEST), lambda f: shutil.copyfileobj(src, f))
+        for old in list_checkpoints(self.out_dir)[:-self.keep]:
+            os.remove(old)
+        return path
+
+
+def load_resumable(path, model_config, tokenizer_json=None):
+    """load(path), checked to continue a run of a model with config dict `model_config` (and, when
+    given, the tokenizer whose JSON text is tokenizer_json): CheckpointError otherwise."""
+    ck = load(path)
+    for key in ("config", "optimizer", "iterator", "step"):
+        if ck.meta.get(key) is None:
+            raise CheckpointError(f"{path} cannot be resumed from: it has no {key} "
+                                  f"(an averaged checkpoint is for translation only)")
+    if ck.meta["config"] != model_config:
+        raise CheckpointError(f"{path} was saved for another model configuration")
+    saved = ck.meta.get("tokenizer")
+    if saved and tokenizer_json is not None and saved != tokenizer_json:
+        raise CheckpointError(f"{path} was trained with another tokenizer than the one given")
+    return ck

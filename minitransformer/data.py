@@ -93,6 +93,22 @@ def pad(seqs, pad_id, length=None, start=None, end=None):
     return out
 
 
+def encode_sources(src, pad_id, eos_id):
+    """Sources for search, encoded as Batch encodes them: a list of id lists (without </s>) ->
+    (B, S) int64 NumPy array of `x </s>` padded with pad_id, and the lengths len(x) (without </s>).
+
+    encode_sources([[5, 6], [7]], 0, 2) -> ([[5, 6, 2], [7, 2, 0]], [2, 1])
+    """
+    if isinstance(src, np.ndarray) and src.ndim == 2 or hasattr(src, "__cuda_array_interface__"):
+        raise TypeError("search takes a list of source id lists (no padding, no </s>), not a padded array")
+    src = [list(map(int, s)) for s in src]
+    for i, s in enumerate(src):
+        if pad_id in s or eos_id in s:
+            raise ValueError(f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the "
+                             f"sentence alone; search appends </s> itself")
+    return pad(src, pad_id, end=eos_id), np.array([len(s) for s in src], dtype=np.int64)
+
+
 class Batch:
     """One padded batch of sentence pairs, ready for Transformer.forward, on the current backend.
 

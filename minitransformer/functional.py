@@ -8,13 +8,8 @@ below run unchanged on CuPy), and gradients of the integer inputs (targets, ids)
 import numpy as np
 
 from . import backend
-from .ops import at_b
-from .tensor import Tensor, make, traced
-
-
-def _data(a):
-    """The array of a Tensor, or `a` itself (an array, a list or a number)."""
-    return a.data if isinstance(a, Tensor) else a
+from .ops import transpose_matmul
+from .tensor import data_of, make_node, traced
 
 
 # -------------------------------------------------------------------- softmax
@@ -36,7 +31,7 @@ def softmax(x, axis=-1):
         xp.subtract(g, s, out=dx)
         dx *= y
         return (dx,)
-    return make(y, (x,), backward, "softmax")
+    return make_node(y, (x,), backward, "softmax")
 
 
 @traced
@@ -54,7 +49,7 @@ def log_softmax(x, axis=-1):
         dx = xp.exp(y)                                                # softmax(x)
         dx *= g.sum(axis=axis, keepdims=True)
         return (xp.subtract(g, dx, out=dx),)
-    return make(y, (x,), backward, "log_softmax")
+    return make_node(y, (x,), backward, "log_softmax")
 
 
 # -------------------------------------------------------------------- cross-entropy
@@ -92,7 +87,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     eps = float(label_smoothing)
     if not 0.0 <= eps <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], got {label_smoothing}")
-    t = _data(target)
+    t = data_of(target)
     t = np.asarray(t) if backend.device_of(t) == "cpu" else t         # lists, numbers, NumPy scalars
     _check_target(t, logits.shape[:-1], V, ignore_index)
     t = backend.asarray(t).reshape(-1)                                # (N,)
@@ -120,7 +115,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
             dz -= eps / V
         dz *= (w * g)[:, None]                                        # 1/n per counted row, 0 if ignored
         return (dz.reshape(logits.shape),)
-    out = make(loss, (logits,), backward, "cross_entropy")
+    out = make_node(loss, (logits,), backward, "cross_entropy")
     return (out, int(n)) if return_count else out
 
 
@@ -162,7 +157,7 @@ def layer_norm(x, gamma, beta, eps=1e-6):
             dx -= xp.multiply(xhat, mean_gx, out=gyx)
             dx *= rstd
         return dx, dgamma, dbeta
-    return make(y, (x, gamma, beta), backward, "layer_norm")
+    return make_node(y, (x, gamma, beta), backward, "layer_norm")
 
 
 # -------------------------------------------------------------------- dropout
@@ -180,7 +175,7 @@ def dropout(x, p, training=True):
     # float32 uniforms: works for NumPy's and CuPy's generators alike, and costs half of float64
     mask = (backend.rng().random(x.shape, dtype=np.float32) >= p).astype(x.dtype)
     mask *= 1.0 / (1.0 - p)
-    return make(x.data * mask, (x,), lambda g: (g * mask,), "dropout")
+    return make_node(x.data * mask, (x,), lambda g: (g * mask,), "dropout")
 
 
 # -------------------------------------------------------------------- embedding and linear
@@ -207,14 +202,14 @@ def embedding(weight, ids):
 
     weight: (V, D); ids: integer array or Tensor (...); returns weight[ids]: (..., D).
     """
-    ids = backend.asarray(_data(ids))
+    ids = backend.asarray(data_of(ids))
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding: ids must be integers, got dtype {ids.dtype}")
     V, D = weight.shape
 
     def backward(g):
         return (_scatter_rows((V, D), ids.reshape(-1), g.reshape(-1, D)),)
-    return make(weight.data[ids], (weight,), backward, "embedding")  # (..., D)
+    return make_node(weight.data[ids], (weight,), backward, "embedding")  # (..., D)
 
 
 @traced
@@ -238,8 +233,8 @@ def linear(x, weight, bias=None):
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
         dx = (g @ weight.data.T).reshape(x.shape) if x.requires_grad else None
-        dw = at_b(x2, g) if weight.requires_grad else None           # (d_in, d_out)
+        dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
         db = g.sum(axis=0) if bias is not None and bias.requires_grad else None
         return dx, dw, db
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return make(y.reshape(lead + (d_out,)), parents, backward, "linear")
+    return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

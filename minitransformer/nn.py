@@ -5,13 +5,14 @@ A Module finds its parameters and sub-modules from attribute assignment, as in P
 plain Python. Left out on purpose: buffers, hooks, device moves (build the model after mt.use(...);
 load_state_dict puts weights on the current backend) and dtype conversion.
 """
+import contextlib
 import math
 
 import numpy as np
 
 from . import backend
 from . import functional as F
-from .tensor import Tensor
+from .tensor import Tensor, data_of, no_grad
 
 
 class Parameter(Tensor):
@@ -109,12 +110,28 @@ class Module:
     def train(self, mode=True):
         """Set training mode (dropout on) in this module and all below it; returns self."""
         for m in self.modules():
-            m.__dict__["training"] = bool(mode)
+            m.training = bool(mode)
         return self
 
     def eval(self):
         """Evaluation mode: dropout off. Same as train(False)."""
         return self.train(False)
+
+    @contextlib.contextmanager
+    def inference_mode(self):
+        """eval() under no_grad for the block; every module's own train/eval flag is restored after.
+
+            with model.inference_mode():
+                logits = model(src, tgt_in)      # no dropout, no graph
+        """
+        modes = [(m, m.training) for m in self.modules()]
+        self.eval()
+        try:
+            with no_grad():
+                yield self
+        finally:
+            for m, mode in modes:
+                m.training = mode
 
     # ---------------------------------------------------------------- saving and loading
     def state_dict(self):
@@ -130,8 +147,8 @@ class Module:
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
-        misshaped = [f"{k}: expected {tuple(p.shape)}, got {tuple(np.shape(_array(state[k])))}"
-                     for k, p in params.items() if k in state and tuple(np.shape(_array(state[k]))) != p.shape]
+        misshaped = [f"{k}: expected {tuple(p.shape)}, got {tuple(np.shape(data_of(state[k])))}"
+                     for k, p in params.items() if k in state and tuple(np.shape(data_of(state[k]))) != p.shape]
         problems = [f"mis-shaped: {', '.join(misshaped)}"] if misshaped else []
         if strict:
             problems += [f"missing: {', '.join(missing)}"] if missing else []
@@ -140,7 +157,7 @@ class Module:
             raise ValueError(f"load_state_dict into {type(self).__name__} failed; " + "; ".join(problems))
         for k, p in params.items():
             if k in state:  # a copy, so that the module never shares memory with `state`
-                p.data = backend.asarray(_array(state[k]), dtype=p.dtype).copy()
+                p.data = backend.asarray(data_of(state[k]), dtype=p.dtype).copy()
 
     def extra_repr(self):
         return ""
@@ -149,11 +166,6 @@ class Module:
         lines = [f"  ({k}): " + repr(m).replace("\n", "\n  ") for k, m in self._modules.items()]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
-
-
-def _array(v):
-    """The array inside a Tensor, or v itself."""
-    return v.data if isinstance(v, Tensor) else v
 
 
 class Linear(Module):
@@ -253,11 +265,3 @@ class ModuleList(Module):
     def __len__(self):
         return len(self._modules)
 
-
-def __getattr__(name):
-    """mt.nn.MultiHeadAttention, as DESIGN.md spells it: attention.py imports this module, so the
-    name is looked up lazily instead of imported at the top (which would be a cycle)."""
-    if name == "MultiHeadAttention":
-        from .attention import MultiHeadAttention
-        return MultiHeadAttention
-    raise AttributeError(f"module 'minitransformer.nn' has no attribute {name!r}")

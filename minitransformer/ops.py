@@ -1,6 +1,6 @@
 """The elementary ops behind Tensor's operators and methods, each with its backward beside it.
 
-Every op returns `make(output, parents, backward, name)`; `backward(g)` returns one gradient per parent
+Every op returns `make_node(output, parents, backward, name)`; `backward(g)` returns one gradient per parent
 (None where none is needed) and the engine in tensor.py unbroadcasts and adds them up. Fused ops with
 hand-derived gradients (softmax, cross-entropy, LayerNorm, attention) live in functional.py and
 attention.py.
@@ -8,10 +8,10 @@ attention.py.
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, _check_device, as_tensor, make, traced
+from .tensor import Tensor, _check_device, as_tensor, make_node, traced
 
 
-def _pair(a, b):
+def _as_operands(a, b):
     """Both operands as Tensors on one device (numbers take the other operand's dtype)."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if type(a.data) is not type(b.data):
@@ -28,50 +28,50 @@ def _pair(a, b):
 @traced
 def add(a, b):
     """d(a+b)/da = 1, d(a+b)/db = 1 (the engine unbroadcasts)."""
-    a, b = _pair(a, b)
-    return make(a.data + b.data, (a, b), lambda g: (g, g), "add")
+    a, b = _as_operands(a, b)
+    return make_node(a.data + b.data, (a, b), lambda g: (g, g), "add")
 
 
 @traced
 def sub(a, b):
     """d(a-b)/da = 1, d(a-b)/db = -1."""
-    a, b = _pair(a, b)
-    return make(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
+    a, b = _as_operands(a, b)
+    return make_node(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
 
 
 @traced
 def mul(a, b):
     """d(ab)/da = b, d(ab)/db = a."""
-    a, b = _pair(a, b)
-    return make(a.data * b.data, (a, b),
+    a, b = _as_operands(a, b)
+    return make_node(a.data * b.data, (a, b),
                 lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
 
 
 @traced
 def div(a, b):
     """d(a/b)/da = 1/b, d(a/b)/db = -a/b^2."""
-    a, b = _pair(a, b)
+    a, b = _as_operands(a, b)
     out = a.data / b.data
-    return make(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
+    return make_node(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
                                         -g * out / b.data if b.requires_grad else None), "div")
 
 
 @traced
 def pow(a, p):
     """d(a^p)/da = p a^(p-1); with a tensor exponent also d(a^p)/dp = a^p log a."""
-    a, p = _pair(a, p)
+    a, p = _as_operands(a, p)
     out = a.data ** p.data
-    return make(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
+    return make_node(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
                                         g * out * backend.xp.log(a.data) if p.requires_grad else None), "pow")
 
 
 @traced
 def neg(a):
     """d(-a)/da = -1."""
-    return make(-a.data, (a,), lambda g: (-g,), "neg")
+    return make_node(-a.data, (a,), lambda g: (-g,), "neg")
 
 
-def at_b(a, b):
+def transpose_matmul(a, b):
     """a^T b for 2-D a (N, m), b (N, n), as (b^T a)^T when m < n.
 
     Note: the same product, but OpenBLAS (2 threads, this project's reference CPU) runs a^T b up to
@@ -84,24 +84,25 @@ def at_b(a, b):
 @traced
 def matmul(a, b):
     """C = A B (batched, broadcast over leading axes): dA = dC B^T, dB = A^T dC."""
-    a, b = _pair(a, b)
+    a, b = _as_operands(a, b)
     A, B = a.data, b.data
     if A.ndim < 2 or B.ndim < 2:  # vectors: lift to matrices, matmul, then squeeze the axis back
         A2 = A[None, :] if A.ndim == 1 else A
         B2 = B[:, None] if B.ndim == 1 else B
         out = matmul(reshape(a, A2.shape), reshape(b, B2.shape))
+        # drop the lifted axes again: a tuple times a bool is the tuple (True) or () (False)
         shape = out.shape[:-2] + out.shape[-2:-1] * (A.ndim > 1) + out.shape[-1:] * (B.ndim > 1)
         return reshape(out, shape)
     xp = backend.xp
-    return make(xp.matmul(A, B), (a, b),
+    return make_node(xp.matmul(A, B), (a, b),
                 lambda g: (xp.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,
-                           _grad_b(A, g) if b.requires_grad else None), "matmul")
+                           _matmul_grad_b(A, g) if b.requires_grad else None), "matmul")
 
 
-def _grad_b(A, g):
-    """dB = A^T dC, batched; one at_b GEMM when both are plain matrices."""
+def _matmul_grad_b(A, g):
+    """dB = A^T dC, batched; one transpose_matmul GEMM when both are plain matrices."""
     if A.ndim == 2 and g.ndim == 2:
-        return at_b(A, g)
+        return transpose_matmul(A, g)
     return backend.xp.matmul(backend.xp.swapaxes(A, -1, -2), g)
 
 
@@ -110,36 +111,36 @@ def _grad_b(A, g):
 def exp(a):
     """d exp(a) = exp(a)."""
     out = backend.xp.exp(a.data)
-    return make(out, (a,), lambda g: (g * out,), "exp")
+    return make_node(out, (a,), lambda g: (g * out,), "exp")
 
 
 @traced
 def log(a):
     """d log(a) = 1/a."""
-    return make(backend.xp.log(a.data), (a,), lambda g: (g / a.data,), "log")
+    return make_node(backend.xp.log(a.data), (a,), lambda g: (g / a.data,), "log")
 
 
 @traced
 def sqrt(a):
     """d sqrt(a) = 1 / (2 sqrt(a))."""
     out = backend.xp.sqrt(a.data)
-    return make(out, (a,), lambda g: (g / (2 * out),), "sqrt")
+    return make_node(out, (a,), lambda g: (g / (2 * out),), "sqrt")
 
 
 @traced
 def relu(a):
     """d relu(a) = 1 where a > 0, else 0."""
     out = backend.xp.maximum(a.data, 0)
-    return make(out, (a,), lambda g: (g * (out > 0),), "relu")
+    return make_node(out, (a,), lambda g: (g * (out > 0),), "relu")
 
 
 @traced
 def where(cond, a, b):
     """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
-    a, b = _pair(a, b)
+    a, b = _as_operands(a, b)
     c = cond.data if isinstance(cond, Tensor) else backend.asarray(cond)
     xp = backend.xp
-    return make(xp.where(c, a.data, b.data), (a, b),
+    return make_node(xp.where(c, a.data, b.data), (a, b),
                 lambda g: (xp.where(c, g, 0) if a.requires_grad else None,
                            xp.where(c, 0, g) if b.requires_grad else None), "where")
 
@@ -152,12 +153,13 @@ def masked_fill(a, mask, value):
 
 # -------------------------------------------------------------------- reductions
 def _axes(axis, ndim):
+    """The reduced axes as a tuple of non-negative ints: _axes(-1, 3) -> (2,); None -> all axes."""
     if axis is None:
         return tuple(range(ndim))
     return tuple(ax % ndim for ax in (axis if isinstance(axis, (tuple, list)) else (axis,)))
 
 
-def _keep(g, axes, keepdims):
+def _restore_axes(g, axes, keepdims):
     """Put reduced axes back as size 1 so that g broadcasts against the input."""
     return g if keepdims else backend.xp.expand_dims(g, axes)
 
@@ -167,7 +169,7 @@ def sum(a, axis=None, keepdims=False):
     """d sum(a) / da = 1, broadcast back over the summed axes."""
     axes = _axes(axis, a.ndim)
     out = backend.xp.asarray(a.data.sum(axis=axes, keepdims=keepdims))
-    return make(out, (a,), lambda g: (backend.xp.broadcast_to(_keep(g, axes, keepdims), a.shape),), "sum")
+    return make_node(out, (a,), lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims), a.shape),), "sum")
 
 
 @traced
@@ -176,7 +178,7 @@ def mean(a, axis=None, keepdims=False):
     axes = _axes(axis, a.ndim)
     n = int(np.prod([a.shape[i] for i in axes]))
     out = backend.xp.asarray(a.data.mean(axis=axes, keepdims=keepdims))
-    return make(out, (a,), lambda g: (backend.xp.broadcast_to(_keep(g, axes, keepdims) / n, a.shape),), "mean")
+    return make_node(out, (a,), lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims) / n, a.shape),), "mean")
 
 
 @traced
@@ -187,9 +189,9 @@ def max(a, axis=None, keepdims=False):
 
     def backward(g):
         hit = a.data == out
-        share = _keep(g, axes, keepdims) / hit.sum(axis=axes, keepdims=True).astype(g.dtype)
+        share = _restore_axes(g, axes, keepdims) / hit.sum(axis=axes, keepdims=True).astype(g.dtype)
         return (hit * share,)
-    return make(out if keepdims else out.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes)),
+    return make_node(out if keepdims else out.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes)),
                 (a,), backward, "max")
 
 
@@ -197,7 +199,7 @@ def max(a, axis=None, keepdims=False):
 @traced
 def reshape(a, shape):
     """Reshape; the gradient is reshaped back."""
-    return make(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),), "reshape")
+    return make_node(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),), "reshape")
 
 
 @traced
@@ -205,7 +207,7 @@ def transpose(a, axes=None):
     """Permute axes (reverse them by default); the gradient takes the inverse permutation."""
     axes = tuple(range(a.ndim))[::-1] if axes is None else tuple(ax % a.ndim for ax in axes)
     inverse = tuple(np.argsort(axes))
-    return make(a.data.transpose(axes), (a,), lambda g: (g.transpose(inverse),), "transpose")
+    return make_node(a.data.transpose(axes), (a,), lambda g: (g.transpose(inverse),), "transpose")
 
 
 def _is_basic(idx):
@@ -231,7 +233,7 @@ def getitem(a, idx):
         else:
             backend.scatter_add(full, idx, g)
         return (full,)
-    return make(a.data[idx], (a,), backward, "getitem")
+    return make_node(a.data[idx], (a,), backward, "getitem")
 
 
 @traced
@@ -242,7 +244,7 @@ def concat(tensors, axis=0):
     xp = backend.xp
     ax = axis % tensors[0].ndim
     bounds = np.cumsum([t.shape[ax] for t in tensors])[:-1].tolist()
-    return make(xp.concatenate([t.data for t in tensors], axis=ax), tuple(tensors),
+    return make_node(xp.concatenate([t.data for t in tensors], axis=ax), tuple(tensors),
                 lambda g: tuple(xp.split(g, bounds, axis=ax)), "concat")
 
 
@@ -253,5 +255,5 @@ def stack(tensors, axis=0):
     _check_device(tensors)
     xp = backend.xp
     ax = axis % (tensors[0].ndim + 1)
-    return make(xp.stack([t.data for t in tensors], axis=ax), tuple(tensors),
+    return make_node(xp.stack([t.data for t in tensors], axis=ax), tuple(tensors),
                 lambda g: tuple(xp.moveaxis(g, ax, 0)), "stack")

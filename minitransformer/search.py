@@ -15,14 +15,15 @@ Conventions, shared by greedy_search, beam_search and the tests:
     ranks finished hypotheses by score = log_prob / lp(|Y|), lp = ((5 + |Y|) / 6) ** alpha (GNMT).
 Left out on purpose: sampling, constraints, diverse beams, repetition penalties.
 """
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import backend
+from . import functional as F
 from .attention import padding_mask
-from .tensor import Tensor, no_grad
+from .data import encode_sources
+from .tensor import Tensor
 
 
 @dataclass
@@ -41,50 +42,17 @@ def length_penalty(length, alpha):
     return ((5.0 + length) / 6.0) ** alpha
 
 
-@contextlib.contextmanager
-def inference_mode(model):
-    """model.eval() under no_grad for the block; every module's own train/eval flag restored after."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with no_grad():
-            yield model
-    finally:
-        for m, mode in modes:
-            m.__dict__["training"] = mode
-
-
-def encode_sources(src, pad_id, eos_id):
-    """A list of id lists (without </s>) -> (B, S) int64 NumPy array of `x </s>` padded with pad_id,
-    and the lengths len(x) (without </s>).
-
-    encode_sources([[5, 6], [7]], 0, 2) -> ([[5, 6, 2], [7, 2, 0]], [2, 1])
-    """
-    if isinstance(src, np.ndarray) and src.ndim == 2 or hasattr(src, "__cuda_array_interface__"):
-        raise TypeError("search takes a list of source id lists (no padding, no </s>), not a padded array")
-    src = [list(map(int, s)) for s in src]
-    for i, s in enumerate(src):
-        if pad_id in s or eos_id in s:
-            raise ValueError(f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the "
-                             f"sentence alone; search appends </s> itself")
-    lens = np.array([len(s) for s in src], dtype=np.int64)
-    out = np.full((len(src), int(lens.max(initial=0)) + 1), pad_id, dtype=np.int64)
-    for i, s in enumerate(src):
-        out[i, :len(s)], out[i, len(s)] = s, eos_id
-    return out, lens
-
-
 def _max_lengths(model, lens, max_len_a, max_len_b):
     """Per sentence, the most output tokens before </s> is forced: a * len(x) + b, within the position table."""
     limit = model.config.max_len - 1  # decoder inputs sit at positions 0 (<s>) .. max_len
     return np.clip((max_len_a * lens + max_len_b).astype(np.int64), 0, limit)
 
 
-class _Stepper:
+class _DecoderState:
     """The decoder side of a search: rows of prefixes (<s> y_1 .. y_t), their memory, and the cache.
 
-    log_probs() gives log p of the next token for every row; keep(rows) reorders / drops rows (beam
-    selection, finished sentences); append(tokens) extends every prefix by one token.
+    log_probs() gives log p of the next token for every row; select_rows(rows) reorders / drops rows
+    (beam selection, finished sentences); append(tokens) extends every prefix by one token.
     """
 
     def __init__(self, model, src, use_cache):
@@ -104,8 +72,7 @@ class _Stepper:
         else:                   # one new position, the earlier keys and values come from the cache
             last = backend.asarray(self.prefix[:, -1:])
             logits = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]
-        y = logits - logits.max(axis=-1, keepdims=True)                   # (R, V) log_softmax
-        y -= xp.log(xp.exp(y).sum(axis=-1, keepdims=True))
+        y = F.log_softmax(Tensor(logits)).data                            # (R, V), in the model's dtype
         y[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted
         if forced is not None and forced.any():
             rows = backend.asarray(np.flatnonzero(forced))
@@ -114,7 +81,7 @@ class _Stepper:
             y[rows, self.eos_id] = eos
         return y
 
-    def keep(self, rows, same_sentences=False):
+    def select_rows(self, rows, same_sentences=False):
         """Keep prefix rows `rows` (int array, repeats allowed) in that order. same_sentences=True
         promises that every new row i comes from a row of the same sentence as the old row i, so
         the memory, the mask and the encoder-decoder keys and values need not move."""
@@ -140,8 +107,8 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
     if not len(lens):
         return results
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
-    with inference_mode(model):
-        step = _Stepper(model, src_ids, use_cache)
+    with model.inference_mode():
+        step = _DecoderState(model, src_ids, use_cache)
         active = np.arange(len(lens))                                     # sentence of each row
         total, xp = None, backend.xp
         for t in range(int(max_len.max()) + 1):
@@ -157,7 +124,7 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
                 break
             if done.any():
                 rows = np.flatnonzero(~done)
-                step.keep(rows)
+                step.select_rows(rows)
                 active, total, token = active[rows], total[rows], token[rows]
             step.append(token)
     return results
@@ -168,51 +135,55 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     """Translate each source (a list of id lists without </s>) by beam search; per source, a list of
     `nbest` Hypotheses, best score first.
 
-    Each step extends the k = beam_size alive prefixes of every sentence by every token and keeps the
-    2k best candidates by log_prob: </s> candidates among the first k become finished hypotheses
-    (scored log_prob / lp(|Y|); a sentence keeps its k best), the first k that do not end in </s>
-    are the new alive beams (2k candidates hold at least k of them: at most one </s> per beam, so
-    finished hypotheses never starve the beam). A sentence is done when it has k finished
-    hypotheses and no alive one can beat the worst of them: log p only falls as a prefix grows,
-    so an alive prefix can at best reach log_prob / max(lp) over the lengths still open (|Y| up to
-    max_len + 1). At max_len, </s> is forced. Step 0 runs one beam per sentence (all k would be
-    equal), then the batch is expanded to k rows per sentence. Note: with alpha > 0, beam_size=1
-    may go on after greedy search would stop, when a longer output could score better under lp.
-    return_attention=True adds the cross-attention of each sentence's best hypothesis.
+    Every step extends the k = beam_size alive prefixes of each sentence by every token and keeps
+    the 2k best candidates by log_prob. Of those:
+      * the </s> candidates among the first k become finished hypotheses, scored log_prob / lp(|Y|);
+        a sentence keeps its k best;
+      * the first k that do not end in </s> are the new alive beams (2k candidates always hold k:
+        each beam gives at most one </s>).
+    A sentence is done when it has k finished hypotheses and no alive prefix can beat the worst of
+    them: log p only falls as a prefix grows, so the best an alive prefix can reach is its log_prob
+    divided by the largest lp over the lengths still open. At max_len, </s> is forced.
+    Step 0 starts k beams per sentence from <s>, beam 0 with log_prob 0 and the others with -inf,
+    so that the first step's candidates all come from one beam and every step has the same shape.
+    Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer
+    output could score better under lp. return_attention=True adds the cross-attention of each
+    sentence's best hypothesis (collect_attention).
     """
-    assert beam_size >= 1 and 1 <= nbest <= beam_size, "need beam_size >= 1 and 1 <= nbest <= beam_size"
-    c, k = model.config, beam_size
-    src_ids, lens = encode_sources(src, c.pad_id, c.eos_id)
+    if beam_size < 1 or not 1 <= nbest <= beam_size:
+        raise ValueError(f"beam_search: need beam_size >= 1 and 1 <= nbest <= beam_size, got "
+                         f"beam_size={beam_size}, nbest={nbest}")
+    config, k = model.config, beam_size
+    src_ids, lens = encode_sources(src, config.pad_id, config.eos_id)
     finished = [[] for _ in lens]                         # per sentence: Hypotheses, best first, <= k
     if not len(lens):
         return []
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
-    with inference_mode(model):
-        step = _Stepper(model, src_ids, use_cache)
-        active = np.arange(len(lens))                     # the sentences still searched
-        alive = None                                      # (Ba, n) log_prob of the alive prefixes
+    with model.inference_mode():
+        step = _DecoderState(model, src_ids, use_cache)
+        step.select_rows(np.repeat(np.arange(len(lens)), k))          # k rows per sentence
+        active = np.arange(len(lens))                                  # the sentences still searched
+        alive = np.full((len(lens), k), -np.inf)                       # (Ba, k) log_prob of the prefixes
+        alive[:, 0] = 0.0
         for t in range(int(max_len.max()) + 1):
-            n = 1 if alive is None else k
-            logp = step.log_probs(forced=np.repeat(t >= max_len[active], n))        # (Ba*n, V)
-            if alive is None:
-                alive = np.zeros((len(active), 1), dtype=logp.dtype)        # sums in the model's dtype
+            logp = step.log_probs(forced=np.repeat(t >= max_len[active], k))        # (Ba*k, V)
+            alive = alive.astype(logp.dtype, copy=False)                           # sums in the model's dtype
             scores, beam, token = _top_candidates(logp, alive, 2 * k)              # (Ba, 2k) each
-            _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
-                    t + 1, alpha, k, c.eos_id)
+            _finish(finished, active, step.prefix, k, scores[:, :k], beam[:, :k], token[:, :k],
+                    t + 1, alpha, k, config.eos_id)
             # the alive beams: the first k candidates that do not end in </s>
-            pick = np.argsort(token == c.eos_id, axis=1, kind="stable")[:, :k]    # (Ba, k)
+            pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
             alive, beam, token = (np.take_along_axis(a, pick, 1) for a in (scores, beam, token))
             done = _done(finished, active, alive[:, 0], t, max_len, alpha, k)
             if done.all():
                 break
-            keep = ~done
-            rows = (np.arange(len(active))[:, None] * n + beam)[keep].ravel()     # prefix rows to keep
-            step.keep(rows, same_sentences=n == k and keep.all())
-            step.append(token[keep].ravel())
-            alive, active = alive[keep], active[keep]
+            still_open = ~done
+            rows = (np.arange(len(active))[:, None] * k + beam)[still_open].ravel()  # prefix rows kept
+            step.select_rows(rows, same_sentences=still_open.all())
+            step.append(token[still_open].ravel())
+            alive, active = alive[still_open], active[still_open]
     results = [hyps[:nbest] for hyps in finished]
     if return_attention:
-        from .viz import collect_attention
         for x, hyps in zip(src, results):
             hyps[0].attention = collect_attention(model, x, hyps[0].tokens)["cross"]
     return results
@@ -259,6 +230,36 @@ def _done(finished, active, best_alive, t, max_len, alpha, k):
     lp_max = np.maximum(length_penalty(t + 2, alpha), length_penalty(max_len[active] + 1, alpha))
     best_possible = best_alive / lp_max                 # best_alive <= 0: a larger lp only raises it
     return (t >= max_len[active]) | ~np.isfinite(best_alive) | (best_possible <= worst)
+
+
+def collect_attention(model, src_ids, tgt_ids):
+    """The attention weights of every layer for one sentence pair, from one teacher-forced forward pass.
+
+    src_ids: source ids WITHOUT </s> (appended, as in search.py); tgt_ids: output ids without <s> and
+    </s> (a translation's Hypothesis.tokens). With S = len(src_ids) + 1, T = len(tgt_ids) + 1, returns
+    NumPy arrays: "encoder" (n_layers, H, S, S), "decoder" (n_layers, H, T, T), "cross" (n_layers, H, T, S),
+    and the ids on their axes: "src" (x </s>), "tgt_in" (<s> y, the decoder's queries and its
+    self-attention keys) and "tgt_out" (y </s>: query i predicts tgt_out[i]).
+    """
+    c = model.config
+    src, _ = encode_sources([src_ids], c.pad_id, c.eos_id)                 # (1, S)
+    tgt_in = np.array([[c.bos_id] + [int(i) for i in tgt_ids]], dtype=np.int64)  # (1, T)
+    groups = {"encoder": [layer.self_attn for layer in model.encoder.layers],
+              "decoder": [layer.self_attn for layer in model.decoder.layers],
+              "cross": [layer.cross_attn for layer in model.decoder.layers]}
+    modules = [m for group in groups.values() for m in group]
+    for m in modules:
+        m.recorded = []                                                    # the recording switch: on
+    try:
+        with model.inference_mode():
+            model(backend.asarray(src), backend.asarray(tgt_in))
+        weights = {name: np.stack([backend.to_numpy(m.recorded[0][0]) for m in group])  # (n_layers, H, Tq, Tk)
+                   for name, group in groups.items()}
+    finally:
+        for m in modules:
+            m.recorded = None                                              # ... and off
+    return {**weights, "src": src[0].tolist(), "tgt_in": tgt_in[0].tolist(),
+            "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
 
 
 def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,

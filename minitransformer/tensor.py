@@ -1,6 +1,6 @@
 """Tensor: an array plus the graph that made it, and reverse-mode autodiff over that graph.
 
-The elementary ops themselves are in ops.py (re-exported here). Every op computes its output with `backend.xp` and attaches a `backward(g)` closure that returns one
+The elementary ops themselves are in ops.py. Every op computes its output with `backend.xp` and attaches a `backward(g)` closure that returns one
 gradient array per parent; the engine alone reduces broadcast gradients (`unbroadcast`) and adds
 them up. Left out on purpose: higher-order gradients, in-place ops on tensors that need gradients,
 and retain_graph (the graph is freed as backward walks it).
@@ -136,33 +136,38 @@ class Tensor:
                 grads[p] = pg if prev is None else prev + pg
             node._parents, node._backward = (), None  # free the graph behind us
 
-    # ---------------------------------------------------------------- operators
-    def __add__(self, o): return add(self, o)
-    def __radd__(self, o): return add(o, self)
-    def __sub__(self, o): return sub(self, o)
-    def __rsub__(self, o): return sub(o, self)
-    def __mul__(self, o): return mul(self, o)
-    def __rmul__(self, o): return mul(o, self)
-    def __truediv__(self, o): return div(self, o)
-    def __rtruediv__(self, o): return div(o, self)
-    def __pow__(self, o): return pow(self, o)
-    def __matmul__(self, o): return matmul(self, o)
-    def __rmatmul__(self, o): return matmul(o, self)
-    def __neg__(self): return neg(self)
-    def __getitem__(self, idx): return getitem(self, idx)
+    # ---------------------------------------------------------------- operators (ops.py)
+    def __add__(self, o): return ops.add(self, o)
+    def __radd__(self, o): return ops.add(o, self)
+    def __sub__(self, o): return ops.sub(self, o)
+    def __rsub__(self, o): return ops.sub(o, self)
+    def __mul__(self, o): return ops.mul(self, o)
+    def __rmul__(self, o): return ops.mul(o, self)
+    def __truediv__(self, o): return ops.div(self, o)
+    def __rtruediv__(self, o): return ops.div(o, self)
+    def __pow__(self, o): return ops.pow(self, o)
+    def __matmul__(self, o): return ops.matmul(self, o)
+    def __rmatmul__(self, o): return ops.matmul(o, self)
+    def __neg__(self): return ops.neg(self)
+    def __getitem__(self, idx): return ops.getitem(self, idx)
 
-    def sum(self, axis=None, keepdims=False): return sum(self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return mean(self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return max(self, axis, keepdims)
-    def reshape(self, *shape): return reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
-    def transpose(self, *axes): return transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
-    permute = transpose
-    T = property(lambda self: transpose(self))
-    def exp(self): return exp(self)
-    def log(self): return log(self)
-    def sqrt(self): return sqrt(self)
-    def relu(self): return relu(self)
-    def masked_fill(self, mask, value): return masked_fill(self, mask, value)
+    def sum(self, axis=None, keepdims=False): return ops.sum(self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return ops.mean(self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return ops.max(self, axis, keepdims)
+    def exp(self): return ops.exp(self)
+    def log(self): return ops.log(self)
+    def sqrt(self): return ops.sqrt(self)
+    def relu(self): return ops.relu(self)
+    def masked_fill(self, mask, value): return ops.masked_fill(self, mask, value)
+    T = property(lambda self: ops.transpose(self))
+
+    def reshape(self, *shape):
+        """t.reshape(2, 3) or t.reshape((2, 3))."""
+        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+
+    def transpose(self, *axes):
+        """Reverse the axes, or permute them: t.transpose(0, 2, 1) or t.transpose((0, 2, 1))."""
+        return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
 
 
 def _topological_order(root):
@@ -190,6 +195,11 @@ def tensor(data, requires_grad=False, dtype=None):
         arr = np.asarray(data)
         dtype = backend.DEFAULT_DTYPE if arr.dtype.kind == "f" else None
     return Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
+
+
+def data_of(x):
+    """The array inside a Tensor, or x itself (an array, a list, a number): data_of(tensor([1.0])) -> array([1.])."""
+    return x.data if isinstance(x, Tensor) else x
 
 
 def as_tensor(x, like=None):
@@ -229,7 +239,7 @@ def traced(fn):
     return op
 
 
-def make(data, parents, backward, op):
+def make_node(data, parents, backward, op):
     """Wrap an op's output; record `backward` only when grad mode is on and a parent needs it."""
     if _grad_enabled:
         for p in parents:
@@ -238,7 +248,9 @@ def make(data, parents, backward, op):
     return Tensor(data, False, (), None, op)
 
 
-# The elementary ops live in ops.py (imported last: they need Tensor and make from this module).
-from .ops import (add, sub, mul, div, pow, neg, matmul, exp, log, sqrt, relu, where,  # noqa: E402,F401
-                  masked_fill, sum, mean, max, reshape, transpose, getitem, concat, stack)
+# The elementary ops live in ops.py, which needs Tensor and make_node from this module: the one import
+# circle of the package, closed here at the bottom (ops.py imports this module at its top). Tensor's
+# methods above call them as ops.add, ops.sum, ... (never a bare `sum`: the builtins stay builtins).
+from . import ops  # noqa: E402
+from .ops import concat, stack, where  # noqa: E402,F401  (re-exported: mt.concat, mt.stack, mt.where)
 

@@ -8,12 +8,9 @@ Resuming is exact: the dropout generator is re-seeded at every step from (seed, 
 stream's position is saved, so an interrupted run continues with the very same losses.
 Left out on purpose: multiple devices, mixed precision, early stopping.
 """
-import glob
 import json
 import math
 import os
-import re
-import shutil
 import time
 from dataclasses import asdict, dataclass
 
@@ -22,22 +19,12 @@ from tqdm import tqdm
 
 from . import backend
 from . import checkpoint as ckpt
-from .checkpoint import list_checkpoints  # noqa: F401  (moved; re-exported)
-from . import functional as F
+from .checkpoint import list_checkpoints  # noqa: F401  (re-exported: it was here before)
 from .data import BatchIterator, encode_pairs
+from .metrics import corpus_bleu, exact_match, perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
 from .search import translate_lines
 from .tensor import no_grad
-
-
-# ---------------------------------------------------------------- BLEU
-def corpus_bleu(hypotheses, references):
-    """(score, signature) of sacreBLEU with its defaults (13a tokenization, exp smoothing) for
-    detokenized hypotheses against one or more reference lists: corpus_bleu(h, [refs])."""
-    import sacrebleu
-    bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(list(hypotheses), [list(r) for r in references])
-    return score.score, str(bleu.get_signature())
 
 
 # ---------------------------------------------------------------- training
@@ -107,16 +94,18 @@ class Trainer:
         self.model, self.tokenizer, self.config = model, tokenizer, config or TrainingConfig(steps=1000)
         self.out_dir, self.callbacks, self.tokenizer_path = out_dir, list(callbacks), tokenizer_path
         self.log = log or tqdm.write
-        c, mc = self.config, model.config
-        self.optimizer = Adam(model.parameters(), lr=0.0, betas=c.betas, eps=c.eps)
-        self.schedule = WarmupSchedule(mc.d_model, c.warmup_steps, c.lr_scale)
-        self.iterator = BatchIterator(train_pairs, c.max_tokens, mc.pad_id, mc.bos_id, mc.eos_id, seed=c.seed)
+        run, ids = self.config, model.config  # the run's settings; the model's special ids
+        self.optimizer = Adam(model.parameters(), lr=0.0, betas=run.betas, eps=run.eps)
+        self.schedule = WarmupSchedule(ids.d_model, run.warmup_steps, run.lr_scale)
+        self.iterator = BatchIterator(train_pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id, seed=run.seed)
         self.valid = valid
         self.valid_iterator = None
         if valid is not None:
             pairs, _ = encode_pairs(valid[0], valid[1], tokenizer)
             if pairs:
-                self.valid_iterator = BatchIterator(pairs, c.max_tokens, mc.pad_id, mc.bos_id, mc.eos_id, shuffle=False)
+                self.valid_iterator = BatchIterator(pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id,
+                                                    shuffle=False)
+        self.run_dir = None if out_dir is None else ckpt.RunDirectory(out_dir, run.keep)
         self.step = 0
         self.best_bleu = None
         self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
@@ -124,35 +113,35 @@ class Trainer:
         self.losses = {}              # step -> training loss (per target token), as read from the device
         self._iter_state = self.iterator.state_dict()  # the stream's position after the last whole step
         self._pending = []            # (step, device loss, target tokens) not yet read
-        self._window = [0, time.perf_counter()]  # target tokens since the last read, and when it began
-        self.log_every = c.log_every or (20 if backend.device == "gpu" else 1)
+        self._window_tokens = 0       # target tokens since the last loss read-out (for tokens/s) ...
+        self._window_start = time.perf_counter()  # ... and when that window began
+        self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
 
     # ---------------------------------------------------------------- one update
     @property
     def total_steps(self):
-        c = self.config
-        if c.steps is not None:
-            return int(c.steps)
-        return max(1, math.ceil(c.epochs * len(self.iterator) / c.accum))
+        run = self.config
+        if run.steps is not None:
+            return int(run.steps)
+        return max(1, math.ceil(run.epochs * len(self.iterator) / run.accum))
 
     def train_step(self):
         """One update over `accum` batches; returns (device loss per target token, target tokens).
         self.step advances only once the update is complete."""
-        c, mc = self.config, self.model.config
+        run = self.config
         step = self.step + 1
-        backend.seed(step_seed(c.seed, step))  # dropout masks depend on (seed, step) only
-        batches = [next(self.iterator) for _ in range(c.accum)]
+        backend.seed(step_seed(run.seed, step))  # dropout masks depend on (seed, step) only
+        batches = [next(self.iterator) for _ in range(run.accum)]
         n_total = sum(b.n_tgt_tokens for b in batches)
         step_loss = None
         for b in batches:
-            logits = self.model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)                # (B, T, V)
-            loss = F.cross_entropy(logits, b.tgt_out, ignore_index=mc.pad_id, label_smoothing=mc.label_smoothing)
+            loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)  # per target token
             # each batch's mean weighted by its share of the tokens: the mean over all n_total tokens
             loss = loss * (b.n_tgt_tokens / n_total)
             loss.backward()
             step_loss = loss.data if step_loss is None else step_loss + loss.data
-        if c.clip_norm:
-            clip_grad_norm(self.optimizer.params, c.clip_norm)
+        if run.clip_norm:
+            clip_grad_norm(self.optimizer.params, run.clip_norm)
         self.optimizer.step(self.schedule(step))
         self.optimizer.zero_grad()
         self.step = step
@@ -171,14 +160,14 @@ class Trainer:
             if not math.isfinite(v):
                 self._stop_non_finite(s, v)
             self.losses[s] = v
-        tokens, start = self._window
         now = time.perf_counter()
         loss = float(np.mean(values))
-        record = {"step": self.step, "loss": loss, "ppl": math.exp(min(loss, 50.0)), "lr": self.optimizer.lr,
-                  "tokens_per_s": tokens / max(now - start, 1e-9), "epoch": self.iterator.epoch}
+        record = {"step": self.step, "loss": loss, "ppl": perplexity(loss), "lr": self.optimizer.lr,
+                  "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
+                  "epoch": self.iterator.epoch}
         if backend.device == "gpu":  # the memory pool's bytes in use (xp is cupy here)
             record["gpu_mem_mb"] = backend.xp.get_default_memory_pool().used_bytes() / 2**20
-        self._window = [0, now]
+        self._window_tokens, self._window_start = 0, now
         self._write_log(record)
         if bar is not None:
             post = {"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}", "lr": f"{record['lr']:.2e}",
@@ -197,30 +186,30 @@ class Trainer:
     # ---------------------------------------------------------------- the loop
     def train(self):
         """Run until total_steps; returns a summary dict (stopped: "done" or "interrupted")."""
-        c = self.config
+        run = self.config
         total = self.total_steps
         self.model.train()
-        bar = tqdm(total=total, initial=self.step, disable=not c.progress, unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=self.step, disable=not run.progress, unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
-        self._window = [0, time.perf_counter()]
+        self._window_tokens, self._window_start = 0, time.perf_counter()
         self._write_log({"event": "start", "step": self.step, "total_steps": total,
-                         "training": asdict(c), "model": self.model.config.to_dict()})
+                         "training": asdict(run), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
         try:
             while self.step < total:
                 loss, n = self.train_step()
                 self._pending.append((self.step, loss, n))
-                self._window[0] += n
+                self._window_tokens += n
                 tokens += n
                 bar.update(1)
-                if due(self.log_every) or due(c.eval_every) or due(c.save_every) or self.step == total:
+                if due(self.log_every) or due(run.eval_every) or due(run.save_every) or self.step == total:
                     self._read_losses(bar)
-                if self.step < total and (due(c.eval_every) or due(c.save_every)):
-                    if due(c.eval_every):
+                if self.step < total and (due(run.eval_every) or due(run.save_every)):
+                    if due(run.eval_every):
                         self.evaluate()
-                    if due(c.save_every):
+                    if due(run.save_every):
                         self.save()
-                    self._window = [0, time.perf_counter()]  # tokens/s counts training time only
+                    self._window_tokens, self._window_start = 0, time.perf_counter()  # tokens/s: training only
                 for cb in self.callbacks:
                     cb(self)
         except KeyboardInterrupt:
@@ -249,28 +238,24 @@ class Trainer:
         translations of the validation sources; logged, printed, and returned as a dict."""
         if self.valid is None:
             return {}
-        c, mc = self.config, self.model.config
-        self.model.eval()
+        run = self.config
         result = {"step": self.step}
-        with no_grad():
+        with self.model.inference_mode():
             if self.valid_iterator is not None:
                 total, count = 0.0, 0
                 for b in self.valid_iterator.epoch_batches():
-                    logits = self.model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
-                    loss = F.cross_entropy(logits, b.tgt_out, ignore_index=mc.pad_id)
+                    loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
                     total += float(loss.data) * b.n_tgt_tokens
                     count += b.n_tgt_tokens
                 result["valid_loss"] = total / count
-                result["valid_ppl"] = math.exp(min(result["valid_loss"], 50.0))
+                result["valid_ppl"] = perplexity(result["valid_loss"])
             src, ref = self.valid
-            if c.eval_sentences:
-                src, ref = src[:c.eval_sentences], ref[:c.eval_sentences]
-            hyps = translate_lines(self.model, self.tokenizer, src, beam_size=c.beam_size, alpha=c.alpha,
-                             max_len_a=c.max_len_a, max_len_b=c.max_len_b)
+            if run.eval_sentences:
+                src, ref = src[:run.eval_sentences], ref[:run.eval_sentences]
+            hyps = translate_lines(self.model, self.tokenizer, src, beam_size=run.beam_size, alpha=run.alpha,
+                                   max_len_a=run.max_len_a, max_len_b=run.max_len_b)
             bleu, signature = corpus_bleu(hyps, [ref])
-            result.update(bleu=bleu, bleu_signature=signature,
-                          exact_match=float(np.mean([h == r for h, r in zip(hyps, ref)])))
-        self.model.train()
+            result.update(bleu=bleu, bleu_signature=signature, exact_match=exact_match(hyps, ref))
         self._write_log(result)
         loss = f"valid loss {result['valid_loss']:.3f} (ppl {result['valid_ppl']:.2f}), " if "valid_loss" in result else ""
         self.log(f"step {self.step}: {loss}BLEU {bleu:.2f} ({signature})")
@@ -290,40 +275,22 @@ class Trainer:
                 "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
         return self.model.state_dict(), meta, arrays
 
-    def save(self, path=None):
+    def save(self):
         """Write a checkpoint (atomically); keep the last `keep` step checkpoints, and copy this one
         to checkpoint_best.npz when the latest evaluation was the best so far."""
-        if self.out_dir is None:
+        if self.run_dir is None:
             return None
         if self._pending:
             self._read_losses()  # never save a model whose loss was not checked
-        path = path or os.path.join(self.out_dir, f"checkpoint_{self.step:07d}.npz")
         model, meta, arrays = self.state()
-        ckpt.save(path, model, meta, arrays)
-        self.last_checkpoint = path
-        if self._best_pending:
-            best = os.path.join(self.out_dir, "checkpoint_best.npz")
-            def copy(f):
-                with open(path, "rb") as src:
-                    shutil.copyfileobj(src, f)
-            ckpt.atomic_write(best, copy)
-            self._best_pending = False
-        for old in list_checkpoints(self.out_dir)[:-self.config.keep]:
-            os.remove(old)
-        return path
+        self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays, best=self._best_pending)
+        self._best_pending = False
+        return self.last_checkpoint
 
     def resume(self, path):
         """Continue from a checkpoint: model, optimizer, step, batch-stream position, best BLEU."""
-        ck = ckpt.load(path)
-        for key in ("config", "optimizer", "iterator", "step"):
-            if ck.meta.get(key) is None:
-                raise ckpt.CheckpointError(f"{path} cannot be resumed from: it has no {key} "
-                                           f"(an averaged checkpoint is for translation only)")
-        if ck.meta["config"] != self.model.config.to_dict():
-            raise ckpt.CheckpointError(f"{path} was saved for another model configuration")
-        saved_tok = ck.meta.get("tokenizer")
-        if saved_tok and self.tokenizer is not None and saved_tok != ckpt.tokenizer_to_json(self.tokenizer):
-            raise ckpt.CheckpointError(f"{path} was trained with another tokenizer than the one given")
+        tokenizer_json = None if self.tokenizer is None else ckpt.tokenizer_to_json(self.tokenizer)
+        ck = ckpt.load_resumable(path, self.model.config.to_dict(), tokenizer_json)
         self.model.load_state_dict(ck.model)
         self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
         self.iterator.load_state_dict(ck.meta["iterator"])

@@ -18,7 +18,7 @@ from . import nn
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .cache import DecoderCache
 from .config import TransformerConfig, count_parameters  # noqa: F401  (re-exported)
-from .tensor import Tensor
+from .tensor import data_of
 
 
 # -------------------------------------------------------------------- building blocks
@@ -243,12 +243,14 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
 
-    def loss(self, src, tgt_in, tgt_out, src_mask=None, tgt_mask=None, return_count=False):
-        """Label-smoothed cross-entropy (eps_ls from the config) of the logits against tgt_out (B, T),
-        averaged over non-pad target tokens; return_count=True also gives that token count."""
+    def loss(self, src, tgt_in, tgt_out, src_mask=None, tgt_mask=None, return_count=False, label_smoothing=None):
+        """Label-smoothed cross-entropy of the logits against tgt_out (B, T), averaged over non-pad
+        target tokens; eps_ls is the config's unless label_smoothing is given (0.0 for validation).
+        return_count=True also gives that token count."""
+        eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
         logits = self.forward(src, tgt_in, src_mask, tgt_mask)
         return F.cross_entropy(logits, _ids(tgt_out), ignore_index=self.config.pad_id,
-                               label_smoothing=self.config.label_smoothing, return_count=return_count)
+                               label_smoothing=eps, return_count=return_count)
 
     def init_cache(self):
         """An empty DecoderCache for incremental decoding (see the class docstring)."""
@@ -257,7 +259,7 @@ class Transformer(nn.Module):
 
 def _ids(x):
     """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array)."""
-    ids = backend.asarray(x.data if isinstance(x, Tensor) else x)
+    ids = backend.asarray(data_of(x))
     if ids.dtype.kind not in "iu":
         raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
     if ids.ndim != 2:

@@ -1,62 +1,20 @@
-"""Attention maps: collect the attention weights of every layer for one sentence pair, and draw all
-heads of a layer in a grid, like the appendix figures of the paper (encoder self-attention, decoder
-self-attention, encoder-decoder attention).
+"""Attention maps: draw all heads of a layer in a grid, like the appendix figures of the paper (encoder
+self-attention, decoder self-attention, encoder-decoder attention). This module only draws: the
+weights come from search.collect_attention (the recording switch of MultiHeadAttention).
 
-Collecting needs only the model; drawing needs matplotlib, an optional extra (`pip install matplotlib`,
+Drawing needs matplotlib, an optional extra (`pip install matplotlib`,
 or `pip install -e .[plot]`), imported when a drawing function is called. Left out on purpose:
 interactive views, attention rollout and other attribution methods.
 """
-import contextlib
 import math
 
 import numpy as np
 
 from . import backend
-from .search import encode_sources, inference_mode
+from .search import collect_attention  # noqa: F401  (viz.collect_attention: what the drawings show)
 
 MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
                       "pip install matplotlib  (or, in a checkout, pip install -e .[plot])")
-
-
-@contextlib.contextmanager
-def _recording(modules):
-    """While the block runs, every MultiHeadAttention in `modules` also computes its weights P and
-    appends them (NumPy, (B, H, Tq, Tk)) to records[i]; the modules are left as they were after."""
-    records = [[] for _ in modules]
-    for m, rec in zip(modules, records):
-        def forward(*args, _m=m, _rec=rec, **kwargs):
-            out, p = type(_m).forward(_m, *args, return_weights=True, **kwargs)
-            _rec.append(backend.to_numpy(p))
-            return out
-        m.forward = forward  # an instance attribute shadows the class's method ...
-    try:
-        yield records
-    finally:
-        for m in modules:
-            del m.forward    # ... until it is deleted
-
-
-def collect_attention(model, src_ids, tgt_ids):
-    """The attention weights of every layer for one sentence pair, from one teacher-forced forward pass.
-
-    src_ids: source ids WITHOUT </s> (appended, as in search.py); tgt_ids: output ids without <s> and
-    </s> (a translation's Hypothesis.tokens). With S = len(src_ids) + 1, T = len(tgt_ids) + 1, returns
-    NumPy arrays: "encoder" (n_layers, H, S, S), "decoder" (n_layers, H, T, T), "cross" (n_layers, H, T, S),
-    and the ids on their axes: "src" (x </s>), "tgt_in" (<s> y, the decoder's queries and its
-    self-attention keys) and "tgt_out" (y </s>: query i predicts tgt_out[i]).
-    """
-    c = model.config
-    src, _ = encode_sources([src_ids], c.pad_id, c.eos_id)                 # (1, S)
-    tgt_in = np.array([[c.bos_id] + [int(i) for i in tgt_ids]], dtype=np.int64)  # (1, T)
-    enc = [layer.self_attn for layer in model.encoder.layers]
-    dec = [layer.self_attn for layer in model.decoder.layers]
-    cross = [layer.cross_attn for layer in model.decoder.layers]
-    with inference_mode(model), _recording(enc + dec + cross) as records:
-        model(backend.asarray(src), backend.asarray(tgt_in))
-    stacked = [np.stack([r[0][0] for r in records[i:i + len(group)]])      # (n_layers, H, Tq, Tk)
-               for i, group in ((0, enc), (len(enc), dec), (len(enc) + len(dec), cross))]
-    return {"encoder": stacked[0], "decoder": stacked[1], "cross": stacked[2], "src": src[0].tolist(),
-            "tgt_in": tgt_in[0].tolist(), "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
 
 
 def token_labels(tokenizer, ids):

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer.tensor import make
+from minitransformer.tensor import make_node
 
 from conftest import randn
 
 
 def wrong_square(x):
     """x**2 with a deliberately wrong backward: 3x instead of 2x."""
-    return make(x.data ** 2, (x,), lambda g: (g * 3 * x.data,), "wrong_square")
+    return make_node(x.data ** 2, (x,), lambda g: (g * 3 * x.data,), "wrong_square")
 
 
 def wrong_at_one_element(x):
@@ -20,7 +20,7 @@ def wrong_at_one_element(x):
         dx = g * 2 * x.data
         dx.reshape(-1)[1] += 0.5                       # one element off
         return (dx,)
-    return make(x.data ** 2, (x,), backward, "wrong_at_one")
+    return make_node(x.data ** 2, (x,), backward, "wrong_at_one")
 
 
 def test_correct_gradients_pass_in_both_modes():

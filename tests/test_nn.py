@@ -262,3 +262,14 @@ def test_module_list(xp_backend):
         blocks[3]
     with pytest.raises(TypeError, match="Modules"):
         blocks.append(lambda x: x)
+
+
+def test_inference_mode_turns_dropout_and_grad_off_and_restores_each_flag():
+    model = nn.ModuleList([nn.Dropout(0.5), nn.Dropout(0.5)])
+    model[1].eval()                                   # a sub-module with a flag of its own
+    x = mt.tensor(np.ones((4, 4)), requires_grad=True)
+    with model.inference_mode():
+        assert not any(m.training for m in model.modules())
+        y = model[0](x) * 2.0
+        assert not y.requires_grad and np.array_equal(y.numpy(), 2 * x.numpy())  # no graph, no dropout
+    assert [m.training for m in model.modules()] == [True, True, False]

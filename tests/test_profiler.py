@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer.tensor import make, traced
+from minitransformer.tensor import make_node, traced
 
 
 def test_records_forward_and_backward_per_op(xp_backend):
@@ -26,7 +26,7 @@ def test_fused_op_counts_once_under_its_own_name():
     @traced
     def fused_square_sum(a):
         inner = (a * a).sum()               # elementary ops inside a traced op are not recorded
-        return make(inner.data, (a,), lambda g: (2 * a.data * g,), "fused_square_sum")
+        return make_node(inner.data, (a,), lambda g: (2 * a.data * g,), "fused_square_sum")
 
     a = mt.tensor([1.0, 2.0], requires_grad=True)
     with mt.profile() as prof:

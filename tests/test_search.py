@@ -1,6 +1,7 @@
 """Decoding: the cache against full recomputation, greedy against beam search, beam search against
 brute-force enumeration of every output (with and without the length penalty), early stopping
 against searching to the end, batch invariance, EOS handling, maximum lengths and translate_lines."""
+import contextlib
 import itertools
 
 import numpy as np
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import minitransformer as mt
 from minitransformer import backend, search
 from minitransformer.attention import padding_mask
+from minitransformer.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty, translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
@@ -38,7 +40,7 @@ def sequence_log_prob(model, src, y):
     """log p(y </s> | x) by one full forward pass (teacher forcing), in the model's dtype."""
     x = np.array([src + [EOS]])
     tgt_in, tgt_out = np.array([[BOS] + y]), y + [EOS]
-    with search.inference_mode(model):
+    with model.inference_mode():
         z = backend.to_numpy(model(x, tgt_in).data)[0].astype(np.float64)     # (T, V)
     logp = z - z.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
@@ -48,12 +50,12 @@ def sequence_log_prob(model, src, y):
 # -------------------------------------------------------------------- small pieces
 def test_length_penalty_and_source_encoding():
     assert length_penalty(1, 0.6) == 1.0 and length_penalty(7, 1.0) == 2.0 and length_penalty(10, 0.0) == 1.0
-    ids, lens = search.encode_sources([[5, 6], [7], []], PAD, EOS)
+    ids, lens = encode_sources([[5, 6], [7], []], PAD, EOS)
     assert ids.tolist() == [[5, 6, 2], [7, 2, 0], [2, 0, 0]] and lens.tolist() == [2, 1, 0]
     with pytest.raises(ValueError, match="appends </s>"):
-        search.encode_sources([[5, 2]], PAD, EOS)
+        encode_sources([[5, 2]], PAD, EOS)
     with pytest.raises(TypeError, match="list of source id lists"):
-        search.encode_sources(np.array([[5, 2]]), PAD, EOS)
+        encode_sources(np.array([[5, 2]]), PAD, EOS)
     assert greedy_search(make_model(), []) == [] and beam_search(make_model(), []) == []
 
 
@@ -73,7 +75,7 @@ def test_cached_logits_equal_recomputation_at_every_step(xp_backend):
     rng = np.random.default_rng(1)
     src = np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])                          # x </s>, padded
     tgt = np.concatenate([[[BOS], [BOS]], rng.integers(3, 23, size=(2, 9))], axis=1)  # (2, 10)
-    with search.inference_mode(model):
+    with model.inference_mode():
         mask = padding_mask(backend.asarray(src))
         memory = model.encode(backend.asarray(src), mask)
         cache = model.init_cache()
@@ -88,7 +90,7 @@ def test_reordered_cache_equals_recomputing_the_selected_beams(xp_backend):
     rng = np.random.default_rng(2)
     src = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [10, 2, 0, 0]])
     prefix = np.concatenate([np.full((3, 1), BOS), rng.integers(3, 23, size=(3, 4))], axis=1)  # (3, 5)
-    with search.inference_mode(model):
+    with model.inference_mode():
         src_d = backend.asarray(src)
         mask = padding_mask(src_d)
         memory = model.encode(src_d, mask)
@@ -148,7 +150,10 @@ def test_beam_with_alpha_0_scores_at_least_greedy(seed):
     greedy = greedy_search(model, src, max_len_b=5)
     beam = beam_search(model, src, beam_size=4, alpha=0.0, max_len_b=5)
     for g, b in zip(greedy, beam):
-        assert b[0].score >= g.score - 1e-6
+        # the same tokens scored by two code paths (batches of different shapes) may round apart:
+        # each of the len + 1 float32 log-probabilities carries a relative error of a few epsilon
+        tol = 4 * np.finfo(np.float32).eps * (len(g.tokens) + 1) * max(1.0, abs(g.score))
+        assert b[0].tokens == g.tokens or b[0].score >= g.score - tol, (b[0], g)
 
 
 # -------------------------------------------------------------------- exactness
@@ -207,7 +212,7 @@ def test_early_stopping_loses_nothing(alpha, monkeypatch):
 
 
 class TableModel:
-    """A stand-in for Transformer with the interface search.py uses (config, modules, eval, encode,
+    """A stand-in for Transformer with the interface search.py uses (config, inference_mode, encode,
     init_cache, decode) whose next-token log-probabilities are a hand-written function of the output
     prefix (without <s>): `next_probs(prefix) -> {token: probability}`, tokens not listed get
     probability 0 (log p = -inf). The source is ignored."""
@@ -221,17 +226,20 @@ class TableModel:
             return 0 if self.rows is None else len(self.rows[0])
 
         def reorder(self, index, include_memory=True):
-            self.rows = [list(self.rows[i]) for i in backend.to_numpy(index)]
+            if self.rows is not None:  # as KVCache: reordering an empty cache changes nothing
+                self.rows = [list(self.rows[i]) for i in backend.to_numpy(index)]
 
     def __init__(self, next_probs, vocab_size=6):
         self.config = TransformerConfig.tiny(vocab_size=vocab_size, d_model=8, n_heads=2, max_len=64)
         self.next_probs, self.training, self.calls = next_probs, True, 0
 
-    def modules(self):
-        return [self]
-
-    def eval(self):
-        self.training = False
+    @contextlib.contextmanager
+    def inference_mode(self):
+        before, self.training = self.training, False
+        try:
+            yield self
+        finally:
+            self.training = before
 
     def encode(self, src, src_mask=None):
         return mt.tensor(np.zeros((src.shape[0], src.shape[1], 1)))

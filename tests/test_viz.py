@@ -38,7 +38,7 @@ def test_collected_weights_equal_the_first_layers_called_directly(xp_backend):
     a = viz.collect_attention(model, SRC, TGT)
     src = backend.asarray(np.array([SRC + [2]]))
     tgt = backend.asarray(np.array([[1] + TGT]))
-    with search.inference_mode(model):
+    with model.inference_mode():
         x = model._embed(src, model.src_embed, model.src_pos)               # (1, S, D)
         _, p = model.encoder.layers[0].self_attn(x, mask=padding_mask(src), return_weights=True)
         y = model._embed(tgt, model.tgt_embed, model.tgt_pos)
