@@ -64,52 +64,64 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     right like merge()), and 2-character strs sort like (left, right) tuples.
     learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
     """
-    assert offset + 256 + num_merges <= 0x110000, "vocab_size is too large (at most 1,114,112 ids)"
+    if offset + 256 + num_merges > 0x110000:
+        raise ValueError(f"vocab_size {offset + 256 + num_merges:,} is too large: ids are stored as "
+                         f"characters, so at most 1,114,112 ids")
     min_frequency = max(1, min_frequency)
+    # 1. Every word as a str of token ids (byte b -> chr(b + offset)), with its count.
     shift = {b: b + offset for b in range(256)}
     words = [w.encode("utf-8").decode("latin-1").translate(shift) for w in word_counts]
     freqs = list(word_counts.values())
+    # 2. Count every adjacent pair once, and remember which words hold it.
     counts, where = defaultdict(int), defaultdict(list)
     for i, (w, f) in enumerate(zip(words, freqs)):
         for k in range(len(w) - 1):
             pair = w[k:k + 2]
             counts[pair] += f
             where[pair].append(i)
+    # 3. A heap of (-count, pair): the top is the most frequent pair, ties by the smallest pair.
     heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
     heapq.heapify(heap)
     merges = []
     bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
     while len(merges) < num_merges and heap:
+        # 4. Pop the best pair; an entry whose count has fallen since it was pushed is stale: put it
+        #    back with its true count (counts only fall after a pair is created, so none is missed).
         neg, pair = heapq.heappop(heap)
-        if counts[pair] != -neg:  # stale entry: the count fell since it was pushed
+        if counts[pair] != -neg:
             if counts[pair] >= min_frequency:
                 heapq.heappush(heap, (-counts[pair], pair))
             continue
+        # 5. The new token z = a b gets the next id.
         a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
         merges.append((ord(a), ord(b)))
         bar.update()
+        # 6. In every word that holds "ab", each occurrence x a b y turns into x z y: the neighbour
+        #    pairs (x, a) and (b, y) lose f (the word's count) and (x, z), (z, y) gain f. Two
+        #    occurrences in a row (a b a b) make one (z, z) instead of (z, a) and (b, z).
         new = defaultdict(int)  # counts of the new pairs, those that hold z
         for i in where.pop(pair):
             w, f = words[i], freqs[i]
-            j, end = w.find(pair), -1
-            while j >= 0:  # for each occurrence: (x, a) -> (x, z) and (b, y) -> (z, y)
-                if j == end:  # right after the previous one: (b, a) is already gone
+            j, end = w.find(pair), -1        # j: this occurrence; end: just after the previous one
+            while j >= 0:
+                if j == end:                 # right after the previous occurrence: (b, a) is gone already
                     new[z + z] += f
                     where[z + z].append(i)
-                elif j > 0:
+                elif j > 0:                  # the left neighbour x: (x, a) -> (x, z)
                     x = w[j - 1]
                     counts[x + a] -= f
                     new[x + z] += f
                     where[x + z].append(i)
                 end = j + 2
                 j = w.find(pair, end)
-                if end < len(w):  # the next occurrence, if it starts at y, adds (z, z) itself
-                    y = w[end]
+                if end < len(w):             # the right neighbour y: (b, y) -> (z, y), unless the next
+                    y = w[end]               # occurrence starts at y (then it adds (z, z) itself)
                     counts[b + y] -= f
                     if j != end:
                         new[z + y] += f
                         where[z + y].append(i)
-            words[i] = w.replace(pair, z)  # a no-op where the index was stale
+            words[i] = w.replace(pair, z)    # left to right, as merge(); a no-op where the index was stale
+        # 7. The merged pair is gone; the new pairs enter the heap with their counts.
         counts[pair] = 0
         for p, c in new.items():
             counts[p] = c

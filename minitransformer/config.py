@@ -3,7 +3,6 @@ presets (base, big, small, tiny), JSON round trips for checkpoints, and count_pa
 model's size computed from the config alone. Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
-import json
 
 import numpy as np
 
@@ -103,16 +102,13 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.from_dict: unknown keys {unknown} (known: {sorted(known)})")
         return cls(**d)
 
-    def to_json(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
 
 def count_parameters(config):
     """The number of trained scalars of Transformer(config), from the config alone (no arrays)."""
     c = config
-    D, F_, V = c.d_model, c.d_ff, c.vocab_size
+    D, d_ff, V = c.d_model, c.d_ff, c.vocab_size
     attention = 4 * (D * D + D)                     # W^Q, W^K, W^V, W^O with biases
-    ffn = D * F_ + F_ + F_ * D + D
+    ffn = D * d_ff + d_ff + d_ff * D + D            # W_1, b_1, W_2, b_2
     norm = 2 * D
     encoder = c.n_encoder_layers * (attention + ffn + 2 * norm) + (norm if c.norm_first else 0)
     decoder = c.n_decoder_layers * (2 * attention + ffn + 3 * norm) + (norm if c.norm_first else 0)

@@ -15,15 +15,24 @@ class GradcheckError(AssertionError):
     """A backward pass disagrees with the numeric gradient; the message says where and by how much."""
 
 
+class _Projection:
+    """A fixed random R of the output's shape, drawn from `seed` the first time an output is seen."""
+
+    def __init__(self, seed):
+        self.seed, self.r = seed, None
+
+    def __call__(self, out):
+        if self.r is None:
+            self.r = Tensor(backend.asarray(np.random.default_rng(self.seed).standard_normal(out.shape)))
+        return self.r
+
+
 def _loss(fn, inputs, projection):
     """L = sum(fn(*inputs) * R): one scalar whose gradient is the vector-Jacobian product with R."""
     out = fn(*inputs)
     if not isinstance(out, Tensor):
         raise TypeError(f"gradcheck: the function must return a Tensor, got {type(out).__name__}")
-    if projection[0] is None:  # draw R once, the first time the output's shape is known
-        r = np.random.default_rng(projection[1]).standard_normal(out.shape)
-        projection[0] = Tensor(backend.asarray(r))
-    return (out * projection[0]).sum()
+    return (out * projection(out)).sum()
 
 
 def _value(fn, inputs, projection):
@@ -54,7 +63,7 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         if t.data.dtype.kind == "f":
             t.data = t.data.astype(np.float64, order="C")
     try:
-        projection = [None, seed]
+        projection = _Projection(seed)
         for _, t in checked:
             t.grad = None
         _loss(fn, inputs, projection).backward()

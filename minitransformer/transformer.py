@@ -168,18 +168,9 @@ class Transformer(nn.Module):
     positions added, then dropout. share_embeddings=False gives separate source and target
     embeddings and an output projection (Note: a deviation from the paper).
 
-    Training: `model.loss(src, tgt_in, tgt_out)` (tgt_in = BOS y_1 .. y_n, tgt_out = y_1 .. y_n EOS).
-    Incremental decoding (search.py), under `with mt.no_grad():` and model.eval():
-
-        memory = model.encode(src, src_mask)              # (B, S, D); src_mask = padding_mask(src, pad_id)
-        cache = model.init_cache()                        # a DecoderCache, empty
-        logits = model.decode(tokens, memory, src_mask, cache=cache)  # tokens (B, 1): the newest token
-        # -> (B, 1, V) for the next position; the cache now holds one more position
-        cache.reorder(index); memory, src_mask = memory[index], src_mask[index]  # keep rows `index`
-        # (index: an integer array of the current backend, backend.asarray(...); repeats allowed)
-
-    With a cache, decode() takes positions from cache.length, and tgt_mask=None means: a single new
-    token sees every cached position; several new tokens get a causal mask offset by the cache.
+    Training: `model.loss(src, tgt_in, tgt_out)` (tgt_in = <s> y, tgt_out = y </s>). Decoding
+    (search.py, lesson 10): encode() once, then decode() one new token at a time with the DecoderCache
+    of init_cache(), under model.inference_mode().
     """
 
     def __init__(self, config):
@@ -216,7 +207,9 @@ class Transformer(nn.Module):
         """tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V).
 
         Without a cache, tgt_mask defaults to causal AND the padding mask of tgt_in. With a cache
-        (a DecoderCache from init_cache(), under no_grad), tgt_in holds only the new positions.
+        (a DecoderCache from init_cache(), under no_grad), tgt_in holds only the new positions, which
+        sit at positions cache.length onwards; tgt_mask=None then means that one new token sees every
+        cached position, and several new tokens get a causal mask offset by the cache.
         """
         tgt_in = _ids(tgt_in)
         T = tgt_in.shape[1]
