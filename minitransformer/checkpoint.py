@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fileio import atomic_write
+from .fileio import TEMP_PREFIX, atomic_write
 
 FORMAT, VERSION = "minitransformer-checkpoint", 1
 META_KEY = "meta.json"
@@ -166,34 +166,62 @@ def checkpoint_path(out_dir, step):
     return os.path.join(out_dir, f"checkpoint_{int(step):07d}.npz")
 
 
+def step_of(path):
+    """The step in a checkpoint file's name: step_of("runs/x/checkpoint_0000300.npz") -> 300."""
+    return int(re.search(r"checkpoint_(\d+)\.npz$", os.fspath(path)).group(1))
+
+
 def list_checkpoints(out_dir):
     """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
-    paths = glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
-    steps = [(int(m.group(1)), p) for p in paths if (m := re.search(r"checkpoint_(\d+)\.npz$", p))]
-    return [p for _, p in sorted(steps)]
+    paths = [p for p in glob.glob(os.path.join(out_dir, "checkpoint_*.npz")) if re.search(r"_\d+\.npz$", p)]
+    return sorted(paths, key=step_of)
 
 
 class RunDirectory:
     """The checkpoints of one training run in out_dir: checkpoint_<step>.npz, of which the last
-    `keep` are kept, and checkpoint_best.npz, a copy of the one saved after the best evaluation.
+    `keep` that THIS run wrote are kept (files of other runs are never deleted), and
+    checkpoint_best.npz, a copy of the one saved after the best evaluation.
 
         run = RunDirectory("runs/x", keep=5)
+        run.check_start(step)        # before any work: no later checkpoint of another run in out_dir
         path = run.save(step, model_state, meta, optim_arrays, best=True)
     """
 
     def __init__(self, out_dir, keep):
         self.out_dir, self.keep = out_dir, int(keep)
+        self.written = []  # step checkpoints this run wrote, oldest first
+
+    def check_start(self, step):
+        """Refuse (CheckpointError) a directory that holds a checkpoint of a later step than `step`,
+        where this run starts: its files would be mixed with this run's and averaged with them.
+        Also remove temporaries that a killed save left behind."""
+        later = [p for p in list_checkpoints(self.out_dir) if step_of(p) > step]
+        if later:
+            raise CheckpointError(
+                f"{self.out_dir} already holds {os.path.basename(later[-1])}, a later step than {step} where "
+                f"this run starts: continue that run (--resume auto), or move its checkpoints away, or choose "
+                f"another output directory")
+        for tmp in glob.glob(os.path.join(self.out_dir, f"{TEMP_PREFIX}*-checkpoint_*.npz")):
+            os.remove(tmp)
 
     def save(self, step, model_state, meta, optim_arrays=None, best=False):
         """Write checkpoint_<step>.npz (atomically), copy it to checkpoint_best.npz when `best`,
-        delete step checkpoints beyond the last `keep`; returns the path written."""
+        delete this run's step checkpoints beyond the last `keep`; returns the path written."""
         path = save(checkpoint_path(self.out_dir, step), model_state, meta, optim_arrays)
         if best:
-            with open(path, "rb") as src:
-                atomic_write(os.path.join(self.out_dir, BEST), lambda f: shutil.copyfileobj(src, f))
-        for old in list_checkpoints(self.out_dir)[:-self.keep]:
-            os.remove(old)
+            self.copy_to_best(path)
+        if path not in self.written:
+            self.written.append(path)
+        while len(self.written) > self.keep:
+            old = self.written.pop(0)
+            if os.path.exists(old):
+                os.remove(old)
         return path
+
+    def copy_to_best(self, path):
+        """Copy checkpoint `path` to out_dir/checkpoint_best.npz, atomically."""
+        with open(path, "rb") as src:
+            atomic_write(os.path.join(self.out_dir, BEST), lambda f: shutil.copyfileobj(src, f))
 
 
 def load_resumable(path, model_config, tokenizer_json=None):

@@ -1,10 +1,37 @@
-"""TransformerConfig: the model's hyperparameters as one dataclass with the paper's defaults and named
-presets (base, big, small, tiny), JSON round trips for checkpoints, and count_parameters(config), the
-model's size computed from the config alone. Left out: a config file format of its own (JSON is enough).
+"""The configurations: TransformerConfig, the model's hyperparameters with the paper's defaults and
+named presets (base, big, small, tiny), and TrainingConfig, the settings of a training run (section 5).
+Both check every field when made, so a bad value fails at once with one sentence naming it, never
+later inside the work. Also count_parameters(config), the model's size from the config alone.
+Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
+import math
+import numbers
 
 import numpy as np
+
+
+def _fail(owner, msg):
+    raise ValueError(f"{owner}: {msg}")
+
+
+def _check_int(owner, name, value, low, allow_none=False):
+    """value is an int (not a bool) >= low, or None when allowed."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+        _fail(owner, f"{name} must be an integer of at least {low}, got {value!r}")
+
+
+def _check_real(owner, name, value, low, high=math.inf, low_open=False, high_open=True, allow_none=False):
+    """value is a finite real number in the interval [low, high) (ends open or closed as given), or None."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        _fail(owner, f"{name} must be a finite number in {interval}, got {value!r}")
 
 
 @dataclasses.dataclass
@@ -32,28 +59,29 @@ class TransformerConfig:
 
     def __post_init__(self):
         def fail(msg):
-            raise ValueError(f"TransformerConfig: {msg}")
+            _fail("TransformerConfig", msg)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                fail(f"{name} must be a positive integer, got {value!r}")
+            _check_int("TransformerConfig", name, getattr(self, name), 1)
+        for name in ("pad_id", "bos_id", "eos_id"):
+            _check_int("TransformerConfig", name, getattr(self, name), 0)
+        for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
+            _check_real("TransformerConfig", name, getattr(self, name), 0.0, 1.0)
+        _check_real("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
+        for name in ("norm_first", "share_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                fail(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads:
             fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of n_heads={self.n_heads}")
         if self.positional not in ("sinusoidal", "learned"):
             fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         if self.positional == "sinusoidal" and self.d_model % 2:
             fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}")
-        for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                fail(f"{name} must lie in [0, 1), got {getattr(self, name)!r}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         if len(set(ids.values())) < 3:
             fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}")
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
                 fail(f"{name}={value} lies outside the vocabulary [0, {self.vocab_size})")
-        if not self.layer_norm_eps > 0:
-            fail(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
 
     @property
     def d_k(self):
@@ -101,6 +129,53 @@ class TransformerConfig:
         if unknown:
             raise ValueError(f"TransformerConfig.from_dict: unknown keys {unknown} (known: {sorted(known)})")
         return cls(**d)
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """The settings of a run; the defaults are the paper's where it gives one (section 5)."""
+    max_tokens: int = 4096        # tokens per batch and side, padding included
+    accum: int = 1                # batches per update (section 5.1: ~25,000 tokens per update)
+    steps: int = None             # number of updates; or
+    epochs: float = None          # passes over the training data (converted to updates)
+    warmup_steps: int = 4000      # eq. (3)
+    lr_scale: float = 1.0         # multiplies eq. (3) (Note: 1.0 in the paper)
+    betas: tuple = (0.9, 0.98)    # section 5.3
+    eps: float = 1e-9
+    clip_norm: float = None       # Note: not in the paper; off by default
+    eval_every: int = 1000        # steps between evaluations (0: only at the end)
+    save_every: int = 1000        # steps between checkpoints (0: only at the end)
+    keep: int = 5                 # step checkpoints kept on disk (the best one is kept besides)
+    seed: int = 0                 # batch order and dropout
+    log_every: int = None         # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
+    beam_size: int = 1            # evaluation decoding: 1 is greedy search
+    alpha: float = 0.6            # length penalty of beam search
+    max_len_a: float = 1.0        # output length limit: a * source length + b
+    max_len_b: int = 50
+    eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
+    progress: bool = True         # the tqdm bar
+
+    def __post_init__(self):
+        owner = "TrainingConfig"
+        if self.steps is None and self.epochs is None:
+            _fail(owner, "give steps or epochs")
+        _check_int(owner, "steps", self.steps, 1, allow_none=True)
+        _check_real(owner, "epochs", self.epochs, 0.0, low_open=True, allow_none=True)
+        for name in ("max_tokens", "accum", "warmup_steps", "keep", "beam_size"):
+            _check_int(owner, name, getattr(self, name), 1)
+        for name in ("eval_every", "save_every", "seed", "max_len_b"):
+            _check_int(owner, name, getattr(self, name), 0)
+        for name in ("log_every", "eval_sentences"):
+            _check_int(owner, name, getattr(self, name), 1, allow_none=True)
+        _check_real(owner, "lr_scale", self.lr_scale, 0.0, low_open=True)
+        _check_real(owner, "clip_norm", self.clip_norm, 0.0, low_open=True, allow_none=True)
+        _check_real(owner, "eps", self.eps, 0.0)
+        for b in self.betas:
+            _check_real(owner, "each of betas", b, 0.0, 1.0)
+        _check_real(owner, "alpha", self.alpha, 0.0)
+        _check_real(owner, "max_len_a", self.max_len_a, 0.0)
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            _fail(owner, "max_len_a and max_len_b are both 0: every translation would be empty")
 
 
 def count_parameters(config):

@@ -11,8 +11,10 @@ Left out on purpose: multiple devices, mixed precision, early stopping.
 import json
 import math
 import os
+import signal
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import numpy as np
 from tqdm import tqdm
@@ -20,6 +22,7 @@ from tqdm import tqdm
 from . import backend
 from . import checkpoint as ckpt
 from .checkpoint import list_checkpoints  # noqa: F401  (re-exported: it was here before)
+from .config import TrainingConfig
 from .data import BatchIterator, encode_pairs
 from .metrics import corpus_bleu, exact_match, perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
@@ -29,41 +32,15 @@ from .tensor import no_grad
 
 # ---------------------------------------------------------------- training
 class TrainingError(RuntimeError):
-    """Training cannot go on (a non-finite loss); the message says what to do."""
+    """Training cannot go on (a diverged loss, non-finite weights); the message says what to do."""
 
 
-@dataclass
-class TrainingConfig:
-    """The settings of a run; the defaults are the paper's where it gives one (section 5)."""
-    max_tokens: int = 4096        # tokens per batch and side, padding included
-    accum: int = 1                # batches per update (section 5.1: ~25,000 tokens per update)
-    steps: int = None             # number of updates; or
-    epochs: float = None          # passes over the training data (converted to updates)
-    warmup_steps: int = 4000      # eq. (3)
-    lr_scale: float = 1.0         # multiplies eq. (3) (Note: 1.0 in the paper)
-    betas: tuple = (0.9, 0.98)    # section 5.3
-    eps: float = 1e-9
-    clip_norm: float = None       # Note: not in the paper; off by default
-    eval_every: int = 1000        # steps between evaluations (0: only at the end)
-    save_every: int = 1000        # steps between checkpoints (0: only at the end)
-    keep: int = 5                 # step checkpoints kept on disk (the best one is kept besides)
-    seed: int = 0                 # batch order and dropout
-    log_every: int = None         # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
-    beam_size: int = 1            # evaluation decoding: 1 is greedy search
-    alpha: float = 0.6            # length penalty of beam search
-    max_len_a: float = 1.0        # output length limit: a * source length + b
-    max_len_b: int = 50
-    eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
-    progress: bool = True         # the tqdm bar
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as Ctrl-C."""
 
-    def __post_init__(self):
-        if self.steps is None and self.epochs is None:
-            raise ValueError("TrainingConfig: give steps or epochs")
-        for name in ("max_tokens", "accum", "warmup_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainingConfig: {name} must be at least 1, got {getattr(self, name)}")
-        if self.keep < 1:
-            raise ValueError(f"TrainingConfig: keep must be at least 1, got {self.keep}")
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
 
 
 def step_seed(seed, step):
@@ -116,6 +93,8 @@ class Trainer:
         self._window_tokens = 0       # target tokens since the last loss read-out (for tokens/s) ...
         self._window_start = time.perf_counter()  # ... and when that window began
         self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
+        # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
+        self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
 
     # ---------------------------------------------------------------- one update
     @property
@@ -157,8 +136,8 @@ class Trainer:
         steps = [s for s, _, _ in self._pending]
         self._pending = []
         for s, v in zip(steps, values.tolist()):
-            if not math.isfinite(v):
-                self._stop_non_finite(s, v)
+            if not math.isfinite(v) or v > self.divergence_limit:
+                self._stop(s, f"the loss became {v}")
             self.losses[s] = v
         now = time.perf_counter()
         loss = float(np.mean(values))
@@ -176,16 +155,19 @@ class Trainer:
                 post["mem"] = f"{record['gpu_mem_mb']:.0f}MB"
             bar.set_postfix(post, refresh=False)
 
-    def _stop_non_finite(self, step, value):
+    def _stop(self, step, what):
+        """Stop with a TrainingError that names the last checkpoint saved (every one holds finite arrays)."""
         where = (f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint
                  else "no checkpoint was saved before it")
-        self._write_log({"step": step, "event": "non-finite loss", "loss": str(value)})
-        raise TrainingError(f"training stopped: the loss became {value} at step {step}; {where}. "
+        self._write_log({"step": step, "event": "diverged", "what": what})
+        raise TrainingError(f"training stopped: {what} at step {step}; {where}. "
                             f"Try a lower learning rate (lr_scale), a longer warmup or clip_norm.")
 
     # ---------------------------------------------------------------- the loop
     def train(self):
-        """Run until total_steps; returns a summary dict (stopped: "done" or "interrupted")."""
+        """Run until total_steps; returns a summary dict (stopped: "done", "interrupted" by Ctrl-C or a
+        callback's KeyboardInterrupt, or "terminated" by SIGTERM; a checkpoint is saved in every case).
+        Refuses (CheckpointError) an out_dir holding a later checkpoint than the starting step."""
         run = self.config
         total = self.total_steps
         self.model.train()
@@ -195,6 +177,10 @@ class Trainer:
         self._write_log({"event": "start", "step": self.step, "total_steps": total,
                          "training": asdict(run), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
+        if self.run_dir is not None:
+            self.run_dir.check_start(self.step)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous_handler = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
         try:
             while self.step < total:
                 loss, n = self.train_step()
@@ -212,17 +198,22 @@ class Trainer:
                     self._window_tokens, self._window_start = 0, time.perf_counter()  # tokens/s: training only
                 for cb in self.callbacks:
                     cb(self)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             # a step cut short is forgotten: the batch stream goes back to the last whole step
-            stopped = "interrupted"
+            stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
             self.iterator.load_state_dict(self._iter_state)
             self.optimizer.zero_grad()
-            self.log(f"interrupted at step {self.step}: saving a checkpoint")
+            self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) at step {self.step}: "
+                     f"saving a checkpoint")
         finally:
             bar.close()
+            if on_main_thread:
+                signal.signal(signal.SIGTERM, previous_handler)
+        self.save()                     # first the work, then the final evaluation
         if stopped == "done":
             self.evaluate()
-        self.save()
+            if self._best_pending:
+                self.save()             # the same step again, its meta now with the best BLEU, and its best copy
         seconds = time.perf_counter() - start
         summary = {"stopped": stopped, "step": self.step, "steps_run": self.step - start_step,
                    "seconds": seconds, "tgt_tokens": tokens, "tokens_per_s": tokens / max(seconds, 1e-9),
@@ -276,13 +267,16 @@ class Trainer:
         return self.model.state_dict(), meta, arrays
 
     def save(self):
-        """Write a checkpoint (atomically); keep the last `keep` step checkpoints, and copy this one
-        to checkpoint_best.npz when the latest evaluation was the best so far."""
+        """Write a checkpoint (atomically) if every array in it is finite (else stop with TrainingError);
+        keep the last `keep` step checkpoints of this run, and copy this one to checkpoint_best.npz
+        when the latest evaluation was the best so far."""
         if self.run_dir is None:
             return None
         if self._pending:
             self._read_losses()  # never save a model whose loss was not checked
         model, meta, arrays = self.state()
+        if not all(np.isfinite(a).all() for group in (model, arrays) for a in group.values()):
+            self._stop(self.step, "the weights or Adam's moments hold NaN or infinity after the update")
         self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays, best=self._best_pending)
         self._best_pending = False
         return self.last_checkpoint

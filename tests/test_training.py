@@ -2,6 +2,7 @@
 the very same losses, checkpoints load without pickle, averaging is a mean, a NaN loss stops cleanly
 with the last good checkpoint kept, Ctrl-C saves and returns."""
 import json
+import signal
 import math
 import os
 
@@ -235,3 +236,85 @@ def test_resume_refuses_another_tokenizer(task, tmp_path):
     again = Trainer(tiny_model(tok), other, pairs, None, config(steps=2), str(tmp_path), log=quiet)
     with pytest.raises(ckpt.CheckpointError, match="another tokenizer"):
         again.resume(trainer.last_checkpoint)
+
+
+# ---------------------------------------------------------------- faults that must not lose or poison work
+@pytest.mark.parametrize("lr_scale", [1e6, 1e7])
+def test_divergence_stops_and_names_a_finite_checkpoint(task, tmp_path, lr_scale):
+    """A huge rate makes the weights non-finite (1e6) or the loss huge but finite (1e7): either way the
+    run stops, and the checkpoint it names holds only finite arrays (none is written after the blow-up)."""
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None,
+                      config(steps=40, warmup_steps=1, lr_scale=lr_scale, save_every=1, keep=50), str(tmp_path), log=quiet)
+    with pytest.raises(TrainingError, match="training stopped") as info:
+        trainer.train()
+    named = [w for w in str(info.value).replace(";", " ").split() if w.endswith(".npz")]
+    for path in named + list_checkpoints(str(tmp_path)):
+        ck = ckpt.load(path)
+        assert all(np.isfinite(a).all() for a in {**ck.model, **ck.optim}.values()), path
+
+
+def test_resume_refuses_a_directory_with_later_checkpoints_and_keeps_other_files(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, config(steps=6, save_every=2, keep=5), str(tmp_path), log=quiet)
+    first.train()
+    earlier = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8, keep=1), str(tmp_path), log=quiet)
+    earlier.resume(str(tmp_path / "checkpoint_0000002.npz"))
+    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint_0000006\.npz, a later step than 2"):
+        earlier.train()
+    assert len(list_checkpoints(str(tmp_path))) == 3                     # nothing deleted
+    # resuming the latest works, and pruning (keep=1) spares the files this run did not write
+    latest = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8, save_every=1, keep=1), str(tmp_path), log=quiet)
+    latest.resume(list_checkpoints(str(tmp_path))[-1])
+    summary = latest.train()
+    names = [os.path.basename(p) for p in list_checkpoints(str(tmp_path))]
+    assert names == ["checkpoint_0000002.npz", "checkpoint_0000004.npz", "checkpoint_0000006.npz",
+                     "checkpoint_0000008.npz"]
+    assert os.path.exists(summary["checkpoint"])
+
+
+def test_sigterm_saves_like_ctrl_c_and_stale_temporaries_are_removed(task, tmp_path):
+    tok, pairs, _ = task
+    stale = tmp_path / ".tmp-k9x2-checkpoint_0000001.npz"                # what kill -9 mid-save leaves
+    stale.write_bytes(b"half a file")
+
+    def terminate(trainer):
+        if trainer.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8), str(tmp_path), [terminate], log=quiet)
+    summary = trainer.train()
+    assert summary["stopped"] == "terminated" and summary["step"] == 3
+    assert os.path.basename(summary["checkpoint"]) == "checkpoint_0000003.npz"
+    assert not stale.exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL                 # the handler is put back
+
+
+def test_final_save_comes_before_the_final_evaluation(task, tmp_path):
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, config(steps=2), str(tmp_path), log=quiet)
+    trainer.evaluate = lambda: (_ for _ in ()).throw(RuntimeError("evaluation failed"))
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        trainer.train()
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ["checkpoint_0000002.npz"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("steps", 0), ("steps", -3), ("epochs", 0.0), ("epochs", float("inf")), ("epochs", float("nan")),
+    ("lr_scale", -1.0), ("lr_scale", 0.0), ("clip_norm", 0.0), ("clip_norm", float("nan")), ("clip_norm", -1.0),
+    ("eval_sentences", -1), ("eval_sentences", 0), ("beam_size", 0), ("max_len_a", float("nan")),
+    ("max_len_b", -1), ("alpha", -0.5), ("keep", 0), ("max_tokens", 0), ("accum", 0), ("warmup_steps", 0),
+])
+def test_training_config_refuses_values_that_make_no_sense(field, value):
+    with pytest.raises(ValueError, match=f"TrainingConfig: {field} must"):
+        TrainingConfig(**{"steps": 5, field: value})
+
+
+def test_no_checkpoint_is_written_with_non_finite_weights(task, tmp_path):
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=2), str(tmp_path), log=quiet)
+    trainer.train()
+    trainer.model.parameters()[0].data[0, 0] = np.nan                    # poisoned after the last save
+    trainer.step += 1
+    with pytest.raises(TrainingError, match=r"NaN or infinity .* the last good checkpoint is .*checkpoint_0000002\.npz"):
+        trainer.save()
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ["checkpoint_0000002.npz"]
