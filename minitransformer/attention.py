@@ -190,7 +190,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):
         super().__init__()
-        assert d_model % n_heads == 0, "d_model must split evenly across heads"
+        if d_model % n_heads:
+            raise ValueError(f"MultiHeadAttention: d_model={d_model} must split evenly across n_heads={n_heads}")
         self.d_model, self.n_heads = d_model, n_heads
         self.dropout_p, self.self_attention = dropout, self_attention
         self.recorded = None  # a list: every forward call appends its weights P to it (collect_attention)

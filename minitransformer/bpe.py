@@ -43,8 +43,12 @@ class BPE:
 
     def __init__(self, merges=(), special_tokens=(), pattern=PATTERN):
         extra = [t for t in special_tokens if t not in SPECIALS]
-        assert all(isinstance(t, str) and t for t in extra), "special tokens must be non-empty strings"
-        assert len(set(extra)) == len(extra), f"special tokens are repeated: {extra}"
+        if not all(isinstance(t, str) and t and not t.isspace() for t in extra):
+            raise ValueError(f"special tokens must be non-empty strings, got {extra}")
+        if len(set(extra)) != len(extra):
+            raise ValueError(f"special tokens are repeated: {extra}")
+        if not pattern:
+            raise ValueError("the pre-tokenization pattern is empty: it would encode every text to []")
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.pattern, self._regex = pattern, regex.compile(pattern)
@@ -55,8 +59,11 @@ class BPE:
         self.vocab = [t.encode("utf-8") for t in self.special_tokens] + [bytes([b]) for b in range(256)]
         self.merges, self.ranks = [], {}  # ranks: pair -> id of the merged token (= merge order)
         for a, b in merges:
-            assert self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab), \
-                f"merge {len(self.merges)} ({a}, {b}) uses an id that is neither a byte nor an earlier merge"
+            if not (self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab)):
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) uses an id that is neither a byte "
+                                 f"nor an earlier merge")
+            if (a, b) in self.ranks:
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) repeats merge {self.ranks[(a, b)] - self.offset - 256}")
             self.ranks[(a, b)] = len(self.vocab)
             self.merges.append((a, b))
             self.vocab.append(self.vocab[a] + self.vocab[b])
@@ -81,6 +88,8 @@ class BPE:
         BPE.train(["low lower lowest"], 260, min_frequency=1).merges -> [(111, 114)]  ("l", "o")
         """
         tok = cls((), special_tokens, pattern)
+        if vocab_size > 0x110000:
+            raise ValueError(f"vocab_size {vocab_size:,} is too large: at most 1,114,112 ids")
         if vocab_size < tok.vocab_size:
             raise ValueError(f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens "
                              f"and 256 bytes already take {tok.vocab_size} ids")
@@ -145,11 +154,12 @@ class BPE:
             self._cache[word] = ids
         return ids
 
-    def encode(self, text, add_bos=False, add_eos=False, special=True):
-        """Text -> ids; <s> and </s> around it if asked. With special=True, the text of a
-        special token becomes its id (never split); with special=False it is plain text.
+    def encode(self, text, add_bos=False, add_eos=False, special=False):
+        """Text -> ids; <s> and </s> around it if asked. Text is text: the text "<pad>" is encoded
+        as the characters < p a d >. With special=True (asked for explicitly), the text of a special
+        token becomes its id instead (never split).
 
-        encode("<s>hi") -> [1, id of "hi"]  (after enough merges)
+        encode("<s>hi", special=True) -> [1, id of "hi"]  (after enough merges)
         """
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
@@ -237,10 +247,11 @@ class BPE:
         try:
             merges = d["merges"]
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
-            assert d["special_tokens"] == tok.special_tokens, "the special tokens are out of order"
+            if d["special_tokens"] != tok.special_tokens:
+                raise ValueError("the special tokens are out of order")
             for k, m in enumerate(merges):
-                assert len(m) == 3 and tok.id_to_token(tok.offset + 256 + k) == m[2], \
-                    f"merge {k} {m} does not spell its text"
-        except (AssertionError, KeyError, TypeError, IndexError, ValueError, regex.error) as e:
+                if len(m) != 3 or tok.id_to_token(tok.offset + 256 + k) != m[2]:
+                    raise ValueError(f"merge {k} {m} does not spell its text")
+        except (KeyError, TypeError, IndexError, ValueError, regex.error) as e:
             raise ValueError(f"{source} is a damaged tokenizer file: {e}") from None
         return tok

@@ -50,7 +50,8 @@ def save(path, model_state, meta, optim_arrays=None):
     arrays = {f"model/{k}": np.asarray(v) for k, v in model_state.items()}
     arrays.update({f"optim/{k}": np.asarray(v) for k, v in (optim_arrays or {}).items()})
     for k, a in arrays.items():
-        assert a.dtype != object, f"checkpoint entry {k} is an object array; only numeric arrays are stored"
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"checkpoint entry {k} holds {a.dtype} values; only numeric arrays are stored")
     meta = {"format": FORMAT, "version": VERSION, **meta}
     text = json.dumps(meta, allow_nan=False, sort_keys=True)
     arrays[META_KEY] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
@@ -64,7 +65,15 @@ def load(path):
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
+                              f"{type(e).__name__}: {e}") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):                      # a lone .npy array, renamed
+        raise CheckpointError(f"{path} holds a single array (.npy), not a checkpoint (.npz written by "
+                              f"minitransformer)")
+    try:
+        with loaded as npz:
             arrays = {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
         raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
@@ -82,6 +91,14 @@ def load(path):
         raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; this code reads {VERSION}")
     model = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
     optim = {k[len("optim/"):]: a for k, a in arrays.items() if k.startswith("optim/")}
+    for kind, group in (("model", model), ("optim", optim)):
+        for k, a in group.items():
+            if a.dtype.kind != "f":
+                raise CheckpointError(f"{path}: {kind}/{k} holds {a.dtype} values; a checkpoint holds floating "
+                                      f"point arrays only")
+            if not np.isfinite(a).all():
+                raise CheckpointError(f"{path}: {kind}/{k} holds NaN or infinity; the run had diverged when "
+                                      f"this was written: use an earlier checkpoint")
     return Checkpoint(meta, model, optim, path)
 
 
@@ -141,7 +158,10 @@ def load_model(path, tokenizer_path=None):
     ck = load(path)
     if "config" not in ck.meta:
         raise CheckpointError(f"{ck.path} holds no model config")
-    model = Transformer(TransformerConfig.from_dict(ck.meta["config"]))
+    try:
+        model = Transformer(TransformerConfig.from_dict(ck.meta["config"]))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{ck.path}: its model config is damaged ({e})") from None
     try:
         model.load_state_dict(ck.model)
     except ValueError as e:
@@ -154,6 +174,10 @@ def load_model(path, tokenizer_path=None):
         tokenizer = tokenizer_from_json(ck.meta["tokenizer"], ck.path)
     else:
         raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
+    if tokenizer.vocab_size != model.config.vocab_size:
+        source = tokenizer_path or f"the tokenizer embedded in {ck.path}"
+        raise CheckpointError(f"{source} has {tokenizer.vocab_size:,} ids but the model in {ck.path} was built "
+                              f"for {model.config.vocab_size:,}: they do not belong together")
     return model, tokenizer, ck
 
 

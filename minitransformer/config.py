@@ -15,7 +15,7 @@ def _fail(owner, msg):
     raise ValueError(f"{owner}: {msg}")
 
 
-def _check_int(owner, name, value, low, allow_none=False):
+def check_int(owner, name, value, low, allow_none=False):
     """value is an int (not a bool) >= low, or None when allowed."""
     if value is None and allow_none:
         return
@@ -23,7 +23,7 @@ def _check_int(owner, name, value, low, allow_none=False):
         _fail(owner, f"{name} must be an integer of at least {low}, got {value!r}")
 
 
-def _check_real(owner, name, value, low, high=math.inf, low_open=False, high_open=True, allow_none=False):
+def check_real(owner, name, value, low, high=math.inf, low_open=False, high_open=True, allow_none=False):
     """value is a finite real number in the interval [low, high) (ends open or closed as given), or None."""
     if value is None and allow_none:
         return
@@ -61,12 +61,12 @@ class TransformerConfig:
         def fail(msg):
             _fail("TransformerConfig", msg)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
-            _check_int("TransformerConfig", name, getattr(self, name), 1)
+            check_int("TransformerConfig", name, getattr(self, name), 1)
         for name in ("pad_id", "bos_id", "eos_id"):
-            _check_int("TransformerConfig", name, getattr(self, name), 0)
+            check_int("TransformerConfig", name, getattr(self, name), 0)
         for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
-            _check_real("TransformerConfig", name, getattr(self, name), 0.0, 1.0)
-        _check_real("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
+            check_real("TransformerConfig", name, getattr(self, name), 0.0, 1.0)
+        check_real("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
         for name in ("norm_first", "share_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 fail(f"{name} must be true or false, got {getattr(self, name)!r}")
@@ -159,21 +159,21 @@ class TrainingConfig:
         owner = "TrainingConfig"
         if self.steps is None and self.epochs is None:
             _fail(owner, "give steps or epochs")
-        _check_int(owner, "steps", self.steps, 1, allow_none=True)
-        _check_real(owner, "epochs", self.epochs, 0.0, low_open=True, allow_none=True)
+        check_int(owner, "steps", self.steps, 1, allow_none=True)
+        check_real(owner, "epochs", self.epochs, 0.0, low_open=True, allow_none=True)
         for name in ("max_tokens", "accum", "warmup_steps", "keep", "beam_size"):
-            _check_int(owner, name, getattr(self, name), 1)
+            check_int(owner, name, getattr(self, name), 1)
         for name in ("eval_every", "save_every", "seed", "max_len_b"):
-            _check_int(owner, name, getattr(self, name), 0)
+            check_int(owner, name, getattr(self, name), 0)
         for name in ("log_every", "eval_sentences"):
-            _check_int(owner, name, getattr(self, name), 1, allow_none=True)
-        _check_real(owner, "lr_scale", self.lr_scale, 0.0, low_open=True)
-        _check_real(owner, "clip_norm", self.clip_norm, 0.0, low_open=True, allow_none=True)
-        _check_real(owner, "eps", self.eps, 0.0)
+            check_int(owner, name, getattr(self, name), 1, allow_none=True)
+        check_real(owner, "lr_scale", self.lr_scale, 0.0, low_open=True)
+        check_real(owner, "clip_norm", self.clip_norm, 0.0, low_open=True, allow_none=True)
+        check_real(owner, "eps", self.eps, 0.0)
         for b in self.betas:
-            _check_real(owner, "each of betas", b, 0.0, 1.0)
-        _check_real(owner, "alpha", self.alpha, 0.0)
-        _check_real(owner, "max_len_a", self.max_len_a, 0.0)
+            check_real(owner, "each of betas", b, 0.0, 1.0)
+        check_real(owner, "alpha", self.alpha, 0.0)
+        check_real(owner, "max_len_a", self.max_len_a, 0.0)
         if self.max_len_a == 0 and self.max_len_b == 0:
             _fail(owner, "max_len_a and max_len_b are both 0: every translation would be empty")
 

@@ -182,7 +182,8 @@ def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):
     tie-break come from np.random.default_rng((seed, epoch)): each epoch differs, and is reproducible.
     Without shuffle the batches come sorted by length, ties in corpus order.
     """
-    assert max_tokens > 0, "max_tokens must be positive"
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     src_len, tgt_len = _lengths(pairs)
     rng = np.random.default_rng((seed, epoch)) if shuffle else None
     tie = rng.permutation(len(pairs)) if shuffle else np.arange(len(pairs))
@@ -204,7 +205,8 @@ class BatchIterator:
     """
 
     def __init__(self, pairs, max_tokens, pad_id, bos_id, eos_id, seed=0, shuffle=True):
-        assert len(pairs) > 0, "BatchIterator got no sentence pairs"
+        if not pairs:
+            raise ValueError("no sentence pairs to train on: the corpus is empty, or every pair was empty or too long")
         self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.epoch, self.index = 0, 0        # the position of the next batch

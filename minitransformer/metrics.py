@@ -13,8 +13,14 @@ def corpus_bleu(hypotheses, references):
     corpus_bleu(["a cat sat on the mat"], [["a cat sat on the mat"]]) -> (100.0, "nrefs:1|case:mixed|...")
     """
     import sacrebleu  # a second or so to import: only when BLEU is asked for
+    hypotheses, references = list(hypotheses), [list(r) for r in references]
+    if not hypotheses:
+        raise ValueError("BLEU of no sentences: the hypotheses are empty")
+    for i, r in enumerate(references, 1):
+        if len(r) != len(hypotheses):
+            raise ValueError(f"BLEU: reference list {i} has {len(r)} sentences but there are {len(hypotheses)} hypotheses")
     bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(list(hypotheses), [list(r) for r in references])
+    score = bleu.corpus_score(hypotheses, references)
     return score.score, str(bleu.get_signature())
 
 

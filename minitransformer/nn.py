@@ -141,15 +141,19 @@ class Module:
     def load_state_dict(self, state, strict=True):
         """Copy values from `state` into the parameters, on the current backend, in each parameter's dtype.
 
-        Fails, before changing anything, with one error naming every missing, unexpected (strict only)
-        and mis-shaped entry.
+        Fails, before changing anything, with one error naming every missing, unexpected (strict only),
+        mis-shaped and wrongly typed (integer, boolean or complex for a floating parameter) entry.
         """
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
         misshaped = [f"{k}: expected {tuple(p.shape)}, got {tuple(np.shape(data_of(state[k])))}"
                      for k, p in params.items() if k in state and tuple(np.shape(data_of(state[k]))) != p.shape]
+        dtype = lambda v: getattr(data_of(v), "dtype", None) or np.asarray(v).dtype  # arrays, CuPy, lists
+        wrong_kind = [f"{k}: {dtype(state[k])} for a {p.dtype} parameter" for k, p in params.items()
+                      if k in state and dtype(state[k]).kind != p.dtype.kind]
         problems = [f"mis-shaped: {', '.join(misshaped)}"] if misshaped else []
+        problems += [f"wrong kind of number: {', '.join(wrong_kind)}"] if wrong_kind else []
         if strict:
             problems += [f"missing: {', '.join(missing)}"] if missing else []
             problems += [f"unexpected: {', '.join(unexpected)}"] if unexpected else []

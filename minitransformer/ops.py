@@ -11,38 +11,53 @@ from . import backend
 from .tensor import Tensor, _check_device, as_tensor, make_node, traced
 
 
-def _as_operands(a, b):
-    """Both operands as Tensors on one device (numbers take the other operand's dtype)."""
+def _as_operands(a, b, op):
+    """Both operands as Tensors on one device. A number, list or array beside a floating Tensor takes
+    that Tensor's dtype (as PyTorch does with scalars): a float32 graph stays float32 even when it
+    meets a float64 NumPy value. Complex numbers, strings and objects are refused, naming the op."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if type(a.data) is not type(b.data):
             _check_device((a, b))
         return a, b
-    a = as_tensor(a, like=b if isinstance(b, Tensor) else None)
-    b = as_tensor(b, like=a)
+    tensor, other = (a, b) if isinstance(a, Tensor) else (b, a)
+    other = _operand(other, tensor, op)
+    a, b = (tensor, other) if isinstance(a, Tensor) else (other, tensor)
     if type(a.data) is not type(b.data):
         _check_device((a, b))
     return a, b
+
+
+def _operand(x, like, op):
+    """x (not a Tensor) as a constant Tensor for an op with Tensor `like`; see _as_operands."""
+    kind = getattr(x, "dtype", None)
+    kind = kind.kind if kind is not None else np.asarray(x).dtype.kind
+    if kind not in "biuf":
+        raise TypeError(f"{op}: cannot combine a {like.dtype} Tensor with a value of dtype kind {kind!r} "
+                        f"({type(x).__name__}); only real numbers and booleans")
+    if like.dtype.kind == "f":
+        return Tensor(backend.asarray(x, dtype=like.dtype))
+    return as_tensor(x)                              # an integer Tensor: NumPy's promotion rules
 
 
 # -------------------------------------------------------------------- elementwise binary ops
 @traced
 def add(a, b):
     """d(a+b)/da = 1, d(a+b)/db = 1 (the engine unbroadcasts)."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "add")
     return make_node(a.data + b.data, (a, b), lambda g: (g, g), "add")
 
 
 @traced
 def sub(a, b):
     """d(a-b)/da = 1, d(a-b)/db = -1."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "sub")
     return make_node(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
 
 
 @traced
 def mul(a, b):
     """d(ab)/da = b, d(ab)/db = a."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "mul")
     return make_node(a.data * b.data, (a, b),
                 lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
 
@@ -50,7 +65,7 @@ def mul(a, b):
 @traced
 def div(a, b):
     """d(a/b)/da = 1/b, d(a/b)/db = -a/b^2."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "div")
     out = a.data / b.data
     return make_node(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
                                         -g * out / b.data if b.requires_grad else None), "div")
@@ -59,7 +74,7 @@ def div(a, b):
 @traced
 def pow(a, p):
     """d(a^p)/da = p a^(p-1); with a tensor exponent also d(a^p)/dp = a^p log a."""
-    a, p = _as_operands(a, p)
+    a, p = _as_operands(a, p, "pow")
     out = a.data ** p.data
     return make_node(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
                                         g * out * backend.xp.log(a.data) if p.requires_grad else None), "pow")
@@ -84,7 +99,7 @@ def transpose_matmul(a, b):
 @traced
 def matmul(a, b):
     """C = A B (batched, broadcast over leading axes): dA = dC B^T, dB = A^T dC."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "matmul")
     A, B = a.data, b.data
     if A.ndim < 2 or B.ndim < 2:  # vectors: lift to matrices, matmul, then squeeze the axis back
         A2 = A[None, :] if A.ndim == 1 else A
@@ -137,7 +152,7 @@ def relu(a):
 @traced
 def where(cond, a, b):
     """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
-    a, b = _as_operands(a, b)
+    a, b = _as_operands(a, b, "where")
     c = cond.data if isinstance(cond, Tensor) else backend.asarray(cond)
     xp = backend.xp
     return make_node(xp.where(c, a.data, b.data), (a, b),
@@ -153,10 +168,15 @@ def masked_fill(a, mask, value):
 
 # -------------------------------------------------------------------- reductions
 def _axes(axis, ndim):
-    """The reduced axes as a tuple of non-negative ints: _axes(-1, 3) -> (2,); None -> all axes."""
+    """The reduced axes as a tuple of non-negative ints: _axes(-1, 3) -> (2,); None -> all axes.
+    An axis outside [-ndim, ndim) is an error, as in NumPy (no wrapping around)."""
     if axis is None:
         return tuple(range(ndim))
-    return tuple(ax % ndim for ax in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    for ax in axes:
+        if not -ndim <= ax < ndim:
+            raise ValueError(f"axis {ax} is out of range for a tensor of {ndim} dimensions")
+    return tuple(ax % ndim for ax in axes)
 
 
 def _restore_axes(g, axes, keepdims):

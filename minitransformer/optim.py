@@ -28,9 +28,12 @@ class Adam:
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0):
         self.params = list(params)
-        assert self.params, "Adam got an empty parameter list"
-        assert 0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0, f"betas must lie in [0, 1), got {betas}"
-        assert eps >= 0.0 and weight_decay >= 0.0, "eps and weight_decay must be non-negative"
+        if not self.params:
+            raise ValueError("Adam got an empty parameter list")
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"Adam: betas must lie in [0, 1), got {betas}")
+        if not (eps >= 0.0 and weight_decay >= 0.0):
+            raise ValueError(f"Adam: eps and weight_decay must be non-negative, got {eps}, {weight_decay}")
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
         self.steps = 0                        # calls to step()
         self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
@@ -133,7 +136,8 @@ class WarmupSchedule:
     """noam_schedule with its settings held: WarmupSchedule(512)(4000) -> 0.000699."""
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        assert d_model > 0 and warmup_steps > 0, "d_model and warmup_steps must be positive"
+        if not (d_model > 0 and warmup_steps > 0):
+            raise ValueError(f"WarmupSchedule: d_model and warmup_steps must be positive, got {d_model}, {warmup_steps}")
         self.d_model, self.warmup_steps, self.scale = int(d_model), int(warmup_steps), float(scale)
 
     def __call__(self, step):

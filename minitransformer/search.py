@@ -22,6 +22,7 @@ import numpy as np
 from . import backend
 from . import functional as F
 from .attention import padding_mask
+from .config import check_int, check_real
 from .data import encode_sources
 from .tensor import Tensor
 
@@ -102,6 +103,7 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
 
     Sentences are decoded as one batch; a finished sentence leaves the batch (its rows are dropped).
     """
+    check_search_args("greedy_search", max_len_a=max_len_a, max_len_b=max_len_b)
     src_ids, lens = encode_sources(src, model.config.pad_id, model.config.eos_id)
     results = [None] * len(lens)
     if not len(lens):
@@ -150,9 +152,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     output could score better under lp. return_attention=True adds the cross-attention of each
     sentence's best hypothesis (collect_attention).
     """
-    if beam_size < 1 or not 1 <= nbest <= beam_size:
-        raise ValueError(f"beam_search: need beam_size >= 1 and 1 <= nbest <= beam_size, got "
-                         f"beam_size={beam_size}, nbest={nbest}")
+    check_search_args("beam_search", beam_size, nbest, alpha, max_len_a, max_len_b)
     config, k = model.config, beam_size
     src_ids, lens = encode_sources(src, config.pad_id, config.eos_id)
     finished = [[] for _ in lens]                         # per sentence: Hypotheses, best first, <= k
@@ -262,16 +262,36 @@ def collect_attention(model, src_ids, tgt_ids):
             "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
 
 
+def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max_len_b=50, batch_size=1):
+    """Refuse, in one sentence naming the argument, search settings that make no sense."""
+    check_int(owner, "beam_size", beam_size, 1)
+    check_int(owner, "nbest", nbest, 1)
+    if nbest > beam_size:
+        raise ValueError(f"{owner}: nbest ({nbest}) cannot exceed beam_size ({beam_size})")
+    check_real(owner, "alpha", alpha, 0.0)
+    check_real(owner, "max_len_a", max_len_a, 0.0)
+    check_int(owner, "max_len_b", max_len_b, 0)
+    if max_len_a == 0 and max_len_b == 0:
+        raise ValueError(f"{owner}: max_len_a and max_len_b are both 0: every translation would be empty")
+    check_int(owner, "batch_size", batch_size, 1)
+
+
 def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
                     batch_size=64):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search, tokenizer.decode. Returns a list of strings in the order
     of `lines`, or with nbest > 1 a list of n-best lists of strings. beam_size=1 with nbest=1 is
-    greedy_search. Special ids (<pad>, </s>) that the tokenizer makes of literal text are dropped.
+    greedy_search. Every argument and every line is checked before any search: a line longer than
+    the model's positions is a ValueError naming it (1-based).
     """
-    c = model.config
+    check_search_args("translate_lines", beam_size, nbest, alpha, max_len_a, max_len_b, batch_size)
     encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    ids = [[i for i in s if i not in (c.pad_id, c.eos_id)] for s in encode(list(lines))]
+    ids = encode(list(lines))
+    longest = model.config.max_len - 1                                  # x </s> must fit the positions
+    for n, s in enumerate(ids, 1):
+        if len(s) > longest:
+            raise ValueError(f"line {n} has {len(s):,} tokens, but the model's positions hold at most "
+                             f"{longest:,} (max_len {model.config.max_len} with </s>): shorten or split it")
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [None] * len(ids)
     for start in range(0, len(order), batch_size):

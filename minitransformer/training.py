@@ -72,6 +72,9 @@ class Trainer:
         self.out_dir, self.callbacks, self.tokenizer_path = out_dir, list(callbacks), tokenizer_path
         self.log = log or tqdm.write
         run, ids = self.config, model.config  # the run's settings; the model's special ids
+        if tokenizer is not None and tokenizer.vocab_size != ids.vocab_size:
+            raise ValueError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model was built for "
+                             f"{ids.vocab_size:,}: build it with vocab_size=tokenizer.vocab_size")
         self.optimizer = Adam(model.parameters(), lr=0.0, betas=run.betas, eps=run.eps)
         self.schedule = WarmupSchedule(ids.d_model, run.warmup_steps, run.lr_scale)
         self.iterator = BatchIterator(train_pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id, seed=run.seed)

@@ -274,7 +274,7 @@ def test_mha_parameters_and_errors():
     w = m.w_qkv.weight.numpy()
     bound = math.sqrt(6 / 128)
     assert 0.9 * bound < np.abs(w).max() <= bound
-    with pytest.raises(AssertionError, match="split evenly"):
+    with pytest.raises(ValueError, match="split evenly"):
         MultiHeadAttention(10, 3)
 
 

@@ -165,20 +165,27 @@ def test_special_tokens_never_split_nor_learned():
     lines = ["<s>hello</s> <mask> world<pad>"] * 20
     tok = BPE.train(lines, 300, special_tokens=["<mask>"])
     assert tok.special_tokens == ["<pad>", "<s>", "</s>", "<mask>"] and tok.offset == 4
-    assert tok.encode("<s>hello</s> <mask>")[0] == 1 and 3 in tok.encode("x<mask>y")
-    assert tok.encode("a<mask>b") == tok.encode("a") + [3] + tok.encode("b")
+    assert tok.encode("<s>hello</s> <mask>", special=True)[0] == 1 and 3 in tok.encode("x<mask>y", special=True)
+    assert tok.encode("a<mask>b", special=True) == tok.encode("a") + [3] + tok.encode("b")
     for token in tok.vocab[tok.offset:]:
         assert not any(t.encode() in token for t in tok.special_tokens)
     assert len(tok.encode("hello")) == 1 and len(tok.encode(" world")) == 1  # the words were learned
-    plain = tok.encode("<mask>", special=False)
-    assert 3 not in plain and tok.decode(plain) == "<mask>"
+    for text in ("<mask>", "<pad>", "</s>"):              # text is text, unless special=True is asked for
+        plain = tok.encode(text)
+        assert not set(plain) & {0, 1, 2, 3} and tok.decode(plain) == text
 
 
 def test_special_tokens_bad():
-    with pytest.raises(AssertionError, match="non-empty"):
+    with pytest.raises(ValueError, match="non-empty"):
         BPE(special_tokens=[""])
-    with pytest.raises(AssertionError, match="repeated"):
+    with pytest.raises(ValueError, match="repeated"):
         BPE(special_tokens=["<m>", "<m>"])
+    with pytest.raises(ValueError, match="pattern is empty"):
+        BPE(pattern="")
+    with pytest.raises(ValueError, match="merge 1 .* repeats merge 0"):
+        BPE(merges=[(100, 101), (100, 101)])
+    with pytest.raises(ValueError, match="too large"):
+        BPE.train(["a b"], 2_000_000)
 
 
 # ---- files --------------------------------------------------------------------------------------

@@ -220,3 +220,28 @@ def test_mixing_backends_raises_naming_both_devices():
         b = mt.tensor([1.0, 2.0])
         with pytest.raises(RuntimeError, match=r"cpu \(NumPy\) and gpu \(CuPy\)"):
             a * b
+
+
+def test_a_float32_graph_stays_float32_beside_float64_values():
+    x = mt.tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True)
+    for other in (np.full((2, 3), 0.5), [0.5, 0.25, 2.0], np.float64(0.5), 2, True):
+        for y in (x + other, other * x, x - other, other / (x + 1.0), mt.where(np.ones((2, 3), bool), x, other)):
+            assert y.dtype == np.float32, (type(other), y.dtype)
+    (x * np.full((2, 3), 2.0)).sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_complex_and_string_operands_are_refused_naming_the_op():
+    x = mt.tensor(np.ones(3, dtype=np.float32))
+    with pytest.raises(TypeError, match="add: cannot combine a float32 Tensor"):
+        x + np.ones(3, dtype=complex)
+    with pytest.raises(TypeError, match="mul: cannot combine"):
+        x * "abc"
+
+
+def test_reduction_over_a_missing_axis_is_an_error_as_in_numpy():
+    x = mt.tensor(np.ones((2, 3), dtype=np.float32))
+    for reduce in (lambda t: t.sum(axis=2), lambda t: t.mean(axis=-3), lambda t: t.max(axis=(0, 5))):
+        with pytest.raises(ValueError, match="out of range for a tensor of 2 dimensions"):
+            reduce(x)
+    assert x.sum(axis=-1).shape == (2,)

@@ -318,3 +318,35 @@ def test_no_checkpoint_is_written_with_non_finite_weights(task, tmp_path):
     with pytest.raises(TrainingError, match=r"NaN or infinity .* the last good checkpoint is .*checkpoint_0000002\.npz"):
         trainer.save()
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == ["checkpoint_0000002.npz"]
+
+
+def test_checkpoint_files_that_cannot_be_a_model_are_refused(tmp_path):
+    np.save(tmp_path / "weights.npy", np.ones(3, np.float32))
+    os.rename(tmp_path / "weights.npy", tmp_path / "renamed.npz")
+    with pytest.raises(ckpt.CheckpointError, match=r"renamed.npz holds a single array \(.npy\)"):
+        ckpt.load(tmp_path / "renamed.npz")
+    meta = {"config": TransformerConfig.tiny(vocab_size=300).to_dict(), "step": 1}
+    for name, array, message in (("int.npz", np.ones(4, np.int32), "holds int32 values"),
+                                 ("nan.npz", np.array([1.0, np.nan], np.float32), "holds NaN or infinity")):
+        ckpt.save(tmp_path / name, {"w": array}, meta)
+        with pytest.raises(ckpt.CheckpointError, match=f"{name}: model/w {message}"):
+            ckpt.load(tmp_path / name)
+
+
+def test_a_tokenizer_that_does_not_fit_the_model_is_named(task, tmp_path):
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=1), str(tmp_path), log=quiet)
+    trainer.train()
+    other = tmp_path / "other.json"
+    BPE().save(other)                                                    # 259 ids: no merges
+    with pytest.raises(ckpt.CheckpointError, match=r"other.json has 259 ids but the model in .* was built for 300"):
+        ckpt.load_model(trainer.last_checkpoint, str(other))
+    with pytest.raises(ValueError, match="the tokenizer has 259 ids but the model was built for 300"):
+        Trainer(tiny_model(tok), BPE.load(other), pairs, None, config(steps=1), log=quiet)
+
+
+def test_bleu_of_nothing_is_an_error_not_an_index_error():
+    with pytest.raises(ValueError, match="hypotheses are empty"):
+        corpus_bleu([], [[]])
+    with pytest.raises(ValueError, match="reference list 1 has 1 sentences but there are 2"):
+        corpus_bleu(["a", "b"], [["a"]])

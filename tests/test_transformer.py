@@ -64,9 +64,12 @@ def test_config_to_and_from_json():
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(d_model=100, n_heads=8), "split evenly across heads"),
-    (dict(d_model=0), "d_model must be a positive integer"),
+    (dict(d_model=0), "d_model must be an integer of at least 1"),
+    (dict(d_model="512"), "d_model must be an integer"),
+    (dict(dropout=None), "dropout must be a finite number"),
+    (dict(norm_first="yes"), "norm_first must be true or false"),
     (dict(positional="rotary"), "positional must be"),
-    (dict(dropout=1.0), r"dropout must lie in \[0, 1\)"),
+    (dict(dropout=1.0), r"dropout must be a finite number in \[0.0, 1.0\)"),
     (dict(bos_id=0), "three different tokens"),
     (dict(vocab_size=2), "outside the vocabulary"),
     (dict(d_model=9, n_heads=3, positional="sinusoidal"), "must be even"),

@@ -1,0 +1,120 @@
+"""A/B timing of two versions of the package in ONE process, interleaved: the working tree against a
+git revision (default HEAD), so that machine noise hits both alike. Use it before and after any
+change that could touch speed, and report the ratio.
+
+    python benchmarks/compare_versions.py                       # working tree vs HEAD
+    python benchmarks/compare_versions.py --base 7b531d2 --repeats 15 --preset small
+
+Two workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
+smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, and the engine's
+overhead per node (a chain of relu(h * w + b) on (16, 16) float32, as benchmarks/engine_overhead.py).
+The revision is exported with `git archive` into a temporary directory and imported under another
+package name; the package imports itself only relatively, so both copies live side by side.
+"""
+import argparse
+import importlib
+import io
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def import_revision(rev, where):
+    """The package as of git revision `rev`, imported as minitransformer_base."""
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minitransformer"],
+                         check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(where, filter="data")
+    (Path(where) / "minitransformer").rename(Path(where) / "minitransformer_base")
+    sys.path.insert(0, where)
+    return importlib.import_module("minitransformer_base")
+
+
+def training_step(mt, preset, vocab, batch_shapes, seed=0):
+    """A closure running one update of `preset` on fixed random batches, with package `mt`."""
+    mt.backend.seed(seed)
+    config = getattr(mt.transformer.TransformerConfig, preset)(vocab_size=vocab)
+    model = mt.transformer.Transformer(config)
+    adam = mt.optim.Adam(model.parameters(), lr=1e-4)
+    rng = np.random.default_rng(seed)
+    batches = [mt.data.Batch([(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist())
+                              for _ in range(b)], 0, 1, 2) for b, s, t in batch_shapes]
+    state = {"i": 0}
+
+    def step():
+        batch = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = mt.functional.cross_entropy(logits, batch.tgt_out, ignore_index=0, label_smoothing=0.1)
+        loss.backward()
+        adam.step()
+        adam.zero_grad()
+    return step
+
+
+def engine_chain(mt, depth=100, size=16):
+    """A closure building and back-propagating a chain of `depth` relu(h * w + b) blocks."""
+    rng = np.random.default_rng(0)
+    x = mt.tensor(rng.standard_normal((size, size)).astype(np.float32), requires_grad=True)
+    w = mt.tensor((0.5 * rng.standard_normal((size, size))).astype(np.float32), requires_grad=True)  # no overflow
+    b = mt.tensor(rng.standard_normal((size, size)).astype(np.float32), requires_grad=True)
+
+    def step():
+        h = x
+        for _ in range(depth):
+            h = (h * w + b).relu()
+        h.sum().backward()
+    return step
+
+
+def interleaved(steps, repeats, warmup=2):
+    """{name: [seconds, ...]} timing each closure in turn, `repeats` rounds after `warmup` rounds."""
+    for _ in range(warmup):
+        for fn in steps.values():
+            fn()
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, fn in steps.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", default="HEAD", help="git revision to compare the working tree against (default: HEAD)")
+    p.add_argument("--preset", default="tiny", choices=("tiny", "small", "base"), help="default: tiny")
+    p.add_argument("--repeats", type=int, default=10, help="timed rounds per workload (default: 10)")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import minitransformer as new
+    with tempfile.TemporaryDirectory() as tmp:
+        old = import_revision(args.base, tmp)
+        shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]  # (sentences, source length, target length)
+        workloads = {
+            f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
+            "engine, per node of relu(h*w+b)": lambda m: engine_chain(m),
+        }
+        print(f"working tree (B) vs {args.base} (A), interleaved, {args.repeats} rounds; median [min, max]")
+        for name, make in workloads.items():
+            times = interleaved({"A": make(old), "B": make(new)}, args.repeats)
+            per = 1 / 300 if name.startswith("engine") else 1.0   # 300 graph nodes per chain
+            row = {k: [t * per for t in v] for k, v in times.items()}
+            unit, scale = ("us", 1e6) if name.startswith("engine") else ("ms", 1e3)
+            a, b = (statistics.median(row[k]) for k in "AB")
+            print(f"  {name:34s} A {a * scale:8.1f} {unit} [{min(row['A']) * scale:.1f}, {max(row['A']) * scale:.1f}]"
+                  f"   B {b * scale:8.1f} {unit} [{min(row['B']) * scale:.1f}, {max(row['B']) * scale:.1f}]"
+                  f"   B/A {b / a:.3f}")
+
+
+if __name__ == "__main__":
+    main()
