@@ -58,7 +58,7 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
     if not checked:
         raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check")
     tensors = [t for t in inputs if isinstance(t, Tensor)]
-    saved = [(t.data.dtype, t.grad) for t in tensors]  # restored afterwards: the check leaves no trace
+    saved = [(t.data, t.grad) for t in tensors]  # the very arrays, restored afterwards: no trace left
     for t in tensors:
         if t.data.dtype.kind == "f":
             t.data = t.data.astype(np.float64, order="C")
@@ -77,8 +77,8 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         else:
             raise ValueError(f"gradcheck: unknown mode {mode!r} (use 'auto', 'elementwise' or 'directional')")
     finally:
-        for t, (dtype, grad) in zip(tensors, saved):
-            t.data, t.grad = t.data.astype(dtype), grad
+        for t, (data, grad) in zip(tensors, saved):
+            t.data, t.grad = data, grad
     return True
 
 

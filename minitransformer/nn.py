@@ -160,8 +160,13 @@ class Module:
         if problems:
             raise ValueError(f"load_state_dict into {type(self).__name__} failed; " + "; ".join(problems))
         for k, p in params.items():
-            if k in state:  # a copy, so that the module never shares memory with `state`
-                p.data = backend.asarray(data_of(state[k]), dtype=p.dtype).copy()
+            if k not in state:
+                continue
+            value = backend.asarray(data_of(state[k]), dtype=p.dtype)
+            if backend.device_of(p.data) == backend.device:
+                p.data[...] = value   # in place: views into the parameter (Adam's flat buffer) stay valid
+            else:                     # a model built on the other device moves to the current one
+                p.data = value.copy()
 
     def extra_repr(self):
         return ""

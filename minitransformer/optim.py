@@ -1,7 +1,7 @@
 """Optimisation: Adam with the paper's betas, the warmup schedule of eq. (3), gradient-norm clipping.
 
-Every update runs in place on the parameters' arrays (no new arrays per step beyond one scratch
-buffer), so it costs a few passes over memory. The state splits into JSON-able scalars and named
+Every update runs in place on one flat buffer of all parameters (no new arrays per step), so it
+costs a few passes over memory. The state splits into JSON-able scalars and named
 arrays, so a checkpoint stores it without pickle. Left out on purpose: parameter groups, AMSGrad,
 other optimisers (the paper uses only Adam).
 """
@@ -22,8 +22,11 @@ class Adam:
     Note: the paper's beta2 = 0.98 and eps = 1e-9, not Adam's usual 0.999 and 1e-8.
     Note: weight_decay (0 in the paper) is decoupled, as in AdamW: p = p - lr * weight_decay * p.
 
-    Moments have the dtype of their parameter (float32 in training) and live on its backend. A
-    parameter whose .grad is None is skipped, and its own step count t does not advance.
+    One flat buffer per dtype holds every parameter side by side (each `p.data` becomes a view into
+    it), and flat buffers beside it hold the gradients and the moments, so an update is a handful of
+    whole-buffer operations instead of a dozen per parameter (on a GPU: a handful of kernel launches).
+    A parameter whose .grad is None is skipped, and its own step count t does not advance; a run of
+    parameters updated together must share t, so skipping splits the update into a few runs.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0):
@@ -37,51 +40,81 @@ class Adam:
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
         self.steps = 0                        # calls to step()
         self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
-        self.m = [None] * len(self.params)    # first moments, made at a parameter's first update
-        self.v = [None] * len(self.params)    # second moments
-        self._scratch = {}                    # dtype -> one flat buffer as big as the largest parameter
+        self.flat = {}                        # dtype -> {"data", "grad", "m", "v", "scratch"}: flat arrays
+        self.where = []                       # per parameter: (dtype, start, stop) in its flat arrays
+        xp = backend.xp
+        for dtype in dict.fromkeys(p.data.dtype for p in self.params):
+            group = [i for i, p in enumerate(self.params) if p.data.dtype == dtype]
+            size = sum(self.params[i].data.size for i in group)
+            self.flat[dtype] = {k: xp.zeros(size, dtype=dtype) for k in ("data", "grad", "m", "v", "scratch")}
+        starts = {dtype: 0 for dtype in self.flat}
+        for p in self.params:
+            start = starts[p.data.dtype]
+            starts[p.data.dtype] = stop = start + p.data.size
+            self.where.append((p.data.dtype, start, stop))
+        self._views = [self._view(i, "data") for i in range(len(self.params))]
+        for p, view in zip(self.params, self._views):
+            view[...] = p.data
+            p.data = view                     # the parameter now lives in the flat buffer
 
-    def _buffer(self, a):
-        """A scratch array shaped like `a`, a view into one buffer reused by every parameter."""
-        buf = self._scratch.get(a.dtype)
-        if buf is None or buf.size < a.size:
-            size = max(p.data.size for p in self.params)
-            buf = self._scratch[a.dtype] = backend.xp.empty(max(size, a.size), dtype=a.dtype)
-        return buf[:a.size].reshape(a.shape)
+    def _view(self, i, kind):
+        """Parameter i's part of the flat `kind` array, shaped like the parameter."""
+        dtype, start, stop = self.where[i]
+        return self.flat[dtype][kind][start:stop].reshape(self.params[i].data.shape)
+
+    @property
+    def m(self):
+        """First moments, one view per parameter (None before the parameter's first update)."""
+        return [self._view(i, "m") if t else None for i, t in enumerate(self.t)]
+
+    @property
+    def v(self):
+        """Second moments, one view per parameter (None before the parameter's first update)."""
+        return [self._view(i, "v") if t else None for i, t in enumerate(self.t)]
 
     def step(self, lr=None):
         """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr."""
         if lr is not None:
             self.lr = float(lr)
-        b1, b2 = self.betas
-        xp = backend.xp
+        runs = []                             # (dtype, start, stop, t): neighbours updated together
         for i, p in enumerate(self.params):
-            g = p.grad
-            if g is None:
+            if p.data is not self._views[i]:  # replaced since (load_state_dict, a gradcheck): take it back
+                self._views[i][...] = p.data
+                p.data = self._views[i]
+            if p.grad is None:
                 continue
-            if self.m[i] is None:
-                self.m[i] = xp.zeros_like(p.data)
-                self.v[i] = xp.zeros_like(p.data)
+            self._view(i, "grad")[...] = p.grad
             self.t[i] += 1
-            m, v, buf = self.m[i], self.v[i], self._buffer(p.data)
-            m *= b1                              # m = b1 m + (1 - b1) g
-            xp.multiply(g, 1.0 - b1, out=buf)
-            m += buf
-            v *= b2                              # v = b2 v + (1 - b2) g^2
-            xp.multiply(g, g, out=buf)
-            buf *= 1.0 - b2
-            v += buf
-            # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias
-            # corrections folded into two scalars: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2))
-            bc1, bc2 = 1.0 - b1 ** self.t[i], math.sqrt(1.0 - b2 ** self.t[i])
-            xp.sqrt(v, out=buf)
-            buf += self.eps * bc2
-            xp.divide(m, buf, out=buf)
-            buf *= -self.lr * bc2 / bc1
-            if self.weight_decay:
-                p.data *= 1.0 - self.lr * self.weight_decay
-            p.data += buf
+            dtype, start, stop = self.where[i]
+            if runs and runs[-1][0] == dtype and runs[-1][2] == start and runs[-1][3] == self.t[i]:
+                runs[-1][2] = stop
+            else:
+                runs.append([dtype, start, stop, self.t[i]])
+        for dtype, start, stop, t in runs:
+            self._update(*(self.flat[dtype][k][start:stop] for k in ("data", "grad", "m", "v", "scratch")), t)
         self.steps += 1
+
+    def _update(self, p, g, m, v, buf, t):
+        """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients."""
+        xp = backend.xp
+        b1, b2 = self.betas
+        m *= b1                              # m = b1 m + (1 - b1) g
+        xp.multiply(g, 1.0 - b1, out=buf)
+        m += buf
+        v *= b2                              # v = b2 v + (1 - b2) g^2
+        xp.multiply(g, g, out=buf)
+        buf *= 1.0 - b2
+        v += buf
+        # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias
+        # corrections folded into two scalars: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2))
+        bc1, bc2 = 1.0 - b1 ** t, math.sqrt(1.0 - b2 ** t)
+        xp.sqrt(v, out=buf)
+        buf += self.eps * bc2
+        xp.divide(m, buf, out=buf)
+        buf *= -self.lr * bc2 / bc1
+        if self.weight_decay:
+            p *= 1.0 - self.lr * self.weight_decay
+        p += buf
 
     def zero_grad(self):
         """Forget every gradient (set .grad to None, so the next backward writes fresh arrays)."""
@@ -95,9 +128,9 @@ class Adam:
                    "weight_decay": self.weight_decay, "steps": self.steps, "t": list(self.t),
                    "n_params": len(self.params)}
         arrays = {}
-        for i, (m, v) in enumerate(zip(self.m, self.v)):
-            if m is not None:
-                arrays[f"m.{i}"], arrays[f"v.{i}"] = backend.to_numpy(m), backend.to_numpy(v)
+        for i, t in enumerate(self.t):
+            if t:
+                arrays[f"m.{i}"], arrays[f"v.{i}"] = (backend.to_numpy(self._view(i, k)).copy() for k in "mv")
         return scalars, arrays
 
     def load_state_dict(self, scalars, arrays):
@@ -110,14 +143,15 @@ class Adam:
         self.weight_decay, self.steps, self.t = float(scalars["weight_decay"]), int(scalars["steps"]), list(scalars["t"])
         for i, p in enumerate(self.params):
             if f"m.{i}" not in arrays:
-                self.m[i] = self.v[i] = None
                 continue
             m, v = np.asarray(arrays[f"m.{i}"]), np.asarray(arrays[f"v.{i}"])
             if m.shape != p.data.shape or v.shape != p.data.shape:
                 raise ValueError(f"optimizer state for parameter {i} has shape {m.shape}, but the "
                                  f"parameter has shape {p.data.shape}")
-            self.m[i] = backend.asarray(m, dtype=p.data.dtype)
-            self.v[i] = backend.asarray(v, dtype=p.data.dtype)
+        for i, p in enumerate(self.params):   # checked first, so a bad state changes nothing
+            for k in "mv":
+                self._view(i, k)[...] = backend.asarray(arrays[f"{k}.{i}"], dtype=p.data.dtype) \
+                    if f"m.{i}" in arrays else 0
 
 
 def noam_schedule(step, d_model, warmup_steps=4000, scale=1.0):

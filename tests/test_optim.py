@@ -191,3 +191,46 @@ def test_clip_grad_norm_bound(values, max_norm):
     norm = clip_grad_norm([p], max_norm)
     assert norm == pytest.approx(float(np.linalg.norm(values)), rel=1e-9, abs=1e-12)
     assert np.linalg.norm(backend.to_numpy(p.grad)) <= max_norm * (1 + 1e-9)
+
+
+def reference_adam(p, g, m, v, t, lr, b1=0.9, b2=0.98, eps=1e-9):
+    """Adam on one parameter, in float64 NumPy, straight from the formulas (no folding, no flat buffer)."""
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    return p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps), m, v
+
+
+def test_flat_buffer_update_equals_per_parameter_adam_with_skips(xp_backend):
+    """Parameters live in one flat buffer; skipping some splits the update into runs with their own t."""
+    rng = np.random.default_rng(0)
+    shapes = [(3, 4), (4,), (2, 2, 2), (5,)]
+    ps = [param(rng.standard_normal(s)) for s in shapes]
+    ref = [(p.numpy().copy(), np.zeros(p.shape), np.zeros(p.shape), 0) for p in ps]
+    opt = Adam(ps, lr=0.1)
+    assert all(backend.xp.shares_memory(p.data, opt.flat[p.dtype]["data"]) for p in ps)
+    for step, present in enumerate([(0, 1, 2, 3), (0, 2), (1, 2, 3), (0, 1, 2, 3)]):
+        opt.zero_grad()
+        for i in present:
+            g = rng.standard_normal(shapes[i])
+            set_grad(ps[i], g)
+            p, m, v, t = ref[i]
+            ref[i] = (*reference_adam(p, g, m, v, t + 1, 0.1), t + 1)
+        opt.step()
+        for p, (want, _, _, _) in zip(ps, ref):
+            np.testing.assert_allclose(p.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert opt.t == [3, 3, 4, 3]
+
+
+def test_replaced_parameter_arrays_are_taken_back_into_the_buffer(xp_backend):
+    """load_state_dict writes in place; an array replaced from outside is copied back in at the next step."""
+    model = mt.nn.Linear(3, 2)
+    opt = Adam(model.parameters(), lr=0.1)
+    model.load_state_dict({"weight": np.ones((3, 2), np.float32), "bias": np.zeros(2, np.float32)})
+    assert backend.xp.shares_memory(model.weight.data, opt.flat[model.weight.dtype]["data"])
+    model.bias.data = backend.asarray(np.full(2, 5.0, np.float32))              # replaced, not written into
+    model.weight.grad = backend.xp.zeros((3, 2), np.float32)
+    model.bias.grad = backend.xp.ones(2, np.float32)
+    opt.step()
+    assert backend.xp.shares_memory(model.bias.data, opt.flat[model.bias.dtype]["data"])
+    np.testing.assert_allclose(model.bias.numpy(), 5.0 - 0.1, rtol=1e-6)        # Adam's first step moves by lr
+    np.testing.assert_allclose(model.weight.numpy(), 1.0)
