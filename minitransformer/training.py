@@ -27,7 +27,6 @@ from .data import BatchIterator, encode_pairs
 from .metrics import corpus_bleu, exact_match, perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
 from .search import translate_lines
-from .tensor import no_grad
 
 
 # ---------------------------------------------------------------- training
@@ -63,7 +62,8 @@ class Trainer:
     Writes out_dir/log.jsonl (one JSON object per logged step and per evaluation) and checkpoints
     out_dir/checkpoint_<step>.npz (the last `keep`) and out_dir/checkpoint_best.npz (best BLEU).
     `callbacks` are called as cb(trainer) after every update; one may raise KeyboardInterrupt (a
-    checkpoint is saved, train() returns with stopped="interrupted").
+    checkpoint is saved, train() returns with stopped="interrupted"). SIGTERM is handled the same
+    way (stopped="terminated"); see docs/reliability.md.
     """
 
     def __init__(self, model, tokenizer, train_pairs, valid=None, config=None, out_dir=None,

@@ -5,7 +5,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "minitransformer"
 DOC = PACKAGE.parent / "docs" / "architecture.md"
