@@ -25,11 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer.bpe import BPE  # noqa: E402
-from minitransformer.data import encode_pairs, read_parallel  # noqa: E402
+from minitransformer.checkpoint import list_checkpoints  # noqa: E402
+from minitransformer.data import read_parallel  # noqa: E402
+from minitransformer.metrics import corpus_bleu  # noqa: E402
+from minitransformer.pipeline import prepare_training  # noqa: E402
 from minitransformer.search import translate_lines  # noqa: E402
-from minitransformer.training import Trainer, TrainingConfig, corpus_bleu, list_checkpoints  # noqa: E402
-from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
+from minitransformer.training import TrainingConfig  # noqa: E402
+from minitransformer.transformer import TransformerConfig  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file
@@ -117,30 +119,20 @@ def main(argv=None):
     files = find_files(args.data_dir)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    # 1. a joint BPE over German and English training text
-    tok_path = args.out / "tokenizer.json"
-    if tok_path.exists():
-        tok = BPE.load(tok_path)
-    else:
-        tok = BPE.train([files["train.de"], files["train.en"]], args.vocab_size)
-        tok.save(tok_path)
-    train_src, train_tgt = read_parallel(files["train.de"], files["train.en"])
-    pairs, report = encode_pairs(train_src, train_tgt, tok, max_len=256)
-    print(f"BPE: {tok.vocab_size} ids; training data: {report}")
-
-    # 2. train
-    mt.seed(args.seed)
-    model = Transformer(getattr(TransformerConfig, args.config)(vocab_size=tok.vocab_size))
-    tc = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum, warmup_steps=args.warmup,
-                        lr_scale=args.lr_scale, eval_every=args.eval_every, save_every=args.save_every,
-                        keep=max(args.average, 1), seed=args.seed, eval_sentences=300,
-                        progress=not args.no_progress)
-    valid = read_parallel(files["val.de"], files["val.en"])
-    trainer = Trainer(model, tok, pairs, valid, tc, str(args.out), tokenizer_path=str(tok_path))
-    if args.resume and list_checkpoints(str(args.out)):
-        trainer.resume(list_checkpoints(str(args.out))[-1])
-    print(f"model: {args.config}, {model.num_parameters():,} parameters; "
-          f"{tc.max_tokens * tc.accum:,} tokens per update, {trainer.total_steps} updates")
+    # 1. a joint BPE over German and English training text (learned once, then reused from --out),
+    # 2. the model and the Trainer, resumed from the latest checkpoint with --resume
+    tokenizer_file = args.out / "tokenizer.json"
+    training = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum, warmup_steps=args.warmup,
+                              lr_scale=args.lr_scale, eval_every=args.eval_every, save_every=args.save_every,
+                              keep=max(args.average, 1), seed=args.seed, eval_sentences=300,
+                              progress=not args.no_progress)
+    trainer, tokenizer = prepare_training(
+        *read_parallel(files["train.de"], files["train.en"]),
+        lambda vocab_size: getattr(TransformerConfig, args.config)(vocab_size=vocab_size), training, str(args.out),
+        tokenizer=tokenizer_file if tokenizer_file.exists() else None, vocab_size=args.vocab_size,
+        valid=read_parallel(files["val.de"], files["val.en"]), max_len=256, resume="auto" if args.resume else None)
+    model = trainer.model
+    print(f"{args.config} preset; {trainer.total_steps} updates")
     summary = trainer.train()
     if summary["stopped"] != "done":
         return 130
@@ -155,11 +147,11 @@ def main(argv=None):
     print(f"averaged {len(last)} checkpoints: " + ", ".join(os.path.basename(p) for p in last))
     test_src, test_ref = read_parallel(files["test_2016_flickr.de"], files["test_2016_flickr.en"])
     t0 = time.perf_counter()
-    hyps = translate_lines(model, tok, test_src, beam_size=args.beam, alpha=args.alpha)
+    hyps = translate_lines(model, tokenizer, test_src, beam_size=args.beam, alpha=args.alpha)
     bleu, signature = corpus_bleu(hyps, [test_ref])
     (args.out / "test_2016_flickr.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    for s, r, h in list(zip(test_src, test_ref, hyps))[:3]:
-        print(f"  DE  {s}\n  REF {r}\n  HYP {h}\n")
+    for source, reference, hypothesis in list(zip(test_src, test_ref, hyps))[:3]:
+        print(f"  DE  {source}\n  REF {reference}\n  HYP {hypothesis}\n")
     print(f"test_2016_flickr: BLEU = {bleu:.2f}  ({signature}); beam {args.beam}, alpha {args.alpha}; "
           f"decoding {time.perf_counter() - t0:.0f} s; total {time.perf_counter() - start:.0f} s")
     return 0

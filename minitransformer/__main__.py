@@ -1,4 +1,4 @@
-"""`python -m minitransformer ...`: the command line of cli.py."""
+"""`python -m minitransformer ...`: the command line of minitransformer/cli/."""
 import sys
 
 from .cli import main

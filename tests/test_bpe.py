@@ -1,4 +1,4 @@
-"""Tests of bpe.py and bpe_cli.py: a hand-computed merge sequence, the fast learner against the
+"""Tests of bpe.py and cli/bpe.py: a hand-computed merge sequence, the fast learner against the
 naive one, round trips on arbitrary Unicode, the file format, special tokens, every error path."""
 import argparse
 import gzip
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer import bpe_cli
+from minitransformer import cli
+from minitransformer.cli import bpe as bpe_command
 from minitransformer.bpe import BPE, learn_merges, learn_merges_naive, merge
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -296,7 +297,7 @@ def test_progress_bar(capsys):
 
 def parse(argv):
     parser = argparse.ArgumentParser(prog="minitransformer")
-    bpe_cli.add_parser(parser.add_subparsers(dest="command"))
+    bpe_command.add_parser(parser.add_subparsers(dest="command"))
     return parser.parse_args(argv)
 
 
@@ -306,16 +307,16 @@ def test_cli_in_process(tmp_path, capsys):
         f.write("\n".join(CORPUS) + "\n")
     out = tmp_path / "tok.json"
     args = parse(["bpe", "--input", str(corpus), "--vocab-size", "300", "--output", str(out), "--quiet"])
-    assert args.func is bpe_cli.main and bpe_cli.main(args) == 0
+    assert args.func is bpe_command.run_bpe and bpe_command.run_bpe(args) == 0
     printed = capsys.readouterr().out
     assert "tokens per word" in printed and " s;" in printed
     assert BPE.load(out).merges == BPE.train([corpus], 300).merges
 
 
 def test_cli_errors(tmp_path, capsys):
-    args = parse(["bpe", "--input", str(tmp_path / "nope.txt"), "--vocab-size", "300",
-                  "--output", str(tmp_path / "tok.json"), "--quiet"])
-    assert bpe_cli.main(args) == 1
+    argv = ["bpe", "--input", str(tmp_path / "nope.txt"), "--vocab-size", "300",
+            "--output", str(tmp_path / "tok.json"), "--quiet"]
+    assert cli.main(argv) == 1
     assert "no such file" in capsys.readouterr().err and not (tmp_path / "tok.json").exists()
 
 

@@ -1,44 +1,83 @@
 """The command line: --help of every subcommand, the demo end to end (--quick), train / resume /
-average / translate on files, bleu against a hand-computed case, and errors on bad input."""
+average / translate on files, bleu against a hand-computed case, errors on bad input, and the
+layout of minitransformer/cli/ (subcommands import only common.py and the library)."""
+import ast
 import io
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from minitransformer import checkpoint as ckpt
-from minitransformer import cli, demo_data
+from minitransformer import cli
+from minitransformer.cli import demo
 
-COMMANDS = ["demo", "train", "translate", "bleu", "average"]
+COMMANDS = ["demo", "bpe", "train", "translate", "bleu", "average"]
+CLI_DIR = Path(cli.__file__).resolve().parent
 
 
 def run(argv, capsys, stdin=None, monkeypatch=None):
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    if stdin is not None:  # fileio reads stdin's bytes (sys.stdin.buffer)
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
     code = cli.main(argv)
     out, err = capsys.readouterr()
     return code, out, err
 
 
-@pytest.mark.parametrize("command", COMMANDS + ["bpe"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_help(command, capsys):
-    if command == "bpe":
-        pytest.importorskip("minitransformer.bpe_cli")
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])
     out = capsys.readouterr().out
     assert e.value.code == 0
     assert f"usage: python -m minitransformer {command}" in out
-    assert "example" in out.lower()
+    assert f"examples:\n  python -m minitransformer {command}" in out
 
 
-def test_top_level_help_lists_commands(capsys):
-    with pytest.raises(SystemExit) as e:
-        cli.main(["--help"])
-    out = capsys.readouterr().out
-    assert e.value.code == 0 and all(c in out for c in COMMANDS)
+def test_top_level_help_lists_commands():
+    run = subprocess.run([sys.executable, "-m", "minitransformer", "--help"], cwd=CLI_DIR.parents[1],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout.split("positional arguments:")[1].split("options:")[0]
+    assert all(f"\n    {c}" in listed for c in COMMANDS), listed
+
+
+def cli_imports(path):
+    """The modules of minitransformer.cli that a file of cli/ imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:       # from .common import ..., from . import x
+            found.update([node.module] if node.module else [a.name for a in node.names])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minitransformer.cli"):
+            rest = node.module[len("minitransformer.cli"):].lstrip(".")
+            found.update([rest] if rest else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            found.update(a.name[len("minitransformer.cli."):] for a in node.names
+                         if a.name.startswith("minitransformer.cli."))
+    return {name.split(".")[0] for name in found}
+
+
+def test_subcommands_import_only_common():
+    files = sorted(p for p in CLI_DIR.glob("*.py") if p.name != "__init__.py")
+    assert {p.stem for p in files} >= {"common", "train", "translate", "bpe", "demo"}
+    for path in files:
+        others = cli_imports(path) - {"common"}
+        assert not others, f"cli/{path.name} imports {sorted(others)}: subcommands share only cli/common.py"
+    assert cli_imports(CLI_DIR / "common.py") == set()
+
+
+def test_every_subcommand_runs_through_run_name():
+    parser = cli.build_parser()
+    for command in COMMANDS:
+        args = parser.parse_args([command] + {"demo": [], "bpe": ["--input", "x", "--vocab-size", "300", "--output", "y"],
+                                              "train": ["--train-src", "a", "--train-tgt", "b", "--out", "c"],
+                                              "translate": ["--checkpoint", "c"], "bleu": ["h", "r"],
+                                              "average": ["c", "--output", "o"]}[command])
+        assert args.func.__name__ == f"run_{command}"
 
 
 def test_demo_quick_end_to_end(tmp_path, capsys):
@@ -57,8 +96,10 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
 def corpus(tmp_path_factory):
     """Small train/valid files of the generated task, and the paths of a short trained run."""
     d = tmp_path_factory.mktemp("corpus")
-    (trs, trt), (vs, vt), _ = demo_data.make_splits(200, 10, 0, seed=5, max_numbers=2, max_digits=2)
-    for name, lines in dict(train_src=trs, train_tgt=trt, valid_src=vs, valid_tgt=vt).items():
+    (train_src, train_tgt), (valid_src, valid_tgt), _ = demo.make_splits(200, 10, 0, seed=5, max_numbers=2,
+                                                                          max_digits=2)
+    for name, lines in dict(train_src=train_src, train_tgt=train_tgt, valid_src=valid_src,
+                            valid_tgt=valid_tgt).items():
         (d / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     cfg = d / "config.json"
     cfg.write_text(json.dumps({"preset": "tiny", "d_model": 32, "d_ff": 64, "n_heads": 2, "n_layers": 1}))

@@ -1,8 +1,8 @@
-"""The demo task: number_to_words against hand-written answers, determinism by seed, disjoint splits."""
+"""The demo task of cli/demo.py: number_to_words against hand-written answers, determinism by seed, disjoint splits."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.demo_data import generate, make_splits, number_to_words, split
+from minitransformer.cli.demo import generate, make_splits, number_to_words, split
 
 KNOWN = {
     0: "zero", 7: "seven", 10: "ten", 13: "thirteen", 19: "nineteen", 20: "twenty", 40: "forty",

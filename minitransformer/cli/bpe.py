@@ -1,18 +1,17 @@
-"""`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as JSON.
+"""`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as JSON,
+and report the time taken and the compression on the input.
 
-Adds the subcommand's parser (add_parser) and its entry point (main); cli.py wires them in.
-Leaves out encoding corpora to ids: data.py does that when training.
+Left out on purpose: encoding corpora to ids (data.py does that when training), other tokenizers.
 """
-import argparse
-import sys
 import time
 from pathlib import Path
 
-from .bpe import BPE, read_text
+from minitransformer.bpe import BPE
+from minitransformer.fileio import read_text
 
-EXAMPLE = """example:
-  python -m minitransformer bpe --input train.de.gz train.en.gz --vocab-size 10000 --output tok.json
+from .common import examples, help_formatter
 
+NOTE = """
 The files are learned from together (one joint vocabulary for source and target). The ids are
 <pad>=0, <s>=1, </s>=2, then any --special-tokens, then the 256 bytes, then one id per merge."""
 
@@ -20,11 +19,11 @@ The files are learned from together (one joint vocabulary for source and target)
 def add_parser(subparsers):
     """Register `bpe` on an argparse subparsers object: add_parser(parser.add_subparsers())."""
     p = subparsers.add_parser(
-        "bpe", help="learn a byte-level BPE tokenizer from text files",
+        "bpe", help="learn a byte-level BPE tokenizer from text files", formatter_class=help_formatter,
         description="Learn a byte-level BPE tokenizer from UTF-8 text files (one sentence a line, "
                     ".gz accepted), save it as one JSON file, and print the time taken and the "
                     "compression (tokens per whitespace-separated word) on the input.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=examples("bpe --input train.de.gz train.en.gz --vocab-size 10000 --output tok.json") + "\n" + NOTE)
     p.add_argument("--input", nargs="+", required=True, metavar="FILE",
                    help="training text files, plain or .gz")
     p.add_argument("--vocab-size", type=int, required=True, metavar="N",
@@ -35,28 +34,24 @@ def add_parser(subparsers):
     p.add_argument("--special-tokens", nargs="*", default=[], metavar="TOKEN",
                    help="extra special tokens, never split, after <pad> <s> </s> (e.g. <mask>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=main)
+    p.set_defaults(func=run_bpe)
     return p
 
 
-def main(args):
-    """Learn, save, report; 0 on success, 1 with a one-line message on a bad input."""
-    try:
-        start = time.perf_counter()
-        tok = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
-                        args.special_tokens, progress=not args.quiet)
-        seconds = time.perf_counter() - start
-        tok.save(args.output)
-        n_tokens = n_words = n_bytes = 0
-        for f in args.input:
-            for line in read_text(f).split("\n"):
-                n_tokens += len(tok.encode(line, special=False))
-                n_words += len(line.split())
-                n_bytes += len(line.encode("utf-8"))
-    except (ValueError, OSError) as e:
-        print(f"minitransformer bpe: error: {e}", file=sys.stderr)
-        return 1
-    print(f"learned {len(tok.merges)} merges (vocab size {tok.vocab_size}) from "
+def run_bpe(args):
+    """Learn, save, report; the exit code (a bad input raises, and main maps it to 1)."""
+    start = time.perf_counter()
+    tokenizer = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
+                          args.special_tokens, progress=not args.quiet)
+    seconds = time.perf_counter() - start
+    tokenizer.save(args.output)
+    n_tokens = n_words = n_bytes = 0
+    for path in args.input:
+        for line in read_text(path).split("\n"):
+            n_tokens += len(tokenizer.encode(line, special=False))
+            n_words += len(line.split())
+            n_bytes += len(line.encode("utf-8"))
+    print(f"learned {len(tokenizer.merges)} merges (vocab size {tokenizer.vocab_size}) from "
           f"{len(args.input)} file(s) in {seconds:.2f} s; wrote {args.output}")
     print(f"compression on the input: {n_tokens:,} tokens for {n_words:,} words = "
           f"{n_tokens / max(n_words, 1):.3f} tokens per word ({n_bytes / max(n_tokens, 1):.2f} bytes per token)")

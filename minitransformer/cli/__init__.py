@@ -1,0 +1,46 @@
+"""The command line: `python -m minitransformer {demo,bpe,train,translate,bleu,average}`.
+
+build_parser() gathers every subcommand's parser (one module each, over common.py); main() parses,
+runs one subcommand and maps its errors to exit codes: what the user gave is wrong (UsageError) ->
+2, the work itself fails -> 1, Ctrl-C -> 130, each as one line on stderr without a traceback.
+Left out on purpose: config files other than TransformerConfig JSON, multi-GPU, serving.
+"""
+import argparse
+import sys
+
+from minitransformer.checkpoint import CheckpointError
+from minitransformer.training import TrainingError
+
+from . import bpe, demo, evaluate, train, translate
+from .common import PROG, UsageError, examples, help_formatter
+
+SUBCOMMANDS = (demo, bpe, train, translate, evaluate)  # the order of --help; evaluate holds bleu and average
+
+
+def build_parser():
+    """The argparse parser of every subcommand; each sets `func`, its run_<name>(args)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=help_formatter,
+        description="minitransformer: the Transformer of 'Attention Is All You Need' from scratch on NumPy/CuPy.",
+        epilog=examples("demo", "bpe --input train.de train.en --vocab-size 8000 --output bpe.json",
+                        "train --help", "translate --checkpoint ck.npz < in.txt", "bleu hyp.txt ref.txt"))
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv=None):
+    """Parse argv (default: sys.argv[1:]) and run one subcommand; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130

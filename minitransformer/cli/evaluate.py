@@ -1,0 +1,72 @@
+"""`python -m minitransformer bleu` and `average`: the steps after training, scoring translations
+with sacreBLEU and averaging the last checkpoints into one to translate with (section 6.1).
+
+Left out on purpose: tokenized BLEU, chrF/TER (sacrebleu's own command line has them), weighted
+averages of checkpoints.
+"""
+import os
+
+from minitransformer.checkpoint import average_files, list_checkpoints
+from minitransformer.fileio import read_lines
+from minitransformer.metrics import corpus_bleu
+
+from .common import UsageError, examples, existing, help_formatter
+
+
+def add_parser(subparsers):
+    """Register `bleu` and `average` on an argparse subparsers object."""
+    bleu = subparsers.add_parser(
+        "bleu", help="sacreBLEU of a hypothesis file against references", formatter_class=help_formatter,
+        description="Corpus BLEU with sacreBLEU's defaults (13a tokenization, exp smoothing) of "
+                    "detokenized hypotheses against one or more reference files of equal length; "
+                    "prints the score and sacreBLEU's signature.",
+        epilog=examples("bleu hyp.en ref.en", "bleu hyp.en ref1.en ref2.en", "bleu - ref.en < hyp.en"))
+    bleu.add_argument("hypotheses", help="hypothesis file, one line per sentence ('-': stdin)")
+    bleu.add_argument("references", nargs="+", help="reference file(s), .gz accepted")
+    bleu.set_defaults(func=run_bleu)
+
+    average = subparsers.add_parser(
+        "average", help="average checkpoints (section 6.1)", formatter_class=help_formatter,
+        description="Average the parameters of several checkpoints into one, for translation "
+                    "(the paper averages the last 5 checkpoints of a base model, the last 20 of "
+                    "a big one). Give files, or a directory with --last N.",
+        epilog=examples("average runs/de-en/checkpoint_0019000.npz runs/de-en/checkpoint_0020000.npz --output avg.npz",
+                        "average runs/de-en --last 5 --output runs/de-en/average.npz"))
+    average.add_argument("inputs", nargs="+", help="checkpoint files, or one directory")
+    average.add_argument("--last", type=int, help="with a directory: average its last N step checkpoints")
+    average.add_argument("--output", required=True, metavar="FILE")
+    average.set_defaults(func=run_average)
+    return bleu, average
+
+
+def run_bleu(args):
+    """Print the corpus BLEU of the hypotheses and sacreBLEU's signature; the exit code."""
+    existing(args.hypotheses, "hypothesis file")
+    for path in args.references:
+        existing(path, "reference file")
+    hypotheses = read_lines(args.hypotheses)
+    references = [read_lines(path) for path in args.references]
+    for path, lines in zip(args.references, references):
+        if len(lines) != len(hypotheses):
+            raise UsageError(f"reference file {path} has {len(lines)} lines but the hypotheses have {len(hypotheses)}")
+    score, signature = corpus_bleu(hypotheses, references)
+    print(f"BLEU = {score:.2f}")
+    print(f"signature: {signature}")
+    return 0
+
+
+def run_average(args):
+    """Average the checkpoints given (or a directory's last --last) into --output; the exit code."""
+    paths = args.inputs
+    if len(paths) == 1 and os.path.isdir(paths[0]):
+        found = list_checkpoints(paths[0])
+        if not found:
+            raise UsageError(f"no checkpoint_*.npz files in {paths[0]}")
+        paths = found[-args.last:] if args.last else found
+    elif args.last:
+        raise UsageError("--last goes with a directory, not with a list of files")
+    for path in paths:
+        existing(path, "checkpoint")
+    average_files(paths, args.output)
+    print(f"averaged {len(paths)} checkpoints into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
+    return 0

@@ -1,0 +1,120 @@
+"""`python -m minitransformer train`: train a Transformer on a parallel corpus from files.
+
+Checks every option, reads the corpus, then leaves the rest to pipeline.prepare_training and the
+Trainer: the tokenizer (given, or learned and saved as OUT/tokenizer.json), the model from a preset
+or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, --resume.
+Left out on purpose: config files other than TransformerConfig JSON, multi-GPU.
+"""
+import json
+
+from minitransformer.data import read_parallel
+from minitransformer.pipeline import prepare_training
+from minitransformer.training import TrainingConfig
+from minitransformer.transformer import TransformerConfig
+
+from .common import PRESETS, UsageError, examples, existing, help_formatter, use_device
+
+
+def add_parser(subparsers):
+    """Register `train` on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "train", help="train a Transformer on a parallel corpus", formatter_class=help_formatter,
+        description="Train a Transformer on a parallel corpus (one sentence a line, .gz accepted), "
+                    "evaluating validation loss and sacreBLEU, writing checkpoints and log.jsonl.",
+        epilog=examples(
+            "train --config small --train-src train.de --train-tgt train.en \\\n"
+            "      --valid-src val.de --valid-tgt val.en --vocab-size 8000 --out runs/de-en --steps 20000",
+            "train --config my_config.json ... --tokenizer bpe.json --max-tokens 4096 --accum 6",
+            "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out"))
+    p.add_argument("--config", default="small", help="a preset (tiny, small, base, big) or a JSON file of "
+                   "TransformerConfig fields (default: small)")
+    p.add_argument("--train-src", required=True, metavar="FILE")
+    p.add_argument("--train-tgt", required=True, metavar="FILE")
+    p.add_argument("--valid-src", metavar="FILE")
+    p.add_argument("--valid-tgt", metavar="FILE")
+    p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (see the bpe subcommand)")
+    p.add_argument("--vocab-size", type=int, metavar="N", help="learn a joint BPE of N ids on the training "
+                   "files instead (saved as OUT/tokenizer.json)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--resume", metavar="CKPT", help="a checkpoint to continue from, or 'auto' for the latest in --out")
+    p.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch and side (default: 4096)")
+    p.add_argument("--accum", type=int, default=1, help="batches per update (default: 1)")
+    p.add_argument("--steps", type=int, help="training updates")
+    p.add_argument("--epochs", type=float, help="passes over the data (instead of --steps)")
+    p.add_argument("--warmup", type=int, default=4000, help="warmup steps of eq. (3) (default: 4000)")
+    p.add_argument("--lr-scale", type=float, default=1.0, help="factor on eq. (3) (default: 1)")
+    p.add_argument("--clip-norm", type=float, help="clip the gradient norm (off by default, as in the paper)")
+    p.add_argument("--max-len", type=int, default=256, help="drop training pairs longer than N tokens (default: 256)")
+    p.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations (default: 1000)")
+    p.add_argument("--eval-sentences", type=int, help="translate only the first N validation sentences")
+    p.add_argument("--save-every", type=int, default=1000, help="steps between checkpoints (default: 1000)")
+    p.add_argument("--keep", type=int, default=5, help="step checkpoints to keep (default: 5)")
+    p.add_argument("--beam", type=int, default=1, help="beam size for the validation BLEU (default: 1, greedy)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_train)
+    return p
+
+
+def model_config(spec, vocab_size):
+    """The TransformerConfig of a preset name or a JSON file ({"preset": "tiny", "d_model": 64, ...})."""
+    if spec in PRESETS:
+        return getattr(TransformerConfig, spec)(vocab_size=vocab_size)
+    existing(spec, "config file")
+    try:
+        with open(spec, encoding="utf-8") as f:
+            fields = json.load(f)
+    except ValueError as e:
+        raise UsageError(f"config file {spec} is not valid JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise UsageError(f"config file {spec} must hold a JSON object of TransformerConfig fields")
+    preset = fields.pop("preset", None)
+    try:
+        if preset is not None:
+            return getattr(TransformerConfig, preset)(**{"vocab_size": vocab_size, **fields})
+        return TransformerConfig.from_dict({"vocab_size": vocab_size, **fields})
+    except (ValueError, TypeError, AttributeError) as e:
+        raise UsageError(f"config file {spec}: {e}") from None
+
+
+def training_config(args):
+    """The TrainingConfig of the options; a UsageError naming a bad value."""
+    try:
+        return TrainingConfig(max_tokens=args.max_tokens, accum=args.accum, steps=args.steps, epochs=args.epochs,
+                              warmup_steps=args.warmup, lr_scale=args.lr_scale, clip_norm=args.clip_norm,
+                              eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
+                              seed=args.seed, beam_size=args.beam, eval_sentences=args.eval_sentences,
+                              progress=not args.no_progress)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_train(args):
+    """Check the options, read the corpus, prepare and run the training; the exit code."""
+    for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "tokenizer"):
+        existing(getattr(args, name), f"--{name.replace('_', '-')} file")
+    if (args.valid_src is None) != (args.valid_tgt is None):
+        raise UsageError("give both --valid-src and --valid-tgt, or neither")
+    if (args.tokenizer is None) == (args.vocab_size is None):
+        raise UsageError("give either --tokenizer FILE or --vocab-size N (to learn one)")
+    if (args.steps is None) == (args.epochs is None):
+        raise UsageError("give either --steps or --epochs")
+    if args.config not in PRESETS and not args.config.endswith(".json"):
+        raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
+    if args.config not in PRESETS:
+        existing(args.config, "config file")
+    if args.resume and args.resume != "auto":
+        existing(args.resume, "--resume checkpoint")
+    settings = training_config(args)
+    use_device(args.device)
+    train_src, train_tgt = read_parallel(args.train_src, args.train_tgt)
+    valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None
+    trainer, _ = prepare_training(train_src, train_tgt, lambda vocab_size: model_config(args.config, vocab_size),
+                                  settings, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                                  valid=valid, max_len=args.max_len, resume=args.resume)
+    del train_src, train_tgt  # the Trainer holds the encoded pairs
+    summary = trainer.train()
+    print(f"{summary['stopped']} at step {summary['step']} ({summary['seconds']:.0f} s); "
+          f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
+    return 130 if summary["stopped"] == "interrupted" else 0

@@ -1,0 +1,79 @@
+"""`python -m minitransformer translate`: translate lines of text with a checkpoint.
+
+Reads one sentence a line (a file, or stdin), translates in batches by beam or greedy search, writes
+one line per sentence (or i<TAB>text lines for --nbest > 1), and with --attention draws the
+encoder-decoder attention of the first line's translation.
+Left out on purpose: streaming (the input is read whole), serving, ensembles of checkpoints.
+"""
+import sys
+
+from minitransformer import viz
+from minitransformer.checkpoint import load_model
+from minitransformer.fileio import atomic_write, read_lines
+from minitransformer.search import beam_search, translate_lines
+
+from .common import UsageError, examples, existing, help_formatter, use_device
+
+
+def add_parser(subparsers):
+    """Register `translate` on an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "translate", help="translate lines from stdin (or a file) with a checkpoint", formatter_class=help_formatter,
+        description="Translate one sentence per line, in batches, with a checkpoint's model and "
+                    "tokenizer (embedded in the checkpoint, or --tokenizer). Beam search with the "
+                    "paper's settings: --beam 4 --alpha 0.6 --max-len-b 50.",
+        epilog=examples("translate --checkpoint runs/demo/checkpoint_0001000.npz < input.txt",
+                        "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de --output hyp.en",
+                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first",
+                        "translate --checkpoint avg.npz --input test.de --attention attn.png"))
+    p.add_argument("--checkpoint", required=True, metavar="FILE")
+    p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (default: the checkpoint's own)")
+    p.add_argument("--input", default="-", metavar="FILE", help="default: stdin")
+    p.add_argument("--output", default="-", metavar="FILE", help="default: stdout")
+    p.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy search (default: 4)")
+    p.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
+    p.add_argument("--nbest", type=int, default=1, help="hypotheses per line (default: 1)")
+    p.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a * input length + b (default a: 1)")
+    p.add_argument("--max-len-b", type=int, default=50, help="(default b: 50)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--attention", metavar="PNG", help="also draw the encoder-decoder attention of the first line's "
+                   "translation, every head of the last layer (needs matplotlib: pip install -e .[plot])")
+    p.set_defaults(func=run_translate)
+    return p
+
+
+def run_translate(args):
+    """Check the options, load the checkpoint, translate, write; the exit code."""
+    existing(args.checkpoint, "--checkpoint file")
+    existing(args.tokenizer, "--tokenizer file")
+    existing(args.input, "--input file")
+    if args.beam < 1 or args.nbest < 1 or args.nbest > args.beam:
+        raise UsageError(f"need 1 <= --nbest <= --beam, got --beam {args.beam} --nbest {args.nbest}")
+    use_device(args.device)
+    model, tokenizer, _ = load_model(args.checkpoint, args.tokenizer)
+    lines = read_lines(args.input)
+    translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha, nbest=args.nbest,
+                                   max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size)
+    if args.nbest > 1:
+        translations = [f"{i}\t{text}" for i, hypotheses in enumerate(translations) for text in hypotheses]
+    text = "".join(line + "\n" for line in translations)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        atomic_write(args.output, lambda f: f.write(text), mode="w")
+    if args.attention and lines:
+        draw_attention(model, tokenizer, lines[0], args)
+    return 0
+
+
+def draw_attention(model, tokenizer, line, args):
+    """The cross-attention of the line's best translation, saved to args.attention."""
+    ids = tokenizer.encode(line)
+    best = beam_search(model, [ids], beam_size=args.beam, alpha=args.alpha,
+                       max_len_a=args.max_len_a, max_len_b=args.max_len_b)[0][0]
+    try:
+        viz.plot_sentence_attention(model, tokenizer, ids, best.tokens, args.attention)
+    except ImportError as e:
+        raise RuntimeError(str(e)) from None
+    print(f"attention map of line 1 saved to {args.attention}", file=sys.stderr)

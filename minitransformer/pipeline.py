@@ -1,0 +1,91 @@
+"""From text to a ready Trainer: learn or load the BPE tokenizer, encode the training pairs, build
+the model, hand them to a Trainer, and resume it from a checkpoint when asked.
+
+The train and demo subcommands and examples/multi30k.py all start this way; the caller reads its
+files, picks the device (backend.use) before, and calls trainer.train() after.
+Left out on purpose: reading corpora from disk (callers read and check their own files), choosing
+the device, the training loop itself (training.py), translating after training (search.py).
+"""
+import os
+
+from . import backend
+from .bpe import BPE
+from .checkpoint import list_checkpoints
+from .data import encode_pairs
+from .training import Trainer
+from .transformer import Transformer
+
+TOKENIZER_FILE = "tokenizer.json"  # where a learned tokenizer is saved, in out_dir
+
+
+def prepare_training(train_src, train_tgt, model_config, training_config, out_dir=None, *,
+                     tokenizer=None, vocab_size=None, valid=None, max_len=None, resume=None, log=print):
+    """(trainer, tokenizer): a Trainer ready to train on the parallel lines train_src, train_tgt.
+
+    tokenizer: a BPE, the path of a BPE file, or None to learn a joint BPE of vocab_size ids on both
+    sides (saved as out_dir/tokenizer.json; when resuming, the one saved there before is used again).
+    model_config: a TransformerConfig, or a function vocab_size -> TransformerConfig (the vocabulary
+    is known only once the tokenizer is). valid: (source lines, reference lines) or None.
+    max_len: drop training pairs with a side longer than this many tokens (None: keep all).
+    resume: a checkpoint path, "auto" (the latest in out_dir; none there: start afresh) or None.
+    The weights are initialised from training_config.seed; progress messages go to log.
+
+        trainer, tok = prepare_training(src, tgt, lambda v: TransformerConfig.small(vocab_size=v),
+                                        TrainingConfig(steps=1000), "runs/x", vocab_size=8000)
+        summary = trainer.train()
+    """
+    if resume is not None and out_dir is None:
+        raise ValueError("resuming needs the out_dir of the run to continue")
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+    tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
+                                                        reuse=resume is not None, log=log)
+    pairs, report = encode_pairs(train_src, train_tgt, tokenizer, max_len=max_len)
+    log(f"training data: {report}")
+    config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
+    backend.seed(training_config.seed)
+    model = Transformer(config)
+    log(f"model: {model.num_parameters():,} parameters; "
+        f"{training_config.max_tokens * training_config.accum:,} tokens per update")
+    trainer = Trainer(model, tokenizer, pairs, valid, training_config, out_dir, tokenizer_path=tokenizer_path)
+    checkpoint = checkpoint_to_resume(resume, out_dir, log)
+    if checkpoint is not None:
+        trainer.resume(checkpoint)
+    return trainer, tokenizer
+
+
+def load_or_learn_tokenizer(corpus, tokenizer, vocab_size, out_dir, reuse=False, log=print):
+    """(BPE, its file or None): `tokenizer` itself (a BPE or a file), else the one learned before in
+    out_dir when `reuse`, else a joint BPE of vocab_size ids learned on both sides of corpus
+    ((source lines, target lines)), saved in out_dir."""
+    if isinstance(tokenizer, BPE):
+        return tokenizer, None
+    if tokenizer is not None:
+        loaded = BPE.load(tokenizer)
+        log(f"tokenizer: {os.fspath(tokenizer)}, {loaded.vocab_size:,} ids")
+        return loaded, tokenizer
+    learned = None if out_dir is None else os.path.join(out_dir, TOKENIZER_FILE)
+    if reuse and learned is not None and os.path.exists(learned):
+        log(f"resuming: using the tokenizer learned before, {learned}")
+        return BPE.load(learned), learned
+    if vocab_size is None:
+        raise ValueError("give a tokenizer, or the vocab_size of one to learn")
+    log(f"learning a joint BPE of {vocab_size} ids on the training lines ...")
+    learned_tokenizer = BPE.train(list(corpus[0]) + list(corpus[1]), vocab_size)
+    if learned is not None:
+        learned_tokenizer.save(learned)
+    log(f"tokenizer: {learned_tokenizer.vocab_size:,} ids ({len(learned_tokenizer.merges):,} merges)"
+        + (f", saved to {learned}" if learned else ""))
+    return learned_tokenizer, learned
+
+
+def checkpoint_to_resume(resume, out_dir, log=print):
+    """The checkpoint file to continue from: `resume` itself, the latest in out_dir for "auto"
+    (None, and a message, when there is none yet), or None when resume is None."""
+    if resume != "auto":
+        return resume
+    found = list_checkpoints(out_dir)
+    if not found:
+        log(f"resume: no checkpoint in {out_dir} yet; starting afresh")
+        return None
+    return found[-1]

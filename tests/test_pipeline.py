@@ -1,0 +1,61 @@
+"""pipeline.prepare_training: from a few lines of text to a Trainer whose model fits the tokenizer,
+with the tokenizer learned, given, or reused when resuming."""
+import pytest
+
+from minitransformer.bpe import BPE
+from minitransformer.pipeline import prepare_training
+from minitransformer.training import Trainer, TrainingConfig
+from minitransformer.transformer import TransformerConfig
+
+SOURCE = ["ein kleiner Hund", "zwei große Katzen", "ein Mann liest", "eine Frau singt", ""]
+TARGET = ["a small dog", "two big cats", "a man reads", "a woman sings", "empty"]
+
+
+def tiny(vocab_size):
+    return TransformerConfig.tiny(vocab_size=vocab_size, d_model=16, d_ff=32, n_heads=2, n_layers=1)
+
+
+def settings(steps=2):
+    return TrainingConfig(steps=steps, max_tokens=64, warmup_steps=2, eval_every=0, save_every=1, progress=False)
+
+
+def test_learns_a_tokenizer_and_builds_a_matching_trainer(tmp_path):
+    messages = []
+    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280,
+                                          valid=(SOURCE[:2], TARGET[:2]), log=messages.append)
+    assert isinstance(trainer, Trainer) and isinstance(tokenizer, BPE)
+    assert trainer.model.config.vocab_size == tokenizer.vocab_size <= 280
+    assert trainer.tokenizer is tokenizer and trainer.model.config.d_model == 16
+    assert BPE.load(tmp_path / "tokenizer.json").merges == tokenizer.merges
+    assert any("kept 4 of 5 pairs (1 empty" in m for m in messages)            # the empty source is dropped
+    summary = trainer.train()
+    assert summary["stopped"] == "done" and summary["step"] == 2
+
+
+def test_given_tokenizer_and_resume(tmp_path):
+    tokenizer = BPE.train(SOURCE + TARGET, 270, min_frequency=1)
+    config = tiny(tokenizer.vocab_size)                                        # a config, not a function
+    trainer, same = prepare_training(SOURCE, TARGET, config, settings(), tmp_path, tokenizer=tokenizer)
+    assert same is tokenizer and trainer.model.config == config
+    trainer.train()
+    path = tmp_path / "tok.json"
+    tokenizer.save(path)
+    resumed, loaded = prepare_training(SOURCE, TARGET, tiny, settings(steps=3), tmp_path, tokenizer=path,
+                                       resume="auto", log=lambda message: None)
+    assert loaded.merges == tokenizer.merges and resumed.step == 2
+
+
+def test_resume_reuses_the_learned_tokenizer(tmp_path, monkeypatch):
+    first, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280)
+    first.train()
+    monkeypatch.setattr(BPE, "train", None)                                    # learning again would fail
+    messages = []
+    resumed, reused = prepare_training(SOURCE, TARGET, tiny, settings(steps=3), tmp_path, vocab_size=280,
+                                       resume="auto", log=messages.append)
+    assert reused.merges == tokenizer.merges and resumed.step == 2
+    assert any("using the tokenizer learned before" in m for m in messages)
+
+
+def test_needs_a_tokenizer_or_a_vocab_size(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size"):
+        prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path)
