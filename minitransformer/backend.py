@@ -17,7 +17,8 @@ _seed = 0
 _rng = None                # the generator of the current backend, made lazily by rng()
 _host_rng = None           # the NumPy generator for initialisation, made lazily by host_rng()
 
-INSTALL_HINT = "pip install -r requirements-gpu.txt"
+INSTALL_HINT = ('pip install -e ".[gpu-cuda12]" for a CUDA 12 driver, or -e ".[gpu-cuda13]" for CUDA 13 '
+                "(nvidia-smi shows the driver's CUDA version)")
 
 
 def _import_cupy():
@@ -30,7 +31,7 @@ def _import_cupy():
     except ImportError as e:
         raise RuntimeError(
             f"use('gpu') needs CuPy, which is not installed ({e}). Install it with "
-            f"`{INSTALL_HINT}` (CUDA 12), or stay on the CPU with use('cpu')."
+            f"{INSTALL_HINT}, or stay on the CPU with use('cpu')."
         ) from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
