@@ -12,6 +12,7 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer.optim import Adam, WarmupSchedule, clip_grad_norm, noam_schedule
 from minitransformer.tensor import Tensor
+from conftest import f32_tol
 
 
 def param(values, dtype=np.float64):
@@ -54,7 +55,8 @@ def test_adam_float32_stays_float32(xp_backend):
     set_grad(p, [1.0, -1.0, 0.5])
     opt.step()
     assert p.dtype == np.float32 and opt.m[0].dtype == np.float32 and opt.v[0].dtype == np.float32
-    np.testing.assert_allclose(p.numpy(), [0.99, 2.01, 2.99], rtol=1e-6)  # step 1: lr * sign(g)
+    # step 1: lr * sign(g); float32: the step's few roundings are lr-small, p - step rounds once
+    np.testing.assert_allclose(p.numpy(), [0.99, 2.01, 2.99], rtol=f32_tol(2))
 
 
 def test_adam_skips_params_without_grad_and_lr_per_step(xp_backend):
@@ -232,5 +234,5 @@ def test_replaced_parameter_arrays_are_taken_back_into_the_buffer(xp_backend):
     model.bias.grad = backend.xp.ones(2, np.float32)
     opt.step()
     assert backend.xp.shares_memory(model.bias.data, opt.flat[model.bias.dtype]["data"])
-    np.testing.assert_allclose(model.bias.numpy(), 5.0 - 0.1, rtol=1e-6)        # Adam's first step moves by lr
+    np.testing.assert_allclose(model.bias.numpy(), 5.0 - 0.1, rtol=f32_tol(2))  # Adam's first step moves by lr
     np.testing.assert_allclose(model.weight.numpy(), 1.0)
