@@ -1,0 +1,150 @@
+"""Grade the build-it exercises of a lesson: your functions against minitransformer's own.
+
+    python lessons/check.py 04                     # grade lessons/exercises/04_functional.py
+    python lessons/check.py 04 softmax_backward    # one function only
+    python lessons/check.py 04 --solutions         # grade the answers in lessons/solutions/
+    python lessons/check.py 04 --module my_try.py  # grade any file that defines the functions
+    python lessons/check.py                        # every lesson
+
+Each function runs on several shapes and inputs (fixed seeds, so a failure repeats) and is compared
+with what the package computes; a gradient also goes through mt.gradcheck. One line per function:
+PASS, exact or within float64 round-off (with the largest difference), or FAIL with the largest
+difference and a hint. A function that still raises NotImplementedError is "not implemented yet".
+Exit status: 0 when every function passes, 1 when one fails, 2 for a bad command line.
+
+The checkers live in lessons/checks/, one file per lesson (its ITEMS, in order, and the known mistakes
+behind its hints), and what they share in lessons/checks/common.py; this file is the command line.
+"""
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import itertools
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+LESSONS = Path(__file__).resolve().parent
+ROOT = LESSONS.parent
+for folder in (ROOT, LESSONS):                   # minitransformer, and the checks/ of this folder
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+import minitransformer as mt  # noqa: E402
+from checks.common import Fail, Grade, NotDone  # noqa: E402
+
+
+def lesson_items():
+    """{"04": ("04_functional", [(name, checker), ...]), ...}: the ITEMS of each lessons/checks/NN_topic.py."""
+    return {path.stem[:2]: (path.stem, importlib.import_module(f"checks.{path.stem}").ITEMS)
+            for path in sorted((LESSONS / "checks").glob("[0-9][0-9]_*.py"))}
+
+
+LESSON_ITEMS = lesson_items()
+
+
+@contextlib.contextmanager
+def time_limit(g, seconds=30):
+    """Fail a function still running after `seconds` (an endless loop?), where signals allow it."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(*_):
+        g.fail(f"still running after {seconds} s: an endless loop?")
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def load(path, _count=itertools.count()):
+    """Import a Python file by its path (exercise files start with digits: no plain import)."""
+    spec = importlib.util.spec_from_file_location(f"graded_{path.stem}_{next(_count)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def grade(lesson, path, only=()):
+    """Print one line per function of `lesson` found in `path`; True when all pass."""
+    _, items = LESSON_ITEMS[lesson]
+    items = [(name, check) for name, check in items if not only or name in only]
+    width = max(len(name) for name, _ in items)
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"lesson {lesson}: {shown}")
+    try:
+        module = load(path)
+    except Exception as e:
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path]
+        where = f" (line {lines[-1]})" if lines and not isinstance(e, SyntaxError) else ""  # (says its line)
+        module, broken = None, f"the file does not load: {type(e).__name__}: {e}{where}"
+    passed = 0
+    for name, check in items:
+        g = Grade(path)
+        fn = getattr(module, name, None) if module else None
+        try:
+            if module is None:
+                raise Fail(broken)
+            if fn is None:
+                raise Fail(f"{path.name} defines no {name}")
+            mt.seed(0)
+            with time_limit(g):
+                check(fn, g)
+            status, text = "PASS", g.summary()
+            passed += 1
+        except NotDone as e:
+            status, text = "FAIL", "not implemented yet" + (f" ({e} raises NotImplementedError)" if str(e) not in
+                                                           ("", name, "__init__", "forward") else "")
+        except Fail as e:
+            status, text = "FAIL", str(e)
+        except Exception as e:                   # an answer of a shape the checker could not even read
+            status, text = "FAIL", f"{g.case}: the grader could not use your answer: {type(e).__name__}: {e}"
+        finally:
+            mt.use("cpu")
+        print(f"  {status}  {name:<{width}}  {' '.join(text.split())}")
+    print(f"  {passed} of {len(items)} passed" + ("" if passed < len(items) else ": well done"))
+    return passed == len(items)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python lessons/check.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.split("\n\n")[1].splitlines()))
+    parser.add_argument("lesson", nargs="?", help="the lesson's number, 01 to 11 (all lessons when left out)")
+    parser.add_argument("items", nargs="*", help="grade only these functions")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--solutions", action="store_true", help="grade lessons/solutions/ instead of your files")
+    which.add_argument("--module", type=Path, metavar="FILE", help="grade this file instead of your exercise file")
+    args = parser.parse_args(argv)
+    lessons = sorted(LESSON_ITEMS)
+    if args.lesson is not None:
+        number = f"{int(args.lesson):02d}" if args.lesson.isdigit() else args.lesson
+        if number not in LESSON_ITEMS:
+            parser.error(f"no exercises for lesson {args.lesson!r}; lessons with exercises: {', '.join(lessons)}")
+        lessons = [number]
+        unknown = sorted(set(args.items) - {name for name, _ in LESSON_ITEMS[number][1]})
+        if unknown:
+            parser.error(f"lesson {number} has no exercise {', '.join(unknown)}; it has "
+                         f"{', '.join(name for name, _ in LESSON_ITEMS[number][1])}")
+    if args.module is not None and len(lessons) != 1:
+        parser.error("--module grades one lesson: give its number too")
+    if args.module is not None and not args.module.is_file():
+        parser.error(f"--module: no file {args.module}")
+    mt.use("cpu")
+    ok = True
+    for lesson in lessons:
+        stem = LESSON_ITEMS[lesson][0]
+        path = (args.module if args.module is not None else
+                LESSONS / ("solutions" if args.solutions else "exercises") / f"{stem}.py").resolve()
+        ok = grade(lesson, path, args.items) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

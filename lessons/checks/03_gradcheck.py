@@ -1,0 +1,105 @@
+"""Lesson 03, gradcheck: numeric_gradient against gradients known in closed form, and gradcheck, whose
+True or False must agree with mt.gradcheck's on right backward passes and on deliberately wrong ones."""
+import numpy as np
+
+import minitransformer as mt
+import minitransformer.functional as F
+from minitransformer.tensor import make_node
+
+from .common import leaf
+
+
+def check_numeric_gradient(fn, g):
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(0.5, 2.0, (3, 4)), rng.standard_normal((3, 4))
+    x = rng.standard_normal((3, 4))
+    ref = 2 * a * x + b                          # of sum(a x^2 + b x) + x_first x_last
+    ref[0, 0] += x[-1, -1]
+    ref[-1, -1] += x[0, 0]
+    w = rng.standard_normal((2, 3, 2))
+    x2, x3 = rng.standard_normal((2, 3, 2)), rng.standard_normal(5)
+    cases = [("a quadratic, eps=1e-3 (central differences are exact on it)",
+              lambda x: float(np.sum(a * x * x + b * x) + x.flat[0] * x.flat[-1]), x, {"eps": 1e-3}, ref, 1e-8,
+              numeric_gradient_mistakes(ref, a, 1e-3)),
+             ("sum(tanh(x) * w), shape (2, 3, 2), the default eps", lambda x: float(np.sum(np.tanh(x) * w)),
+              x2, {}, (1 - np.tanh(x2) ** 2) * w, 1e-7, []),
+             ("2 sum(sin(x)), shape (5,)", lambda x: 2 * float(np.sum(np.sin(x))), x3, {}, 2 * np.cos(x3), 1e-7, [])]
+    for case, f, x, kwargs, ref, tol, known in cases:
+        g.start(case)
+        before = x.copy()
+        got = g.call(fn, f, x, **kwargs)
+        if not np.array_equal(x, before):
+            g.fail("x was changed: put each element back after perturbing it")
+        g.cmp("the gradient", got, ref, tol=tol, known=known)
+
+
+def check_gradcheck(fn, g):
+    r = np.random.default_rng(30).standard_normal
+    cases = [  # (what, op, arrays, hint when your verdict is wrong)
+        ("a softmax from elementary ops (right)", lambda x: x.exp() / x.exp().sum(axis=-1, keepdims=True),
+         [r((3, 4))], "a right backward was rejected: compare |analytic - numeric| <= atol + rtol |numeric| "
+                      "in float64"),
+        ("F.layer_norm, three inputs (right)", F.layer_norm, [r((2, 5)), r(5), r(5)],
+         "a right backward was rejected: check each input with the others held fixed"),
+        ("exp(a @ b) given float32 arrays (right)", lambda a, b: (a @ b).exp(),
+         [r((3, 4)).astype(np.float32), r((4, 2)).astype(np.float32)],
+         "a right backward was rejected: convert the inputs to float64 first (float32 cannot resolve "
+         "central differences, lesson 03)"),
+        ("bad_square, 3x instead of 2x (wrong)", bad_square, [r(5)],
+         "it accepted bad_square: compare the analytic gradient (backward) with the numeric one"),
+        ("a softmax whose backward returns zeros (wrong)", softmax_with_zero_backward, [r((2, 4))],
+         "it accepted a zero softmax gradient: reduce the output with a fixed random R, L = sum(out * R); "
+         "with R = ones, sum(softmax(x)) = 1 is constant and hides every error"),
+        ("a matmul with a wrong gradient for b only (wrong)", matmul_with_wrong_b, [r((2, 3)), r((3, 2))],
+         "it accepted a wrong gradient of the second input: check every input"),
+        ("exp with one wrong element of its gradient (wrong)", exp_with_one_wrong_element, [r((3, 3))],
+         "it accepted a gradient wrong in one element: every element must pass, not the mean or the sum"),
+    ]
+    for case, op, arrays, hint in cases:
+        g.start(case)
+        try:
+            expected = mt.gradcheck(op, *[leaf(a) for a in arrays])
+        except mt.GradcheckError:
+            expected = False
+        copies = [a.copy() for a in arrays]
+        verdict = g.call(fn, op, *copies)
+        if not isinstance(verdict, (bool, np.bool_)):
+            g.fail(f"return True or False, got {type(verdict).__name__}")
+        if any(not np.array_equal(a, c) for a, c in zip(arrays, copies)):
+            g.fail("your gradcheck changed its input arrays: work on float64 copies")
+        if bool(verdict) != expected:
+            g.fail(f"returned {bool(verdict)}, mt.gradcheck says {expected}; {hint}")
+
+
+# -------------------------------------------------------------- wrong backward passes a gradcheck must catch
+def bad_square(x):
+    return make_node(x.data ** 2, (x,), lambda gr: (3 * x.data * gr,), "bad_square")
+
+
+def softmax_with_zero_backward(x):
+    return make_node(F.softmax(x.detach()).data, (x,), lambda gr: (np.zeros_like(gr),), "softmax")
+
+
+def matmul_with_wrong_b(a, b):
+    return make_node(a.data @ b.data, (a, b), lambda gr: (gr @ b.data.T, 2 * a.data.T @ gr), "matmul")
+
+
+def exp_with_one_wrong_element(x):
+    out = np.exp(x.data)
+
+    def backward(gr):
+        dx = gr * out
+        dx.flat[0] *= 1.5
+        return (dx,)
+    return make_node(out, (x,), backward, "exp")
+
+
+# -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
+def numeric_gradient_mistakes(ref, a, eps):
+    """Of the quadratic sum(a x^2 + b x) + ..., whose one-sided difference is off by exactly eps * a."""
+    return [(ref + eps * a, "that is the one-sided difference (f(x + eps) - f(x)) / eps, off by O(eps): "
+                            "use (f(x + eps) - f(x - eps)) / (2 eps)"),
+            (2 * ref, "yours is twice the answer: the central difference divides by 2 eps")]
+
+
+ITEMS = [("numeric_gradient", check_numeric_gradient), ("gradcheck", check_gradcheck)]

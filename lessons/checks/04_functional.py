@@ -1,0 +1,120 @@
+"""Lesson 04, functional: softmax, and the backward passes of softmax, cross-entropy (label smoothing,
+ignore_index) and LayerNorm, against F.softmax, F.cross_entropy and F.layer_norm and their gradients;
+each backward also goes through mt.gradcheck behind the package's forward."""
+import numpy as np
+
+import minitransformer as mt
+import minitransformer.functional as F
+
+from .common import leaf, with_your_backward
+
+
+def check_softmax(fn, g):
+    r = np.random.default_rng(40).standard_normal
+    cases = [("shape (3, 5)", 3 * r((3, 5)), -1), ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0),
+             ("logits near 1000", 1000 + r((2, 4)), -1), ("shape (6,)", r(6), -1)]
+    for case, x, axis in cases:
+        g.start(case)
+        ref = F.softmax(mt.tensor(x), axis=axis).numpy()
+        g.cmp("softmax", g.call(fn, x.copy(), axis=axis), ref,
+              nan_hint="exp(1000) overflows: subtract the maximum along the axis first (it cancels)")
+
+
+def check_softmax_backward(fn, g):
+    r = np.random.default_rng(41).standard_normal
+    for case, shape, axis in [("shape (3, 5)", (3, 5), -1), ("shape (2, 3, 4), axis=1", (2, 3, 4), 1),
+                              ("shape (7,)", (7,), -1)]:
+        g.start(case)
+        x, dy = leaf(2 * r(shape)), r(shape)
+        y = F.softmax(x, axis=axis)
+        y.backward(dy)
+        y = y.numpy()
+        g.cmp("dx", g.call(fn, y.copy(), dy.copy(), axis=axis), x.grad, known=softmax_backward_mistakes(y, dy, axis))
+    g.gradcheck(lambda x: with_your_backward(F.softmax, lambda gr: (fn(F.softmax(x.detach()).data, gr),), [x]),
+                leaf(r((3, 4))))
+
+
+def check_cross_entropy_backward(fn, g):
+    r = np.random.default_rng(42).standard_normal
+    z4 = r((4, 5))
+    cases = [("logits (4, 5), no smoothing", z4, np.array([0, 3, 3, 1]), 0.0, None),
+             ("logits (4, 5), label_smoothing=0.1", z4, np.array([0, 3, 3, 1]), 0.1, None),
+             ("logits (2, 3, 6), label_smoothing=0.1, ignore_index=0", r((2, 3, 6)),
+              np.array([[2, 4, 0], [1, 0, 0]]), 0.1, 0),
+             ("every row ignored", r((2, 4)), np.array([0, 0]), 0.1, 0)]
+    for case, z, t, eps, ignore in cases:
+        g.start(case)
+        z_leaf = leaf(z)
+        F.cross_entropy(z_leaf, t, ignore_index=ignore, label_smoothing=eps).backward()
+        got = g.call(fn, z.copy(), t.copy(), label_smoothing=eps, ignore_index=ignore)
+        g.cmp("dlogits", got, z_leaf.grad, known=cross_entropy_backward_mistakes(z, t, eps, ignore),
+              nan_hint="with every row ignored the gradient is 0, not 0/0")
+    z, t = r((3, 4)), np.array([1, 0, 3])
+
+    def ce(z):
+        return with_your_backward(lambda z: F.cross_entropy(z, t, ignore_index=0, label_smoothing=0.1),
+                                  lambda gr: (gr * fn(z.data, t, label_smoothing=0.1, ignore_index=0),), [z])
+    g.gradcheck(ce, leaf(z))
+
+
+def check_layer_norm_backward(fn, g):
+    r = np.random.default_rng(43).standard_normal
+    cases = [("x (2, 3, 6)", 4 * r((2, 3, 6)) + 1), ("x (4, 5)", r((4, 5))), ("x (1, 8)", 3 * r((1, 8)))]
+    for case, x in cases:
+        g.start(case)
+        D = x.shape[-1]
+        gamma, beta, dy = r(D), r(D), r(x.shape)
+        leaves = [leaf(x), leaf(gamma), leaf(beta)]
+        F.layer_norm(*leaves).backward(dy)
+        dx, dgamma, dbeta = g.unpack(g.call(fn, x.copy(), gamma.copy(), dy.copy()), ["dx", "dgamma", "dbeta"])
+        g.cmp("dx", dx, leaves[0].grad, known=layer_norm_backward_mistakes(x, gamma, dy))
+        g.cmp("dgamma", dgamma, leaves[1].grad, shape_hint="sum dy * xhat over every leading axis: gamma is shared")
+        g.cmp("dbeta", dbeta, leaves[2].grad, shape_hint="sum dy over every leading axis: beta is shared")
+    g.gradcheck(lambda x, gm, bt: with_your_backward(F.layer_norm, lambda gy: tuple(fn(x.data, gm.data, gy)),
+                                                     [x, gm, bt]),
+                leaf(r((2, 5))), leaf(r(5)), leaf(r(5)))
+
+
+# -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
+def softmax_backward_mistakes(y, dy, axis):
+    known = [(y * dy, "you left out - sum(dy * y): every y_i depends on every x_j (lesson 04, section 1)"),
+             (dy - (dy * y).sum(axis, keepdims=True), "multiply by y: dx = y * (dy - sum(dy * y))"),
+             (y * (dy - dy.sum(axis, keepdims=True)), "the sum is of dy * y, not of dy alone")]
+    if axis != -1:
+        known.append((y * (dy - (dy * y).sum(-1, keepdims=True)), "sum along `axis`, the softmax's axis"))
+    return known
+
+
+def cross_entropy_backward_mistakes(z, t, eps, ignore_index):
+    """The usual wrong dz of the mean cross-entropy, by hand in NumPy."""
+    V = z.shape[-1]
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    onehot = np.eye(V)[np.where(t == ignore_index, 0, t) if ignore_index is not None else t]
+    valid = (t != ignore_index)[..., None] if ignore_index is not None else np.ones(t.shape + (1,), bool)
+    n = max(int(valid.sum()), 1)
+    q = (1 - eps) * onehot + eps / V
+    t2t = (1 - eps) * onehot + eps / (V - 1) * (1 - onehot)
+    bare = (1 - eps) * onehot + eps / V * (1 - onehot)
+    return [((p - q) * valid, "divide by the number of counted rows: the loss is their mean"),
+            ((p - q) * valid / valid.size, "divide by the rows that count (target != ignore_index), not all rows"),
+            ((p - q) / n, "rows whose target is ignore_index get a zero gradient"),
+            ((p - t2t) * valid / n, "q = (1 - eps) onehot + eps / V: every token, the target included, gets eps / V"),
+            ((p - bare) * valid / n, "the target gets eps / V too: q_t = 1 - eps + eps / V")]
+
+
+def layer_norm_backward_mistakes(x, gamma, dy):
+    mu, sigma = x.mean(-1, keepdims=True), np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    xhat, gx = (x - mu) / sigma, dy * gamma
+
+    def mean(a):
+        return a.mean(-1, keepdims=True)
+    return [(gx / sigma, "mu and sigma depend on every x_j: you treated them as constants (lesson 04, section 4)"),
+            ((gx - xhat * mean(gx * xhat)) / sigma, "you left out - mean(g): mu depends on every x_j"),
+            ((gx - mean(gx)) / sigma, "you left out - xhat * mean(g * xhat): sigma depends on every x_j"),
+            ((dy - mean(dy) - xhat * mean(dy * xhat)) / sigma, "g = dy * gamma: multiply by gamma first"),
+            ((gx - mean(gx) - xhat * mean(gx * xhat)) * sigma, "divide by sigma, do not multiply")]
+
+
+ITEMS = [("softmax", check_softmax), ("softmax_backward", check_softmax_backward),
+         ("cross_entropy_backward", check_cross_entropy_backward), ("layer_norm_backward", check_layer_norm_backward)]

@@ -1,0 +1,110 @@
+"""Lesson 06, attention: causal_mask against attention.causal_mask, and attention forward (output and
+weights) and backward (dq, dk, dv, and mt.gradcheck) against scaled_dot_product_attention, with no mask,
+a causal mask, and a padding mask that hides a whole sentence."""
+import math
+
+import numpy as np
+
+import minitransformer as mt
+from minitransformer.attention import causal_mask, padding_mask, scaled_dot_product_attention
+
+from .common import leaf, with_your_backward
+
+
+def check_causal_mask(fn, g):
+    for T in (1, 3, 5):
+        g.start(f"T={T}")
+        got, ref = g.call(fn, T), causal_mask(T)
+        g.cmp("the mask", got, ref, known=causal_mask_mistakes(ref, T),
+              shape_hint="(1, 1, T, T), to broadcast over batch and heads")
+        if np.asarray(got).dtype != bool:
+            g.fail(f"the mask has dtype {np.asarray(got).dtype}: make it boolean (True = may attend)")
+
+
+def attention_cases():
+    """(what, q, k, v, mask): no mask; a causal mask; 3 queries over 5 keys with padding."""
+    r = np.random.default_rng(60).standard_normal
+    pad = padding_mask(np.array([[5, 6, 7, 0, 0], [0, 0, 0, 0, 0]]))
+    return [("q, k, v (1, 1, 3, 4), no mask", r((1, 1, 3, 4)), r((1, 1, 3, 4)), r((1, 1, 3, 4)), None),
+            ("(2, 2, 4, 3), causal mask", r((2, 2, 4, 3)), r((2, 2, 4, 3)), r((2, 2, 4, 3)), causal_mask(4)),
+            ("3 queries, 5 keys, padding mask, sentence 2 all padding", r((2, 1, 3, 4)), r((2, 1, 5, 4)),
+             r((2, 1, 5, 4)), pad)]
+
+
+def check_attention_forward(fn, g):
+    for case, q, k, v, mask in attention_cases():
+        g.start(case)
+        out, p = scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v), mask, training=False,
+                                              return_weights=True)
+        got_out, got_p = g.unpack(g.call(fn, q.copy(), k.copy(), v.copy(), mask), ["out", "weights"])
+        wrong = attention_forward_mistakes(q, k, v, mask)
+        g.cmp("the weights", got_p, p, known=[(wrong_p, hint) for _, wrong_p, hint in wrong])
+        g.cmp("the output", got_out, out.numpy(), known=[(wrong_out, hint) for wrong_out, _, hint in wrong])
+
+
+def check_attention_backward(fn, g):
+    rng = np.random.default_rng(61)
+    for case, q, k, v, mask in attention_cases():
+        g.start(case)
+        leaves = [leaf(q), leaf(k), leaf(v)]
+        out, p = scaled_dot_product_attention(*leaves, mask, training=False, return_weights=True)
+        dout = rng.standard_normal(out.shape)
+        out.backward(dout)
+        dq, dk, dv = g.unpack(g.call(fn, q.copy(), k.copy(), v.copy(), p.copy(), dout.copy()), ["dq", "dk", "dv"])
+        known = attention_backward_mistakes(q, k, v, p, dout, *(x.grad for x in leaves))
+        g.cmp("dq", dq, leaves[0].grad, known=known["dq"])
+        g.cmp("dk", dk, leaves[1].grad, known=known["dk"], shape_hint="dk has k's shape: dS^T Q / sqrt(d_k)")
+        g.cmp("dv", dv, leaves[2].grad, known=known["dv"], shape_hint="dv has v's shape: P^T dO")
+    q, k, v = (rng.standard_normal((1, 2, 3, 4)) for _ in range(3))
+
+    def attention(q, k, v):
+        mask = causal_mask(3)
+        _, p = scaled_dot_product_attention(q.detach(), k.detach(), v.detach(), mask, training=False,
+                                            return_weights=True)
+        return with_your_backward(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, training=False),
+                                  lambda gr: tuple(fn(q.data, k.data, v.data, p, gr)), [q, k, v])
+    g.gradcheck(attention, leaf(q), leaf(k), leaf(v))
+
+
+# -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
+def causal_mask_mistakes(ref, T):
+    return [(np.swapaxes(ref, -1, -2), "True where key j <= query i: row i is query i, so the LOWER triangle"),
+            (np.tril(np.ones((T, T), bool), -1)[None, None], "a query may attend to itself: the diagonal is True")]
+
+
+def attention_numpy(q, k, v, mask, scale=True, zero_empty=True, invert=False):
+    """Attention, with a mistake when asked: (out, weights)."""
+    s = q @ np.swapaxes(k, -1, -2) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+    if mask is not None:
+        s = np.where(~mask if invert else mask, s, -1e9)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    if mask is not None and zero_empty:
+        p = p * mask.any(-1, keepdims=True)
+    return p @ v, p
+
+
+def attention_forward_mistakes(q, k, v, mask):
+    """[(wrong out, wrong weights, hint)]."""
+    hints = [("divide the scores by sqrt(d_k) (eq. 1)", {"scale": False}),
+             ("a query whose keys are all masked gets weights 0 and output 0 (lesson 06, Masks)",
+              {"zero_empty": False})]
+    if mask is not None:
+        hints += [("set the scores of masked keys to -1e9 before the softmax", {"mask": None}),
+                  ("the mask is True where attention is ALLOWED", {"invert": True})]
+    return [(*attention_numpy(q, k, v, **{"mask": mask, **mistake}), hint) for hint, mistake in hints]
+
+
+def attention_backward_mistakes(q, k, v, p, dout, dq, dk, dv):
+    """{"dq": [(wrong, hint)], "dk": ..., "dv": ...}, given the right dq, dk, dv."""
+    c, dp = 1 / math.sqrt(q.shape[-1]), dout @ np.swapaxes(v, -1, -2)
+    no_centre = p * dp
+    scale_hint = "you left out the 1/sqrt(d_k) of S = Q K^T / sqrt(d_k)"
+    centre_hint = "dS = P * (dP - rowsum(dP * P)): the softmax backward of lesson 04"
+    return {"dq": [(dq / c, scale_hint), (c * no_centre @ k, centre_hint)],
+            "dk": [(dk / c, scale_hint), (c * np.swapaxes(no_centre, -1, -2) @ q, centre_hint)],
+            "dv": [(lambda: p @ dout, "dV = P^T dO: transpose P")]}   # lazy: the shapes may not fit
+
+
+ITEMS = [("causal_mask", check_causal_mask), ("attention_forward", check_attention_forward),
+         ("attention_backward", check_attention_backward)]

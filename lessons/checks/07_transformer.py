@@ -1,0 +1,52 @@
+"""Lesson 07, transformer: sinusoids against transformer.sinusoids (the positional encodings), and
+count_parameters against config.count_parameters of TransformerConfig.base, exactly."""
+import numpy as np
+
+from minitransformer import config, transformer
+
+
+def check_sinusoids(fn, g):
+    for n, d in ((10, 4), (50, 16), (3, 2)):
+        g.start(f"{n} positions, d_model={d}")
+        ref = transformer.sinusoids(n, d)
+        g.cmp("the table", g.call(fn, n, d), ref, known=sinusoids_mistakes(ref, n, d))
+
+
+def check_count_parameters(fn, g):
+    for V, D, F_, N in ((37000, 512, 2048, 6), (37000, 1024, 4096, 6), (13, 32, 64, 1), (1000, 64, 256, 3)):
+        g.start(f"vocabulary {V}, d_model {D}, d_ff {F_}, {N} + {N} layers")
+        ref = config.count_parameters(config.TransformerConfig.base(vocab_size=V, d_model=D, d_ff=F_, n_layers=N))
+        got = g.call(fn, V, D, F_, N)
+        if not isinstance(got, (int, np.integer)):
+            g.fail(f"return an int, got {type(got).__name__}")
+        if int(got) != ref:
+            known = count_parameters_mistakes(V, D, F_, N)
+            hint = known.get(int(got) - ref, "add up: embedding, N encoder layers, N decoder layers")
+            g.fail(f"{int(got):,}, expected {ref:,} (yours is off by {int(got) - ref:+,}); {hint}")
+
+
+# -------------------------------------------------------------- known mistakes
+def sinusoids_mistakes(ref, n, d):
+    """[(wrong table, hint)]."""
+    pos, i = np.arange(n)[:, None], np.arange(0, d, 2)
+    swapped, slow = np.empty((n, d)), np.empty((n, d))
+    swapped[:, 0::2], swapped[:, 1::2] = ref[:, 1::2], ref[:, 0::2]
+    slow[:, 0::2] = np.sin(pos * 10000.0 ** (-i / 2 / d))
+    slow[:, 1::2] = np.cos(pos * 10000.0 ** (-i / 2 / d))
+    return [(swapped, "even columns are sines, odd columns cosines"),
+            (slow, "the exponent is 2i / d_model, with i the index of the pair of columns (2i, 2i + 1)")]
+
+
+def count_parameters_mistakes(V, D, F_, N):
+    """{yours - the right count: hint}."""
+    attention, norm = 4 * (D * D + D), 2 * D
+    shared = "the embedding matrix is shared by both embeddings and the output projection: count V * D once"
+    return {V * D: shared, 2 * V * D: shared,
+            -V * D: "count the shared embedding matrix, V * D",
+            -N * attention: "a decoder layer has two attentions: masked self-attention and encoder-decoder",
+            -N * norm: "a decoder layer has three LayerNorms, an encoder layer two",
+            -5 * N * norm: "each LayerNorm has gamma and beta: 2 d_model parameters",
+            -(3 * N * 4 * D + 2 * N * (F_ + D)): "count the biases too"}
+
+
+ITEMS = [("sinusoids", check_sinusoids), ("count_parameters", check_count_parameters)]

@@ -1,0 +1,115 @@
+"""Lesson 08, bpe: merge against bpe_learn.merge, learn_merges against bpe_learn.learn_merges_naive
+(ties, min_frequency, word counts, a syllable corpus), and encode against the learned merges applied
+in rank order to the UTF-8 bytes; all exactly."""
+import numpy as np
+
+from minitransformer import bpe_learn
+
+
+def check_merge(fn, g):
+    rng = np.random.default_rng(80)
+    long = rng.integers(0, 4, 60).tolist()
+    for ids, pair, new in (([1, 2, 3, 1, 2], (1, 2), 4), ([5, 5, 5], (5, 5), 6), ([5, 5, 5, 5], (5, 5), 6),
+                           ([], (1, 2), 3), ([7], (7, 7), 9), (long, (1, 2), 4), (long, (3, 3), 4)):
+        g.start(f"merge({ids if len(ids) < 10 else 'a list of 60 ids'}, {pair}, {new})")
+        before = list(ids)
+        got = g.call(fn, ids, pair, new)
+        if ids != before:
+            g.fail("ids was changed: build and return a new list")
+        g.same("it", [int(i) for i in got], bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
+
+
+def corpus_words(n_lines=200, seed=0):
+    """A small Zipf-like corpus of syllable words (as in lesson 08), as word counts."""
+    rng = np.random.default_rng(seed)
+    syllables = ["ka", "te", "ri", "mo", "sun", "de", "la", "ö", "ß"]
+    lexicon = ["".join(rng.choice(syllables, rng.integers(1, 4))) for _ in range(60)]
+    weights = 1 / np.arange(1, 61)
+    counts = {}
+    for _ in range(n_lines):
+        for w in rng.choice(lexicon, 8, p=weights / weights.sum()):
+            counts[" " + w] = counts.get(" " + w, 0) + 1
+    return counts
+
+
+def check_learn_merges(fn, g):
+    cases = [("the worked example, aaabdaaabac", {"aaabdaaabac": 1}, 10, 2, 3),
+             ("abababa, min_frequency=1 (ties)", {"abababa": 1}, 10, 1, 3),
+             ("word counts matter: xy x10, ab, abab", {"xy": 10, "ab": 1, "abab": 1}, 3, 1, 3),
+             ("a syllable corpus, 40 merges, offset 4", corpus_words(), 40, 2, 4),
+             ("the same corpus, min_frequency 30", corpus_words(), 100, 30, 3)]
+    for case, words, num, min_freq, offset in cases:
+        g.start(case)
+        got = g.call(fn, dict(words), num, min_frequency=min_freq, offset=offset)
+        try:
+            got = [(int(a), int(b)) for a, b in got]
+        except (TypeError, ValueError):
+            g.fail(f"return a list of (left id, right id) pairs, got {type(got).__name__}")
+        ref = bpe_learn.learn_merges_naive(words, num, min_freq, offset)
+        if got != ref:
+            g.fail(learn_merges_hint(words, got, ref, min_freq, offset))
+
+
+def check_encode(fn, g):
+    words = corpus_words(seed=1)
+    words.update({" café": 5, " naïve": 5, " 日本": 4, "😀😀": 3})
+    merges = bpe_learn.learn_merges_naive(words, 60, 2, 3)
+    for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語", "", "zzz", " molamo"):
+        g.start(f"encode({word!r}) with 60 merges")
+        ref, chars = [b + 3 for b in word.encode("utf-8")], [ord(c) + 3 for c in word]
+        for k, pair in enumerate(merges):
+            ref, chars = (bpe_learn.merge(ids, pair, 3 + 256 + k) for ids in (ref, chars))
+        got = g.call(fn, word, merges, offset=3)
+        hint = encode_hint(got, chars)
+        g.same(f"encode({word!r})", [int(i) for i in got], ref, hint=hint)
+
+
+# -------------------------------------------------------------- known mistakes, and their hints
+MERGE_HINT = "scan left to right and skip past both ids of a merged pair: [5, 5, 5] -> [6, 5]"
+
+
+def encode_hint(yours, chars):
+    """`chars`: the merges applied to the characters' code points instead of the bytes."""
+    return ("start from the UTF-8 bytes, list(word.encode('utf-8')), not the characters" if yours == chars
+            else "apply the merge of the lowest rank first, again and again, until no learned pair is left")
+
+
+def pair_counts(word_counts, merges, offset, weighted=True):
+    """Pair counts after applying `merges` to every word, as learn_merges_naive sees them."""
+    counts = {}
+    for w, f in word_counts.items():
+        ids = [b + offset for b in w.encode("utf-8")]
+        for k, pair in enumerate(merges):
+            ids = bpe_learn.merge(ids, pair, offset + 256 + k)
+        for pair in zip(ids, ids[1:]):
+            counts[pair] = counts.get(pair, 0) + (f if weighted else 1)
+    return counts
+
+
+def learn_merges_hint(word_counts, yours, ref, min_frequency, offset):
+    """Why the merges differ, from the first merge where they part."""
+    k = next((i for i, (a, b) in enumerate(zip(yours, ref)) if a != b), min(len(yours), len(ref)))
+    counts = pair_counts(word_counts, ref[:k], offset)
+    if k == len(yours):
+        return (f"you stopped after {k} merges, but {ref[k]} still occurs {counts[ref[k]]} times "
+                f"(min_frequency {min_frequency})")
+    if k == len(ref):
+        best = max(counts.values(), default=0)
+        return (f"{k} merges expected: stop when the best pair occurs fewer than min_frequency ({min_frequency}) "
+                f"times (here {best}) or no pair is left")
+    mine, right = yours[k], ref[k]
+    if any(i >= offset + 256 + k or i < offset for i in mine):
+        return (f"merge {k} is {mine}, but only ids {offset} .. {offset + 255 + k} exist yet: "
+                f"the k-th merge (from 0) makes id offset + 256 + k")
+    if mine not in counts:
+        return f"merge {k}: {mine} does not occur any more: after each merge, replace the pair in every word"
+    if counts[mine] == counts[right]:
+        return (f"merge {k}: {mine} and {right} both occur {counts[right]} times; a tie goes to the smallest "
+                f"(left, right)")
+    unweighted = pair_counts(word_counts, ref[:k], offset, weighted=False)
+    if max(unweighted, key=lambda p: (unweighted[p], -p[0], -p[1])) == mine:
+        return f"merge {k}: count each pair once per occurrence times its word's count ({right} wins)"
+    return f"merge {k}: {mine} occurs {counts[mine]} times, {right} {counts[right]} times"
+
+
+ITEMS = [("merge", check_merge), ("learn_merges", check_learn_merges), ("encode", check_encode)]

@@ -1,0 +1,163 @@
+"""What every lesson's checkers share: Grade, one function's grading (run your code, compare its answer
+with the package's like micrograd's cmp: exact, within float64 round-off, or the largest difference and a
+hint), the hint finder diagnose, and float64 leaves and ops with your backward for mt.gradcheck."""
+import math
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import minitransformer as mt
+from minitransformer.tensor import Tensor, make_node
+
+EPS = float(np.finfo(np.float64).eps)
+
+
+class NotDone(Exception):
+    """The function (or one it calls) still raises NotImplementedError."""
+
+
+class Fail(Exception):
+    """A wrong answer, or an error; the message is what the line says."""
+
+
+def tolerance(ref):
+    """How far float64 round-off may take a right answer: 1024 eps * sqrt(size) * the largest |value|."""
+    ref = np.abs(np.asarray(ref, dtype=np.float64))
+    finite = ref[np.isfinite(ref)]
+    scale = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    return 1024 * EPS * math.sqrt(max(ref.size, 1)) * scale
+
+
+def diagnose(yours, ref, known=(), otherwise=""):
+    """A hint for a wrong array: a known mistake it matches, else its factor or sign, else `otherwise`,
+    else where it is wrong."""
+    for wrong, hint in known:
+        if callable(wrong):                                      # computed only when needed; a mistake
+            try:                                                 # that cannot happen for these shapes
+                wrong = wrong()                                  # is skipped
+            except ValueError:
+                continue
+        wrong = np.asarray(wrong, dtype=np.float64)
+        if wrong.shape == yours.shape and np.allclose(yours, wrong, rtol=1e-6, atol=tolerance(wrong)):
+            return hint
+    rr = float(np.sum(ref * ref))
+    if rr > 0:
+        s = float(np.sum(yours * ref)) / rr                      # the best factor: yours ~ s * ref?
+        if np.linalg.norm(yours - s * ref) <= 1e-6 * math.sqrt(rr):
+            if abs(s) < 1e-9:
+                return "you return zeros"
+            if abs(s + 1) < 1e-6:
+                return "the sign is flipped"
+            if abs(s - 0.5) < 1e-6:
+                return "yours is half the answer: did you add both paths (a value used twice gets two gradients)?"
+            if abs(s - 2) < 1e-6:
+                return "yours is twice the answer: a term counted twice, or a factor 1/2 left out?"
+            if ref.size > 1:                                     # (any two numbers differ by a factor)
+                return f"yours is the answer times {s:.4g}: a constant factor is off"
+    if otherwise or ref.size == 1:
+        return otherwise
+    bad = np.abs(yours - ref) > tolerance(ref)
+    i = np.unravel_index(int(np.argmax(bad)), ref.shape)
+    return (f"wrong in {int(bad.sum())} of {bad.size} elements, first at index {tuple(int(k) for k in i)}: "
+            f"yours {yours[i]:.6g}, expected {ref[i]:.6g}")
+
+
+class Grade:
+    """One function's grading: the case being run, and for a pass the largest difference and notes."""
+
+    def __init__(self, path):
+        self.path, self.case, self.cases, self.worst, self.exact, self.notes = path, "", 0, 0.0, True, []
+        self.error_hint = ""                     # added to the line when the function raises
+
+    def start(self, case):
+        self.case, self.cases = case, self.cases + 1
+
+    def fail(self, message):
+        raise Fail(f"{self.case}: {message}" if self.case else message)
+
+    def call(self, fn, *args, **kwargs):
+        """Run your code: NotImplementedError means not done yet; any other error fails, in one line."""
+        try:
+            with np.errstate(all="ignore"):
+                return fn(*args, **kwargs)
+        except NotImplementedError as e:
+            raise NotDone(self.where(e, "name")) from None
+        except (Fail, NotDone):
+            raise
+        except mt.GradcheckError as e:
+            self.fail(f"mt.gradcheck with your backward: {e}")
+        except Exception as e:
+            hint = f"; {self.error_hint}" if self.error_hint else ""
+            self.fail(f"raised {type(e).__name__}: {e}{self.where(e)}{hint}")
+
+    def where(self, error, what="line"):
+        """The line of the graded file that raised (or the function's name), or ''."""
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == self.path]
+        if not frames:
+            return ""
+        return frames[-1].name if what == "name" else f" (line {frames[-1].lineno} of {self.path.name})"
+
+    def gradcheck(self, fn, *inputs):
+        """mt.gradcheck (float64, central differences) of an op whose backward is yours."""
+        self.call(mt.gradcheck, fn, *inputs)
+        if "mt.gradcheck passed" not in self.notes:
+            self.notes.append("mt.gradcheck passed")
+
+    def cmp(self, what, yours, ref, tol=None, known=(), shape_hint="", nan_hint="", otherwise=""):
+        """Exact, or within `tol` (float64 round-off by default), or fail with the difference and a hint:
+        a `known` (wrong answer, hint) it matches, its factor or sign, else `otherwise`."""
+        ref = np.asarray(ref, dtype=np.float64)
+        if isinstance(yours, Tensor):
+            yours = yours.numpy()
+        if yours is None:
+            self.fail(f"{what} is None; expected an array of shape {ref.shape}")
+        try:
+            y = np.asarray(yours, dtype=np.float64)
+        except (TypeError, ValueError):
+            self.fail(f"{what} should be numbers of shape {ref.shape}, got {type(yours).__name__}")
+        if y.shape != ref.shape:
+            self.fail(f"{what} has shape {y.shape}, expected {ref.shape}" + (f": {shape_hint}" if shape_hint else ""))
+        if np.array_equal(y, ref):
+            return
+        if not np.isfinite(y).all() and np.isfinite(ref).all():
+            i = tuple(int(k) for k in np.argwhere(~np.isfinite(y))[0])
+            self.fail(f"{what} holds NaN or inf" + (f" (first at index {i})" if y.ndim else "") +
+                      (f"; {nan_hint}" if nan_hint else ""))
+        tol = tolerance(ref) if tol is None else tol
+        with np.errstate(invalid="ignore"):
+            diff = np.where(y == ref, 0.0, np.abs(y - ref))          # equal infinities differ by 0
+        d = float(diff.max())
+        if d <= tol:
+            self.exact, self.worst = False, max(self.worst, d)
+            return
+        hint = diagnose(y, ref, known, otherwise)
+        if ref.size == 1:
+            self.fail(f"{what} is {y.item():.6g}, expected {ref.item():.6g}" + (f"; {hint}" if hint else ""))
+        self.fail(f"{what}: max diff {d:.2g}; {hint}")
+
+    def same(self, what, yours, ref, hint=""):
+        """Exact equality of lists and ints."""
+        if yours != ref:
+            self.fail(f"{what} gave {yours}, expected {ref}" + (f"; {hint}" if hint else ""))
+
+    def unpack(self, result, names):
+        """A tuple of len(names) results, or fail saying what to return."""
+        if not isinstance(result, (tuple, list)) or len(result) != len(names):
+            self.fail(f"return the tuple ({', '.join(names)}), got {type(result).__name__}")
+        return result
+
+    def summary(self):
+        how = "exact" if self.exact else f"within round-off, max diff {self.worst:.1e}"
+        cases = f"{self.cases} case" + ("s" if self.cases != 1 else "")
+        return f"{how} on {cases}" + "".join(f"; {n}" for n in self.notes)
+
+
+def leaf(a):
+    """A float64 leaf Tensor of a copy of `a` (gradient checks run in float64, lesson 03)."""
+    return mt.tensor(np.array(a, dtype=np.float64), requires_grad=True)
+
+
+def with_your_backward(forward, backward, parents):
+    """A node with the package's forward values and YOUR backward: what mt.gradcheck then judges."""
+    return make_node(forward(*[p.detach() for p in parents]).data, tuple(parents), backward, "yours")

@@ -1,0 +1,40 @@
+"""Lesson 10, build it: the length penalty, and beam search on any next-token function.
+
+Replace each `raise NotImplementedError` with your code, then grade it:
+
+    python lessons/check.py 10
+
+Beam search here needs no Transformer: a function `step(prefixes)` stands for the model. Given a list
+of prefixes (tuples of token ids, never holding EOS), it returns an array (len(prefixes), V): row r
+holds log p(next token | prefixes[r]) for each of the V tokens (-inf where a token is impossible).
+Token 0 is EOS, the end of the output. The grader runs your search on lesson 10's examples and on
+random models, and compares with search.beam_search and, for a beam too wide to prune anything, with
+the best of all outputs. The answers are in lessons/solutions/10_decoding.py; try first.
+"""
+import math
+
+import numpy as np
+
+EOS = 0   # token 0 ends an output
+
+
+def length_penalty(length, alpha):
+    """GNMT's lp(|Y|) = ((5 + |Y|) / 6) ** alpha, where |Y| counts the output's tokens and its EOS."""
+    raise NotImplementedError("length_penalty: your turn")
+
+
+def beam_search(step, beam_size, max_len, alpha=0.0):
+    """(tokens, log_prob) of the best output found by beam search with k = beam_size beams.
+
+    An output is y_1 .. y_n EOS with n <= max_len; tokens = [y_1, ..., y_n] (no EOS), log_prob = the
+    sum of its n + 1 log-probabilities, EOS included. Finished outputs are ranked by
+    score = log_prob / length_penalty(n + 1, alpha). The rules (those of minitransformer's beam_search):
+      1. start with one alive prefix, the empty one, with log p 0;
+      2. each step, extend every alive prefix by every token: a candidate, with log p(prefix) + log p(token);
+         a prefix of max_len tokens may only be followed by EOS; impossible candidates (-inf) drop out;
+      3. rank all candidates by log p, best first. Those ending in EOS that rank among the first k are
+         finished outputs: set them aside. The k best candidates NOT ending in EOS are the new alive
+         prefixes;
+      4. stop when no prefix is alive; return the finished output with the best score.
+    """
+    raise NotImplementedError("beam_search: your turn")

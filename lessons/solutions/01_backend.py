@@ -1,0 +1,35 @@
+"""Lesson 01, answers: floating point, measured from the inside.
+
+Graded by `python lessons/check.py 01 --solutions`; your own go in lessons/exercises/01_backend.py.
+
+Answers to the lesson's questions:
+1. `from minitransformer.backend import xp` binds the name once, at import, to the NumPy module;
+   `mt.use("gpu")` rebinds `backend.xp`, not your copy, which keeps pointing at NumPy.
+2. k = 8 for float32: 1e-8 is below eps/2 = 5.96e-8 and rounds away, while 1e-7 is above it and
+   still changes 1 (`smallest_lost_power_of_ten` below; float16 gives 4, float64 16).
+"""
+import numpy as np
+
+
+def machine_epsilon(dtype):
+    """eps = the last power of two e with dtype(1) + dtype(e) != 1: halve until the next halving is lost.
+
+    Rounding to nearest makes 1 + e/2 round back to 1 once e is the spacing of the numbers next to 1.
+    """
+    e = 1.0
+    while dtype(1) + dtype(e / 2) != dtype(1):      # the sum is rounded to `dtype`, not to float64
+        e /= 2
+    return e
+
+
+def smallest_lost_power_of_ten(dtype):
+    """The first k with dtype(1) + dtype(10^-k) == 1: where 10^-k falls below eps/2."""
+    k = 1
+    while dtype(1) + dtype(10.0 ** -k) != dtype(1):
+        k += 1
+    return k
+
+
+def answers_to_questions():
+    """The lesson's questions, checked (the test suite runs this)."""
+    assert smallest_lost_power_of_ten(np.float32) == 8 and machine_epsilon(np.float32) == np.finfo(np.float32).eps

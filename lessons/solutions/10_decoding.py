@@ -1,0 +1,59 @@
+"""Lesson 10, answers: the length penalty and beam search, on any next-token function.
+
+Graded by `python lessons/check.py 10 --solutions`; your own go in lessons/exercises/10_decoding.py.
+
+Answers to the lesson's questions:
+1. lp(7) with alpha = 1 is (5 + 7) / 6 = 2.
+2. A beam of 3 also returns 4 5 (p = 0.36): both 3 and 4 survive the first step, as with a beam of 2.
+3. 51 positions with the cache, one per step; 1 + 2 + ... + 51 = 1326 by recomputation, 26 times more.
+4. Yes: log 0.5 = -0.69 beats every longer output (3 3 3 3 </s> has log p = -1.40), and without a
+   length penalty nothing makes up for that.
+"""
+import math
+
+EOS = 0   # token 0 ends an output
+
+
+def length_penalty(length, alpha):
+    """lp(|Y|) = ((5 + |Y|) / 6) ** alpha (GNMT), |Y| counting the final EOS: lp(1) = 1."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(step, beam_size, max_len, alpha=0.0):
+    """The best output (tokens without EOS, its log p) by score = log p / lp(|Y|), found by beam search.
+
+    Each step ranks every extension of every alive prefix by summed log p; the EOS candidates among the
+    first k finish, and the k best candidates that do not end in EOS stay alive. At max_len, only EOS.
+    """
+    alive, finished = [((), 0.0)], []                     # (prefix, log p); (score, tokens, log p)
+    for t in range(max_len + 1):
+        rows = step([prefix for prefix, _ in alive])      # (len(alive), V) log p of the next token
+        candidates = sorted(((logp + rows[r][token], prefix, token)
+                             for r, (prefix, logp) in enumerate(alive) for token in range(len(rows[r]))
+                             if t < max_len or token == EOS),          # at max_len, EOS is forced
+                            key=lambda c: -c[0])
+        candidates = [c for c in candidates if c[0] > -math.inf]        # probability 0: not a candidate
+        for logp, prefix, token in candidates[:beam_size]:
+            if token == EOS:                                            # |Y| = len(prefix) + 1, EOS counted
+                finished.append((logp / length_penalty(len(prefix) + 1, alpha), list(prefix), logp))
+        alive = [(prefix + (token,), logp) for logp, prefix, token in candidates if token != EOS][:beam_size]
+        if not alive:
+            break
+    _, tokens, logp = max(finished, key=lambda h: h[0])
+    return tokens, logp
+
+
+def answers_to_questions():
+    """The lesson's questions, checked (the test suite runs this). Tokens 1, 2, 3 stand for the lesson's
+    3, 4, 5, and 0 for </s>."""
+    def table_step(table):
+        return lambda prefixes: [[math.log(table(p).get(t, 0)) if table(p).get(t, 0) else -math.inf
+                                  for t in range(4)] for p in prefixes]
+    greedy_trap = {(): {1: 0.5, 2: 0.4, 0: 0.1}, (1,): {1: 0.3, 2: 0.3, 3: 0.3, 0: 0.1}, (2,): {3: 0.9, 0: 0.1}}
+    def longer_is_better(p):
+        return {0: 0.5, 1: 0.3, 2: 0.2} if not p else {1: 0.97, 2: 0.02, 0: 0.01} if len(p) < 4 else {0: 0.9}
+    assert length_penalty(7, 1.0) == 2.0                                                       # 1
+    tokens, logp = beam_search(table_step(lambda p: greedy_trap.get(p, {0: 1.0})), 3, 5)         # 2
+    assert tokens == [2, 3] and math.isclose(math.exp(logp), 0.36)
+    assert (51, sum(range(1, 52))) == (51, 1326)                                               # 3
+    assert beam_search(table_step(longer_is_better), 2, 8)[0] == []                            # 4
