@@ -32,10 +32,11 @@ def _figure():
     return Figure
 
 
-def plot_attention(weights, src_tokens, tgt_tokens, path, title=None):
+def plot_attention(weights, src_tokens, tgt_tokens, path=None, title=None):
     """Draw attention weights (H, T, S), one panel per head in a grid (or (T, S), one panel), rows
-    labelled by tgt_tokens (the queries), columns by src_tokens (the keys); save to `path` (.png, .pdf,
-    .svg). Returns path. Each panel is scaled from 0 to its own largest weight.
+    labelled by tgt_tokens (the queries), columns by src_tokens (the keys). Returns the matplotlib
+    Figure (a notebook shows it inline); saves it too when `path` is given (.png, .pdf, .svg).
+    Each panel is scaled from 0 to its own largest weight.
     """
     Figure = _figure()
     w = np.asarray(backend.to_numpy(weights), dtype=np.float64)
@@ -62,13 +63,15 @@ def plot_attention(weights, src_tokens, tgt_tokens, path, title=None):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    return path
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
 
 
-def plot_sentence_attention(model, tokenizer, src_ids, tgt_ids, path, kind="cross", layer=-1):
+def plot_sentence_attention(model, tokenizer, src_ids, tgt_ids, path=None, kind="cross", layer=-1):
     """collect_attention, then plot_attention of one layer: kind "cross" (rows: the output tokens
-    y </s>, columns: the source x </s>), "encoder" (x </s> by x </s>) or "decoder" (<s> y by <s> y)."""
+    y </s>, columns: the source x </s>), "encoder" (x </s> by x </s>) or "decoder" (<s> y by <s> y).
+    Returns the Figure, saved to `path` when one is given."""
     attn = collect_attention(model, src_ids, tgt_ids)
     axes = {"cross": ("tgt_out", "src"), "encoder": ("src", "src"), "decoder": ("tgt_in", "tgt_in")}
     if kind not in axes:

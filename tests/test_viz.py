@@ -9,6 +9,7 @@ import pytest
 from minitransformer import backend, search, viz
 from minitransformer.attention import causal_mask, padding_mask
 
+from conftest import f32_tol, transformer_tol
 from test_search import WordTokenizer, make_model
 
 SRC, TGT = [3, 4, 5, 6], [7, 8, 9]
@@ -27,7 +28,7 @@ def test_collected_shapes_masks_and_sums():
     assert a["cross"].shape == (2, 2, T, S)
     assert a["src"] == SRC + [2] and a["tgt_in"] == [1] + TGT and a["tgt_out"] == TGT + [2]
     for w in a["encoder"], a["decoder"], a["cross"]:
-        np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(w.sum(-1), 1.0, atol=f32_tol(w.shape[-1]))  # softmax over that many keys
     assert np.all(a["decoder"][..., np.triu_indices(T, 1)[0], np.triu_indices(T, 1)[1]] == 0)  # causal
     assert model.training                                                  # mode restored
     assert not any("forward" in m.__dict__ for m in model.modules())       # no patch left behind
@@ -43,14 +44,17 @@ def test_collected_weights_equal_the_first_layers_called_directly(xp_backend):
         _, p = model.encoder.layers[0].self_attn(x, mask=padding_mask(src), return_weights=True)
         y = model._embed(tgt, model.tgt_embed, model.tgt_pos)
         _, q = model.decoder.layers[0].self_attn(y, mask=causal_mask(len(TGT) + 1), return_weights=True)
-    np.testing.assert_allclose(a["encoder"][0], backend.to_numpy(p)[0], atol=1e-6)
-    np.testing.assert_allclose(a["decoder"][0], backend.to_numpy(q)[0], atol=1e-6)
+    # the same layer on the same inputs (bit for bit today, but inside a whole forward pass whose
+    # masks and calls may change): the whole network's float32 tolerance bounds one layer's
+    np.testing.assert_allclose(a["encoder"][0], backend.to_numpy(p)[0], atol=transformer_tol(model))
+    np.testing.assert_allclose(a["decoder"][0], backend.to_numpy(q)[0], atol=transformer_tol(model))
 
 
 def test_beam_search_attention_is_the_collected_cross_attention():
     model = make_model(seed=2, scale=3.0)
     best = search.beam_search(model, [SRC], max_len_b=5, return_attention=True)[0][0]
-    np.testing.assert_allclose(best.attention, viz.collect_attention(model, SRC, best.tokens)["cross"])
+    # beam_search calls this very function on the same model and ids: bit for bit
+    np.testing.assert_array_equal(best.attention, viz.collect_attention(model, SRC, best.tokens)["cross"])
 
 
 def test_token_labels_use_id_to_token_or_decode():
@@ -71,11 +75,24 @@ def test_drawing_writes_images(tmp_path):
     model = make_model(seed=3)
     tok = NamedTokenizer()
     for kind in ("cross", "encoder", "decoder"):
-        path = viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / f"{kind}.png", kind=kind, layer=0)
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        fig = viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / f"{kind}.png", kind=kind, layer=0)
+        assert len(fig.axes) == 2                                          # one panel per head
+        assert (tmp_path / f"{kind}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     single = viz.plot_attention(np.full((2, 3), 1 / 3), ["x", "y", "z"], ["u", "v"], tmp_path / "one.svg", title="t")
-    assert single.read_text().lstrip().startswith("<?xml")
+    assert (tmp_path / "one.svg").read_text().lstrip().startswith("<?xml")
+    assert [t.get_text() for t in single.axes[0].get_xticklabels()] == ["x", "y", "z"]
     with pytest.raises(ValueError, match="do not match"):
         viz.plot_attention(np.ones((2, 3, 4)), ["a"] * 3, ["b"] * 3, tmp_path / "bad.png")
     with pytest.raises(ValueError, match="kind must be one of"):
         viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / "bad.png", kind="self")
+
+
+def test_drawing_without_a_path_returns_the_figure_and_writes_nothing(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    monkeypatch.chdir(tmp_path)
+    fig = viz.plot_attention(np.random.default_rng(0).dirichlet(np.ones(4), size=(3, 2)), list("abcd"), ["u", "v"])
+    assert isinstance(fig, Figure) and len([ax for ax in fig.axes if ax.axison]) == 3   # 3 heads in a 3-wide grid
+    fig = viz.plot_sentence_attention(make_model(seed=3), NamedTokenizer(), SRC, TGT, kind="decoder")
+    assert isinstance(fig, Figure) and fig.axes[0].get_title() == "head 1"
+    assert list(tmp_path.iterdir()) == []                                  # nothing saved anywhere

@@ -1,0 +1,173 @@
+"""The lessons' figures and the numbers they quote from the code.
+
+Figures: every image a lesson shows exists under lessons/img/, every file there is shown by a lesson,
+lessons/figures.py knows how to draw each one, and one cheap figure is drawn to prove the code runs.
+Quotes: every number a lesson's prose takes from the code (a default, a table the code prints, a line
+count, a measured time recorded in the code) is checked here against the code, or in the lesson's own
+```python blocks (marked below), so that text and code cannot drift apart silently.
+"""
+import importlib.util
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+import minitransformer as mt
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+IMG = LESSONS / "img"
+LESSON_FILES = sorted(LESSONS.glob("[0-9][0-9]_*.md"))
+IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)|<img[^>]*\ssrc=\"([^\"]+)\"")
+
+spec = importlib.util.spec_from_file_location("lesson_figures", LESSONS / "figures.py")
+figures = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(figures)
+
+
+def text(name):
+    return next(p for p in LESSON_FILES if p.name.startswith(name)).read_text(encoding="utf-8")
+
+
+def references():
+    """(lesson file, alt text, target) of every image in the lessons (and their README)."""
+    out = []
+    for path in LESSON_FILES + [LESSONS / "README.md"]:
+        for m in IMAGE.finditer(path.read_text(encoding="utf-8")):
+            out.append((path.name, m.group(1) or "", m.group(2) or m.group(3)))
+    return out
+
+
+# ==================================================================== figures
+def test_every_referenced_image_exists_under_img():
+    refs = references()
+    assert refs, "no lesson shows an image"
+    for lesson, alt, target in refs:
+        assert target.startswith("img/") and target.endswith(".png"), f"{lesson}: {target} is not img/*.png"
+        assert (LESSONS / target).is_file(), f"{lesson} shows {target}, which does not exist: python lessons/figures.py"
+        assert len(alt) >= 20, f"{lesson}: the image {target} needs an alt text that says what it shows"
+
+
+def test_no_orphan_images():
+    shown = {Path(target).name for _, _, target in references()}
+    on_disk = {p.name for p in IMG.iterdir()}
+    assert on_disk - shown == set(), f"images in lessons/img/ that no lesson shows: {sorted(on_disk - shown)}"
+
+
+def test_figures_py_draws_every_image_and_nothing_else():
+    on_disk = {p.stem for p in IMG.glob("*.png")}
+    assert set(figures.FIGURES) == on_disk
+    for name, fn in figures.FIGURES.items():
+        assert callable(fn) and fn.__doc__, f"{name}: one documented function per figure"
+        assert any(f"img/{name}.png" in p.read_text(encoding="utf-8") for p in LESSON_FILES
+                   if p.name.startswith(name[:3])), f"{name}.png is not shown by lesson {name[:2]}"
+
+
+def test_images_stay_small():
+    sizes = {p.name: p.stat().st_size for p in IMG.iterdir()}
+    assert all(s < 300_000 for s in sizes.values()), sizes
+    assert sum(sizes.values()) < 1_500_000, f"lessons/img/ holds {sum(sizes.values()) / 1e6:.2f} MB"
+    for p in IMG.iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{p.name} is not a PNG"
+
+
+def test_selecting_figures_by_lesson_or_name():
+    assert figures.select(["09"]) == [n for n in figures.FIGURES if n.startswith("09_")]
+    assert figures.select(["9", "03_gradcheck_eps"]) == figures.select(["09"]) + ["03_gradcheck_eps"]
+    assert figures.select([]) == list(figures.FIGURES)
+    with pytest.raises(SystemExit, match="no figure named"):
+        figures.select(["nonsense"])
+    with pytest.raises(SystemExit, match="has no figure"):
+        figures.select(["02"])
+
+
+def test_one_figure_draws(tmp_path):
+    pytest.importorskip("matplotlib", reason="drawing the figures needs matplotlib (pip install -e .[plot])")
+    path = figures.draw("09_lr_schedule", tmp_path)
+    assert path == tmp_path / "09_lr_schedule.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    fig = figures.FIGURES["06_masks"]()
+    assert len(fig.axes) == 4 and fig.axes[1].get_title().startswith("causal_mask(4)")
+
+
+# ==================================================================== quoted numbers
+# Checked in the lessons' own blocks instead: gradcheck's defaults (03), learn_merges_naive's "about
+# 20 lines" (08), layer_norm's eps and one graph node (11), Adam's betas and eps, the warmup and
+# lr_scale defaults, label smoothing 0.1 and the demo's settings (09).
+
+def test_lesson_07_parameter_table_is_what_the_code_counts():
+    from minitransformer.config import TransformerConfig, count_parameters
+    rows = re.findall(r"^\| (base|big) \| ([\d.]+)M \| ([\d.]+)M \| ([\d.]+)M \| ([\d.]+)M \| (\d+)M \(([-+][\d.]+)%\) \|$",
+                      text("07_"), re.M)
+    assert [r[0] for r in rows] == ["base", "big"], "lesson 07's parameter table changed shape"
+    for name, emb, enc, dec, total, paper, pct in rows:
+        cfg = getattr(TransformerConfig, name)(vocab_size=37000)
+        n = count_parameters(cfg)
+        assert f"{n / 1e6:.2f}" == total
+        assert f"{cfg.vocab_size * cfg.d_model / 1e6:.2f}" == emb
+        assert abs(float(enc) + float(dec) + float(emb) - n / 1e6) < 0.02
+        assert f"{(n - float(paper) * 1e6) / (float(paper) * 1e6):+.2%}" == pct + "%"
+
+
+def test_lesson_09_learning_rate_table_is_eq_3():
+    from minitransformer.optim import noam_schedule
+    rows = re.findall(r"^\| ([\d,]+) \| (0\.\d{6}) \| (0\.\d{6}) \|$", text("09_"), re.M)
+    assert len(rows) == 9, "lesson 09's learning-rate table changed shape"
+    for step, base, big in rows:
+        s = int(step.replace(",", ""))
+        assert (f"{noam_schedule(s, 512, 4000):.6f}", f"{noam_schedule(s, 1024, 4000):.6f}") == (base, big), step
+    assert "(Step 1 gives $1.7 \\cdot 10^{-7}$.)" in text("09_")
+    assert f"{noam_schedule(1, 512, 4000):.1e}" == "1.7e-07"
+
+
+def test_lesson_09_demo_figures_are_those_recorded_in_the_demo():
+    from minitransformer.cli import demo
+    lesson, source = text("09_"), inspect.getsource(demo)
+    assert "100% after 1,000 steps, 124 s in all when idle, 243 s under load" in lesson
+    assert "100% after 1,000 steps, 124 s in all when idle, 243 s under load" in source
+    assert demo.DEMO["steps"] == 1000
+    assert "the demo uses warmup 100 and factor 0.4" in lesson
+    assert (demo.DEMO["warmup_steps"], demo.DEMO["lr_scale"]) == (100, 0.4)
+
+
+def test_lesson_06_and_04_constants():
+    from minitransformer import attention, functional
+    assert "set to $-10^9$" in text("06_") and attention.NEG == -1e9
+    assert "we use $10^{-6}$" in text("04_")
+    assert inspect.signature(functional.layer_norm).parameters["eps"].default == 1e-6
+    assert inspect.signature(mt.nn.LayerNorm).parameters["eps"].default == 1e-6
+
+
+def test_lesson_11_quotes_no_unmeasured_gpu_figure():
+    lesson = text("11_")
+    assert "None exists in minitransformer today" in lesson
+    assert "Left out: fused CuPy kernels" in inspect.getsource(mt.functional)
+    assert "GB/s" not in "".join(code for _, code in _blocks("11_") if "device == \"gpu\"" not in code)
+    assert round(64 * 30 * 37000 * 4 / 1e6) == 284 and "is 284 MB" in lesson
+
+
+def test_no_unchecked_line_counts_in_the_lessons():
+    """A module's length in lines is the quote that drifts first: only the checked one may stay."""
+    checked = {("08_bpe.md", "about 20 lines")}
+    for path in LESSON_FILES:
+        prose = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for m in re.finditer(r"(?:about|some|roughly|under|over|nearly|~) ?\d[\d,]* lines\b|py`?,? \d[\d,]* lines\b",
+                             " ".join(prose.split())):
+            assert (path.name, m.group(0)) in checked, f"{path.name} quotes {m.group(0)!r}: check it or drop it"
+
+
+def _blocks(name):
+    spec_ = importlib.util.spec_from_file_location("lesson_runner_for_quotes", LESSONS / "run.py")
+    runner = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(runner)
+    return runner.blocks(next(p for p in LESSON_FILES if p.name.startswith(name)))
+
+
+def test_timings_say_where_they_were_measured():
+    """A time in seconds in the prose names the machine it was measured on."""
+    for path in LESSON_FILES:
+        prose = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for paragraph in prose.split("\n\n"):
+            paragraph = " ".join(paragraph.split())
+            if re.search(r"\b\d+(?:\.\d+)? ?(?:s|ms|seconds|minutes)\b(?![/-])", paragraph):
+                assert "2-core CPU" in paragraph, f"{path.name}: a timing without its machine: {paragraph[:120]!r}"
