@@ -95,7 +95,11 @@ class BPE:
                              f"and 256 bytes already take {tok.vocab_size} ids")
         words = tok.count_words(lines_or_paths)
         if not words:
-            raise ValueError("the training corpus is empty: there are no words to learn merges from")
+            items = [lines_or_paths] if isinstance(lines_or_paths, os.PathLike) else lines_or_paths
+            files = [os.fspath(p) for p in items if isinstance(p, os.PathLike)] if isinstance(items, list) else []
+            what = (f"{', '.join(files)} hold{'s' * (len(files) == 1)} no text to learn merges from" if files
+                    else "there are no words to learn merges from")
+            raise ValueError(f"the training corpus is empty: {what}")
         if naive:
             merges = learn_merges_naive(words, vocab_size - tok.vocab_size, min_frequency, tok.offset)
         else:

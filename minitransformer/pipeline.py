@@ -19,30 +19,53 @@ TOKENIZER_FILE = "tokenizer.json"  # where a learned tokenizer is saved, in out_
 
 
 def prepare_training(train_src, train_tgt, model_config, training_config, out_dir=None, *,
-                     tokenizer=None, vocab_size=None, valid=None, max_len=None, resume=None, log=print):
+                     tokenizer=None, vocab_size=None, valid=None, max_len=None, resume=None, log=print,
+                     train_names=None, valid_names=None):
     """(trainer, tokenizer): a Trainer ready to train on the parallel lines train_src, train_tgt.
 
     tokenizer: a BPE, the path of a BPE file, or None to learn a joint BPE of vocab_size ids on both
     sides (saved as out_dir/tokenizer.json; when resuming, the one saved there before is used again).
     model_config: a TransformerConfig, or a function vocab_size -> TransformerConfig (the vocabulary
     is known only once the tokenizer is). valid: (source lines, reference lines) or None.
-    max_len: drop training pairs with a side longer than this many tokens (None: keep all).
+    max_len: drop training pairs with a side longer than this many tokens (None: the longest the
+    model's positions hold, config.max_len - 1; more than that is an error).
     resume: a checkpoint path, "auto" (the latest in out_dir; none there: start afresh) or None.
+    train_names, valid_names: (source, target) names of the files the lines came from, for messages.
     The weights are initialised from training_config.seed; progress messages go to log.
+    Everything is checked before the model is built: a corpus with no usable pair (all empty, or all
+    too long), empty validation lines, a validation line too long for the model's positions (named by
+    file and line) are ValueErrors.
 
         trainer, tok = prepare_training(src, tgt, lambda v: TransformerConfig.small(vocab_size=v),
                                         TrainingConfig(steps=1000), "runs/x", vocab_size=8000)
         summary = trainer.train()
     """
+    train_names = train_names or ("the training sources", "the training targets")
+    valid_names = valid_names or ("the validation sources", "the validation references")
     if resume is not None and out_dir is None:
         raise ValueError("resuming needs the out_dir of the run to continue")
+    if not any(s.strip() and t.strip() for s, t in zip(train_src, train_tgt)):
+        raise ValueError(f"no sentence pairs to train on: {train_names[0]} and {train_names[1]} hold no line "
+                         f"pair with both sides non-empty")
+    if valid is not None:
+        check_valid_lines(valid, valid_names)
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
     tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
                                                         reuse=resume is not None, log=log)
+    config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
+    longest = config.max_len - 1                     # x </s> and <s> y must fit the positions
+    if max_len is None:
+        max_len = longest
+    elif max_len > longest:
+        raise ValueError(f"max_len {max_len} is more than the model's positions hold: at most {longest} "
+                         f"(max_len {config.max_len} of the model, with <s> or </s>)")
     pairs, report = encode_pairs(train_src, train_tgt, tokenizer, max_len=max_len)
     log(f"training data: {report}")
-    config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
+    if not pairs:
+        raise ValueError(f"no sentence pairs to train on in {train_names[0]} and {train_names[1]}: {report}")
+    if valid is not None:
+        check_valid_lengths(valid, valid_names, tokenizer, longest)
     backend.seed(training_config.seed)
     model = Transformer(config)
     log(f"model: {model.num_parameters():,} parameters; "
@@ -52,6 +75,26 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     if checkpoint is not None:
         trainer.resume(checkpoint)
     return trainer, tokenizer
+
+
+def check_valid_lines(valid, names):
+    """The validation lines: as many sources as references, and at least one (BLEU needs a sentence)."""
+    src, ref = valid
+    if len(src) != len(ref):
+        raise ValueError(f"{names[0]} has {len(src):,} lines but {names[1]} has {len(ref):,}; "
+                         f"line i of one must translate line i of the other")
+    if not src:
+        raise ValueError(f"{names[0]} and {names[1]} are empty: there is nothing to evaluate on")
+
+
+def check_valid_lengths(valid, names, tokenizer, longest):
+    """Every validation line fits the model's positions (evaluation translates and scores them all)."""
+    encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
+    for lines, name in zip(valid, names):
+        for n, ids in enumerate(encode(list(lines)), 1):
+            if len(ids) > longest:
+                raise ValueError(f"{name}: line {n} has {len(ids):,} tokens, but the model's positions hold at "
+                                 f"most {longest:,} (max_len {longest + 1} with <s> or </s>): shorten or split it")
 
 
 def load_or_learn_tokenizer(corpus, tokenizer, vocab_size, out_dir, reuse=False, log=print):

@@ -316,8 +316,8 @@ def test_cli_in_process(tmp_path, capsys):
 def test_cli_errors(tmp_path, capsys):
     argv = ["bpe", "--input", str(tmp_path / "nope.txt"), "--vocab-size", "300",
             "--output", str(tmp_path / "tok.json"), "--quiet"]
-    assert cli.main(argv) == 1
-    assert "no such file" in capsys.readouterr().err and not (tmp_path / "tok.json").exists()
+    assert cli.main(argv) == 2                                 # a bad argument, found before any work
+    assert "--input file not found" in capsys.readouterr().err and not (tmp_path / "tok.json").exists()
 
 
 def test_cli_help(capsys):

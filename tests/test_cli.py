@@ -1,6 +1,6 @@
 """The command line: --help of every subcommand, the demo end to end (--quick), train / resume /
-average / translate on files, bleu against a hand-computed case, errors on bad input, and the
-layout of minitransformer/cli/ (subcommands import only common.py and the library)."""
+average / translate on files, bleu against a hand-computed case, a few errors on bad input (the full table is
+tests/test_bad_input.py), and the layout of minitransformer/cli/ (subcommands import only common.py and the library)."""
 import ast
 import io
 import json
@@ -135,6 +135,13 @@ def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
                             stdin="1 2\n3 , 4 5\n", monkeypatch=monkeypatch)
     assert code == 0, err
     assert len(stdout.splitlines()) == 2
+    (tmp_path / "in.txt").write_text("1 2\n3 , 4 5\n7\n")
+    (tmp_path / "out.txt").write_text("an earlier, longer result\n" * 5)
+    code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "1",
+                             "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "out.txt")], capsys)
+    assert code == 0 and stdout == "", err
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 3      # replaced whole, by the new result
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
     code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "3", "--nbest", "2"],
                             capsys, stdin="1 2\n", monkeypatch=monkeypatch)
     assert code == 0, err

@@ -2,7 +2,8 @@
 
 build_parser() gathers every subcommand's parser (one module each, over common.py); main() parses,
 runs one subcommand and maps its errors to exit codes: what the user gave is wrong (UsageError) ->
-2, the work itself fails -> 1, Ctrl-C -> 130, each as one line on stderr without a traceback.
+2, the work itself fails -> 1, Ctrl-C -> 130, each as one line on stderr without a traceback (a
+training run stopped by Ctrl-C or SIGTERM saves a checkpoint and returns 130 or 143 itself).
 Left out on purpose: config files other than TransformerConfig JSON, multi-GPU, serving.
 """
 import argparse

@@ -1,6 +1,7 @@
 """`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as JSON,
 and report the time taken and the compression on the input.
 
+Every option (files, vocabulary size, special tokens, --output) is checked before any reading.
 Left out on purpose: encoding corpora to ids (data.py does that when training), other tokenizers.
 """
 import time
@@ -9,7 +10,9 @@ from pathlib import Path
 from minitransformer.bpe import BPE
 from minitransformer.fileio import read_text
 
-from .common import examples, help_formatter
+from .common import UsageError, examples, existing, help_formatter, writable_file, writing
+
+MAX_VOCAB = 0x110000  # BPE.train's limit
 
 NOTE = """
 The files are learned from together (one joint vocabulary for source and target). The ids are
@@ -39,12 +42,27 @@ def add_parser(subparsers):
 
 
 def run_bpe(args):
-    """Learn, save, report; the exit code (a bad input raises, and main maps it to 1)."""
+    """Check every option, learn, save, report; the exit code."""
+    for path in args.input:
+        if path == "-":
+            raise UsageError("--input takes files, not stdin ('-'): they are read twice (learning, then the report)")
+        existing(path, "--input file")  # missing, or a directory: a UsageError (exit 2), as in every subcommand
+    try:
+        smallest = BPE((), args.special_tokens).vocab_size  # repeated or empty special tokens are refused here
+    except ValueError as e:
+        raise UsageError(f"--special-tokens: {e}") from None
+    if not smallest <= args.vocab_size <= MAX_VOCAB:
+        raise UsageError(f"--vocab-size must be between {smallest} (the special tokens and the 256 bytes) and "
+                         f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
+    if args.min_frequency < 1:
+        raise UsageError(f"--min-frequency must be at least 1, got {args.min_frequency}")
+    writable_file(args.output, "--output")
     start = time.perf_counter()
     tokenizer = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
                           args.special_tokens, progress=not args.quiet)
     seconds = time.perf_counter() - start
-    tokenizer.save(args.output)
+    with writing("--output", args.output):
+        tokenizer.save(args.output)
     n_tokens = n_words = n_bytes = 0
     for path in args.input:
         for line in read_text(path).split("\n"):

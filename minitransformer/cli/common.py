@@ -1,11 +1,15 @@
 """What every subcommand shares: the program name, the model presets, the usage error, the help
-layout with its examples, the check that an input file exists, and the device switch.
+layout with its examples, the checks of input files and output paths (before any work) and the
+naming of a failed write, turning a library's ValueError
+about a setting into a UsageError naming the option, and the device switch.
 
 Each subcommand module imports this one and the library, never another subcommand.
 Left out on purpose: parsing and dispatch (cli/__init__.py), anything one subcommand alone needs.
 """
 import argparse
+import contextlib
 import os
+import re
 
 from minitransformer import backend
 
@@ -30,8 +34,59 @@ def examples(*lines):
 def existing(path, what):
     """path itself when it is None, "-" (stdin) or a file; a UsageError naming `what` otherwise."""
     if path is not None and path != "-" and not os.path.isfile(path):
+        if os.path.isdir(path):
+            raise UsageError(f"{what} {path} is a directory, not a file")
         raise UsageError(f"{what} not found: {path}")
     return path
+
+
+def writable_file(path, option):
+    """path itself when it is None, "-" (stdout) or a file that can be written (its directory
+    existing or creatable, and writable); a UsageError naming `option` otherwise. Creates nothing."""
+    if path is None or path == "-":
+        return path
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a directory; give a file name")
+    _check_creatable(os.path.dirname(os.path.normpath(path)), option, path)
+    return path
+
+
+def writable_dir(path, option):
+    """path itself when it is a writable directory or one that can be created; a UsageError naming
+    `option` otherwise (a file, a directory without write permission). Creates nothing."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a file, not a directory")
+    _check_creatable(os.path.normpath(path), option, path)
+    return path
+
+
+def _check_creatable(directory, option, path):
+    """`directory` exists and is writable, or its nearest existing ancestor is a writable directory."""
+    nearest = directory or "."
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest) or "."
+    if not os.path.isdir(nearest):
+        raise UsageError(f"{option} {path} cannot be written: {nearest} is a file, not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path} cannot be written: no permission to write in {nearest}")
+
+
+@contextlib.contextmanager
+def writing(option, path):
+    """Name the option and the file, not atomic_write's temporary, when writing `path` fails (a full disk)."""
+    try:
+        yield
+    except OSError as e:
+        raise OSError(f"{option} {path} cannot be written: {e.strerror or e}") from None
+
+
+def option_error(error, options):
+    """A UsageError from a library ValueError about settings ("TrainingConfig: lr_scale must be ...",
+    "translate_lines: beam_size must be ..."), its field names replaced by the options
+    ({"lr_scale": "--lr-scale"}) and its owner prefix dropped: "--lr-scale must be ..."."""
+    message = re.sub(r"^\w+: ", "", str(error))
+    pattern = r"\b(" + "|".join(map(re.escape, sorted(options, key=len, reverse=True))) + r")\b"
+    return UsageError(re.sub(pattern, lambda m: options[m.group(1)], message))
 
 
 def use_device(name):

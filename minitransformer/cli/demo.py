@@ -9,6 +9,7 @@ minutes, then translates held-out lines and prints exact-match accuracy and sacr
 Left out on purpose: any download; any setting a user must choose; "and" (British "one hundred and
 one"), hyphens ("forty-five") and numbers >= 10^6 in the task.
 """
+import sys
 import tempfile
 import time
 
@@ -20,7 +21,7 @@ from minitransformer.search import translate_lines
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
-from .common import PROG, UsageError, examples, help_formatter, use_device
+from .common import PROG, UsageError, examples, help_formatter, use_device, writable_dir
 
 # The demo's task and settings, tuned to reach >= 95% exact match on held-out lines in a few
 # minutes on a 2-core CPU (measured: 100% after 1,000 steps, 124 s in all when idle, 243 s under load). Note: not the
@@ -61,6 +62,13 @@ def run_demo(args):
     steps = settings["steps"] if args.steps is None else args.steps
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be at least 0, got {args.seed}")
+    if args.out is not None:
+        writable_dir(args.out, "--out")
+    training = TrainingConfig(steps=steps, max_tokens=settings["max_tokens"], warmup_steps=settings["warmup_steps"],
+                              lr_scale=settings["lr_scale"], eval_every=settings["eval_every"], save_every=0, keep=1,
+                              seed=args.seed, eval_sentences=100, progress=not args.no_progress)
     use_device(args.device)
     out = args.out or tempfile.mkdtemp(prefix="minitransformer-demo-")
     start = time.perf_counter()
@@ -72,18 +80,17 @@ def run_demo(args):
     shrunk = f" shrunk ({', '.join(f'{k}={v}' for k, v in overrides.items())})" if overrides else ""
     print(f"settings: tiny preset{shrunk}; training {steps} steps on the {args.device} (Note: dropout "
           f"{settings['dropout']}, warmup {settings['warmup_steps']}, {settings['lr_scale']} x eq. (3): tuned for this task)")
-    training = TrainingConfig(steps=steps, max_tokens=settings["max_tokens"], warmup_steps=settings["warmup_steps"],
-                              lr_scale=settings["lr_scale"], eval_every=settings["eval_every"], save_every=0, keep=1,
-                              seed=args.seed, eval_sentences=100, progress=not args.no_progress)
 
     def model_config(vocab_size):
         return TransformerConfig.tiny(vocab_size=vocab_size, dropout=settings["dropout"], **overrides)
     trainer, tokenizer = prepare_training(*train, model_config, training, out, vocab_size=settings["vocab_size"],
                                           valid=valid)
     summary = trainer.train()
-    if summary["stopped"] == "interrupted":
-        print(f"interrupted; checkpoint saved to {summary['checkpoint']}")
-        return 130
+    if summary["stopped"] != "done":
+        signal = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
+        print(f"{PROG} demo: {summary['stopped']} ({signal}) at step {summary['step']}; checkpoint saved: "
+              f"{summary['checkpoint']}", file=sys.stderr)
+        return 143 if summary["stopped"] == "terminated" else 130
 
     hypotheses = translate_lines(trainer.model, tokenizer, test[0], beam_size=1)
     bleu, signature = corpus_bleu(hypotheses, [test[1]])

@@ -10,7 +10,7 @@ from minitransformer.checkpoint import average_files, list_checkpoints
 from minitransformer.fileio import read_lines
 from minitransformer.metrics import corpus_bleu
 
-from .common import UsageError, examples, existing, help_formatter
+from .common import UsageError, examples, existing, help_formatter, writable_file
 
 
 def add_parser(subparsers):
@@ -44,7 +44,12 @@ def run_bleu(args):
     existing(args.hypotheses, "hypothesis file")
     for path in args.references:
         existing(path, "reference file")
+    if args.references.count("-") + (args.hypotheses == "-") > 1:
+        raise UsageError("stdin ('-') can be read once: give it for the hypotheses or one reference file")
     hypotheses = read_lines(args.hypotheses)
+    if not hypotheses:
+        name = "stdin" if args.hypotheses == "-" else args.hypotheses
+        raise UsageError(f"hypothesis file {name} is empty: there are no sentences to score")
     references = [read_lines(path) for path in args.references]
     for path, lines in zip(args.references, references):
         if len(lines) != len(hypotheses):
@@ -57,13 +62,18 @@ def run_bleu(args):
 
 def run_average(args):
     """Average the checkpoints given (or a directory's last --last) into --output; the exit code."""
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last must be at least 1, got {args.last}")
+    writable_file(args.output, "--output")
     paths = args.inputs
     if len(paths) == 1 and os.path.isdir(paths[0]):
         found = list_checkpoints(paths[0])
         if not found:
             raise UsageError(f"no checkpoint_*.npz files in {paths[0]}")
+        if args.last is not None and args.last > len(found):
+            raise UsageError(f"--last {args.last} asks for more checkpoints than {paths[0]} holds ({len(found)})")
         paths = found[-args.last:] if args.last else found
-    elif args.last:
+    elif args.last is not None:
         raise UsageError("--last goes with a directory, not with a list of files")
     for path in paths:
         existing(path, "checkpoint")

@@ -1,18 +1,34 @@
 """`python -m minitransformer train`: train a Transformer on a parallel corpus from files.
 
-Checks every option, reads the corpus, then leaves the rest to pipeline.prepare_training and the
+Checks every option first (the training settings, the model config, --max-len against the model's
+positions, the files, --out), reads the corpus, then leaves the rest to pipeline.prepare_training and the
 Trainer: the tokenizer (given, or learned and saved as OUT/tokenizer.json), the model from a preset
 or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, --resume.
 Left out on purpose: config files other than TransformerConfig JSON, multi-GPU.
 """
+import dataclasses
 import json
+import sys
 
+from minitransformer.bpe import BOS_ID, BPE, EOS_ID, PAD_ID, SPECIALS
 from minitransformer.data import read_parallel
 from minitransformer.pipeline import prepare_training
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
-from .common import PRESETS, UsageError, examples, existing, help_formatter, use_device
+from .common import (
+    PRESETS,
+    PROG,
+    UsageError,
+    examples,
+    existing,
+    help_formatter,
+    option_error,
+    use_device,
+    writable_dir,
+)
+
+DEFAULT_MAX_LEN = 256
 
 
 def add_parser(subparsers):
@@ -44,7 +60,8 @@ def add_parser(subparsers):
     p.add_argument("--warmup", type=int, default=4000, help="warmup steps of eq. (3) (default: 4000)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="factor on eq. (3) (default: 1)")
     p.add_argument("--clip-norm", type=float, help="clip the gradient norm (off by default, as in the paper)")
-    p.add_argument("--max-len", type=int, default=256, help="drop training pairs longer than N tokens (default: 256)")
+    p.add_argument("--max-len", type=int, help="drop training pairs longer than N tokens (default: 256, or the "
+                   "model's max_len - 1 if less)")
     p.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations (default: 1000)")
     p.add_argument("--eval-sentences", type=int, help="translate only the first N validation sentences")
     p.add_argument("--save-every", type=int, default=1000, help="steps between checkpoints (default: 1000)")
@@ -57,29 +74,50 @@ def add_parser(subparsers):
     return p
 
 
+# TrainingConfig's fields and search.check_search_args' arguments -> the options that set them
+OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps", "epochs": "--epochs",
+           "warmup_steps": "--warmup", "lr_scale": "--lr-scale", "clip_norm": "--clip-norm",
+           "eval_every": "--eval-every", "save_every": "--save-every", "keep": "--keep", "seed": "--seed",
+           "beam_size": "--beam", "eval_sentences": "--eval-sentences"}
+MIN_VOCAB, MAX_VOCAB = len(SPECIALS) + 256, 0x110000  # a BPE's ids: <pad> <s> </s>, the bytes, merges
+
+
 def model_config(spec, vocab_size):
-    """The TransformerConfig of a preset name or a JSON file ({"preset": "tiny", "d_model": 64, ...})."""
+    """The TransformerConfig of a preset name or a JSON file ({"preset": "tiny", "d_model": 64, ...});
+    a UsageError naming the file and the field for a bad one."""
     if spec in PRESETS:
         return getattr(TransformerConfig, spec)(vocab_size=vocab_size)
     existing(spec, "config file")
     try:
         with open(spec, encoding="utf-8") as f:
             fields = json.load(f)
-    except ValueError as e:
+    except ValueError as e:  # invalid JSON, or not UTF-8
         raise UsageError(f"config file {spec} is not valid JSON ({e})") from None
     if not isinstance(fields, dict):
         raise UsageError(f"config file {spec} must hold a JSON object of TransformerConfig fields")
-    preset = fields.pop("preset", None)
+    preset = fields.pop("preset", "base")  # TransformerConfig's own defaults are the base model's
+    if preset not in PRESETS:
+        raise UsageError(f"config file {spec}: preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if "vocab_size" in fields:
+        raise UsageError(f"config file {spec} sets vocab_size, but the tokenizer decides it (--tokenizer or "
+                         f"--vocab-size): remove it from the file")
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TransformerConfig)} - {"n_layers"})
+    if unknown:
+        raise UsageError(f"config file {spec}: unknown fields {', '.join(unknown)} (TransformerConfig's fields, "
+                         f"n_layers for both stacks, and preset are known)")
     try:
-        if preset is not None:
-            return getattr(TransformerConfig, preset)(**{"vocab_size": vocab_size, **fields})
-        return TransformerConfig.from_dict({"vocab_size": vocab_size, **fields})
-    except (ValueError, TypeError, AttributeError) as e:
-        raise UsageError(f"config file {spec}: {e}") from None
+        config = getattr(TransformerConfig, preset)(vocab_size=vocab_size, **fields)
+    except ValueError as e:
+        raise UsageError(f"config file {spec}: {str(e).replace('TransformerConfig: ', '')}") from None
+    ids = (config.pad_id, config.bos_id, config.eos_id)
+    if ids != (PAD_ID, BOS_ID, EOS_ID):
+        raise UsageError(f"config file {spec}: pad_id, bos_id, eos_id must be the tokenizer's "
+                         f"{PAD_ID}, {BOS_ID}, {EOS_ID}, got {', '.join(map(str, ids))}")
+    return config
 
 
 def training_config(args):
-    """The TrainingConfig of the options; a UsageError naming a bad value."""
+    """The TrainingConfig of the options; a UsageError naming the option of a bad value."""
     try:
         return TrainingConfig(max_tokens=args.max_tokens, accum=args.accum, steps=args.steps, epochs=args.epochs,
                               warmup_steps=args.warmup, lr_scale=args.lr_scale, clip_norm=args.clip_norm,
@@ -87,34 +125,60 @@ def training_config(args):
                               seed=args.seed, beam_size=args.beam, eval_sentences=args.eval_sentences,
                               progress=not args.no_progress)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise option_error(e, OPTIONS) from None
 
 
-def run_train(args):
-    """Check the options, read the corpus, prepare and run the training; the exit code."""
+def check_args(args):
+    """Every option, before any work: (TrainingConfig, --max-len); a UsageError naming the first bad one."""
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "tokenizer"):
         existing(getattr(args, name), f"--{name.replace('_', '-')} file")
     if (args.valid_src is None) != (args.valid_tgt is None):
         raise UsageError("give both --valid-src and --valid-tgt, or neither")
     if (args.tokenizer is None) == (args.vocab_size is None):
         raise UsageError("give either --tokenizer FILE or --vocab-size N (to learn one)")
+    if args.vocab_size is not None and not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
+        raise UsageError(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and "
+                         f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
     if (args.steps is None) == (args.epochs is None):
         raise UsageError("give either --steps or --epochs")
+    if args.eval_sentences is not None and args.valid_src is None:
+        raise UsageError("--eval-sentences needs validation files (--valid-src and --valid-tgt)")
     if args.config not in PRESETS and not args.config.endswith(".json"):
         raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
-    if args.config not in PRESETS:
-        existing(args.config, "config file")
     if args.resume and args.resume != "auto":
         existing(args.resume, "--resume checkpoint")
     settings = training_config(args)
+    config = model_config(args.config, args.vocab_size or MIN_VOCAB)  # the real vocabulary comes later
+    longest = config.max_len - 1
+    max_len = min(DEFAULT_MAX_LEN, longest) if args.max_len is None else args.max_len
+    if not 1 <= max_len <= longest:
+        raise UsageError(f"--max-len must be between 1 and {longest} (the model's max_len {config.max_len} "
+                         f"holds <s> or </s> too), got {max_len}")
+    writable_dir(args.out, "--out")
+    return settings, max_len
+
+
+def run_train(args):
+    """Check the options, read the corpus, prepare and run the training; the exit code (130 when
+    interrupted by Ctrl-C, 143 when terminated by SIGTERM, a checkpoint saved in both cases)."""
+    settings, max_len = check_args(args)
+    if args.tokenizer:
+        BPE.load(args.tokenizer)  # a damaged file is named now, before the corpus is read
     use_device(args.device)
     train_src, train_tgt = read_parallel(args.train_src, args.train_tgt)
     valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None
     trainer, _ = prepare_training(train_src, train_tgt, lambda vocab_size: model_config(args.config, vocab_size),
                                   settings, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
-                                  valid=valid, max_len=args.max_len, resume=args.resume)
+                                  valid=valid, max_len=max_len, resume=args.resume,
+                                  train_names=(args.train_src, args.train_tgt),
+                                  valid_names=(args.valid_src, args.valid_tgt))
     del train_src, train_tgt  # the Trainer holds the encoded pairs
     summary = trainer.train()
-    print(f"{summary['stopped']} at step {summary['step']} ({summary['seconds']:.0f} s); "
+    if summary["stopped"] != "done":
+        signal = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
+        print(f"{PROG} train: {summary['stopped']} ({signal}) at step {summary['step']}; checkpoint saved: "
+              f"{summary['checkpoint']} (continue with --resume auto)", file=sys.stderr)
+        return 143 if summary["stopped"] == "terminated" else 130
+    print(f"done at step {summary['step']} ({summary['seconds']:.0f} s); "
           f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
-    return 130 if summary["stopped"] == "interrupted" else 0
+    return 0

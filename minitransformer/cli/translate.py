@@ -1,6 +1,8 @@
 """`python -m minitransformer translate`: translate lines of text with a checkpoint.
 
-Reads one sentence a line (a file, or stdin), translates in batches by beam or greedy search, writes
+Checks every option before loading the model, reads and checks every line (one too long for the
+model's positions is named) before decoding, and writes only a complete result. Reads one sentence
+a line (a file, or stdin), translates in batches by beam or greedy search, writes
 one line per sentence (or i<TAB>text lines for --nbest > 1), and with --attention draws the
 encoder-decoder attention of the first line's translation.
 Left out on purpose: streaming (the input is read whole), serving, ensembles of checkpoints.
@@ -10,9 +12,9 @@ import sys
 from minitransformer import viz
 from minitransformer.checkpoint import load_model
 from minitransformer.fileio import atomic_write, read_lines
-from minitransformer.search import beam_search, translate_lines
+from minitransformer.search import beam_search, check_search_args, translate_lines
 
-from .common import UsageError, examples, existing, help_formatter, use_device
+from .common import examples, existing, help_formatter, option_error, use_device, writable_file, writing
 
 
 def add_parser(subparsers):
@@ -43,25 +45,45 @@ def add_parser(subparsers):
     return p
 
 
+# search.check_search_args' arguments -> the options that set them
+OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
+           "max_len_b": "--max-len-b", "batch_size": "--batch-size"}
+
+
 def run_translate(args):
-    """Check the options, load the checkpoint, translate, write; the exit code."""
+    """Check the options, load the checkpoint, read and check every line, translate, then write the
+    whole result at once (--output atomically: an existing file is replaced only by a complete
+    result, never truncated by a failure); the exit code."""
     existing(args.checkpoint, "--checkpoint file")
     existing(args.tokenizer, "--tokenizer file")
     existing(args.input, "--input file")
-    if args.beam < 1 or args.nbest < 1 or args.nbest > args.beam:
-        raise UsageError(f"need 1 <= --nbest <= --beam, got --beam {args.beam} --nbest {args.nbest}")
+    try:
+        check_search_args("translate", args.beam, args.nbest, args.alpha, args.max_len_a, args.max_len_b,
+                          args.batch_size)
+    except ValueError as e:
+        raise option_error(e, OPTIONS) from None
+    writable_file(args.output, "--output")
+    writable_file(args.attention, "--attention")
     use_device(args.device)
     model, tokenizer, _ = load_model(args.checkpoint, args.tokenizer)
-    lines = read_lines(args.input)
-    translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha, nbest=args.nbest,
-                                   max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_size=args.batch_size)
+    lines = read_lines(args.input)  # stdin is read once the checkpoint is known to be good
+    try:
+        translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha,
+                                       nbest=args.nbest, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                                       batch_size=args.batch_size)
+    except ValueError as e:  # a line too long for the model's positions, found before any decoding
+        if str(e).startswith("line "):
+            raise ValueError(f"{'stdin' if args.input == '-' else args.input}: {e}") from None
+        raise
     if args.nbest > 1:
         translations = [f"{i}\t{text}" for i, hypotheses in enumerate(translations) for text in hypotheses]
     text = "".join(line + "\n" for line in translations)
     if args.output == "-":
         sys.stdout.write(text)
+        sys.stdout.flush()
     else:
-        atomic_write(args.output, lambda f: f.write(text), mode="w")
+        with writing("--output", args.output):
+            atomic_write(args.output, lambda f: f.write(text), mode="w")
     if args.attention and lines:
         draw_attention(model, tokenizer, lines[0], args)
     return 0

@@ -1,0 +1,388 @@
+"""Bad input on the command line, one table: every row runs `cli.main(argv)` in-process and checks the
+exit code, that stderr is one line (no traceback) naming the argument, file or line (a regex), and that
+no file that existed before was changed; a refused argument (exit 2) creates no file at all. Then
+SIGTERM and Ctrl-C in a real `python -m minitransformer train`: a checkpoint, exit 143 or 130.
+
+Row: (id, argv, stdin bytes or None, files to create in the working directory, exit code, regex).
+"{D}" in argv stands for the module's directory of shared files: a tiny corpus (train.src/.tgt,
+valid.src/.tgt), config.json (tiny, d_model 32, max_len 32: positions for 31 tokens and </s>), a
+checkpoint trained 2 steps (model.npz, run/), its tokenizer (tok.json) and a foreign one (other_tok.json).
+A file entry's value is its bytes, or READ_ONLY_DIR for an empty directory without write permission.
+"""
+import contextlib
+import errno
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitransformer import checkpoint as ckpt
+from minitransformer import cli
+from minitransformer.bpe import BPE
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ["1 2", "3 , 4 5", "6 7 , 8", "9", "1 0 , 2", "3 4", "5 , 6 7", "8 9 , 1"]
+TARGETS = ["twelve", "three , forty five", "sixty seven , eight", "nine", "ten , two", "thirty four",
+           "five , sixty seven", "eighty nine , one"]
+LONG = " ".join(["7"] * 60) + "\n"           # more tokens than the model's 31 positions
+READ_ONLY_DIR = object()
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root writes anywhere: no permission to test
+NEEDS_USER = pytest.mark.skipif(AS_ROOT, reason="root may write in a directory without write permission")
+
+
+def npy_bytes():
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros(3))
+    return buffer.getvalue()
+
+
+def train(*extra, drop=()):
+    """A train command that would run (tiny config, the shared tokenizer), with `extra` options
+    after it (argparse: the last value wins) and the options in `drop` removed with their value."""
+    argv = ["train", "--config", "{D}/config.json", "--train-src", "{D}/train.src", "--train-tgt", "{D}/train.tgt",
+            "--tokenizer", "{D}/tok.json", "--out", "out", "--steps", "2", "--max-tokens", "200", "--warmup", "2",
+            "--save-every", "0", "--eval-every", "0", "--no-progress"]
+    for option in drop:
+        i = argv.index(option)
+        del argv[i:i + 2]
+    return argv + list(extra)
+
+
+VALID = ("--valid-src", "{D}/valid.src", "--valid-tgt", "{D}/valid.tgt")
+TRANSLATE = ["translate", "--checkpoint", "{D}/model.npz", "--input", "in.txt", "--output", "out.txt"]
+OLD = {"in.txt": b"1 2\n3 4\n", "out.txt": b"an earlier translation\n"}   # out.txt must survive every row
+BPE_ARGS = ["bpe", "--input", "{D}/train.src", "--output", "tok.json", "--quiet"]
+OLD_TOK = {"tok.json": b"an earlier tokenizer\n"}
+AVERAGE = ["average", "{D}/run", "--output", "avg.npz"]
+OLD_AVG = {"avg.npz": b"an earlier average\n"}
+
+ROWS = [
+    # ---- train: every setting is checked before the corpus is read (exit 2, nothing written)
+    ("train-lr-scale-negative", train("--lr-scale", "-1"), None, {}, 2,
+     r"--lr-scale must be a finite number in \(0\.0, inf\), got -1\.0"),
+    ("train-lr-scale-zero", train("--lr-scale", "0"), None, {}, 2, r"--lr-scale must be .*got 0\.0"),
+    ("train-clip-norm-negative", train("--clip-norm", "-1"), None, {}, 2, r"--clip-norm must be .*got -1\.0"),
+    ("train-clip-norm-zero", train("--clip-norm", "0"), None, {}, 2, r"--clip-norm must be .*got 0\.0"),
+    ("train-clip-norm-nan", train("--clip-norm", "nan"), None, {}, 2, r"--clip-norm must be a finite .*got nan"),
+    ("train-steps-zero", train("--steps", "0"), None, {}, 2, r"--steps must be an integer of at least 1, got 0"),
+    ("train-steps-negative", train("--steps", "-3"), None, {}, 2, r"--steps must be .*got -3"),
+    ("train-epochs-zero", train("--epochs", "0", drop=["--steps"]), None, {}, 2, r"--epochs must be .*got 0\.0"),
+    ("train-epochs-negative", train("--epochs", "-1", drop=["--steps"]), None, {}, 2, r"--epochs must be .*got -1\.0"),
+    ("train-epochs-inf", train("--epochs", "inf", drop=["--steps"]), None, {}, 2,
+     r"--epochs must be a finite .*got inf"),
+    ("train-epochs-nan", train("--epochs", "nan", drop=["--steps"]), None, {}, 2,
+     r"--epochs must be a finite .*got nan"),
+    ("train-steps-and-epochs", train("--epochs", "1"), None, {}, 2, r"give either --steps or --epochs"),
+    ("train-eval-sentences-negative", train(*VALID, "--eval-sentences", "-1"), None, {}, 2,
+     r"--eval-sentences must be an integer of at least 1, got -1"),
+    ("train-eval-sentences-without-valid", train("--eval-sentences", "5"), None, {}, 2,
+     r"--eval-sentences needs validation files"),
+    ("train-beam-zero", train(*VALID, "--beam", "0"), None, {}, 2, r"--beam must be an integer of at least 1, got 0"),
+    ("train-max-tokens-zero", train("--max-tokens", "0"), None, {}, 2, r"--max-tokens must be .*got 0"),
+    ("train-accum-zero", train("--accum", "0"), None, {}, 2, r"--accum must be .*got 0"),
+    ("train-warmup-zero", train("--warmup", "0"), None, {}, 2, r"--warmup must be .*got 0"),
+    ("train-keep-zero", train("--keep", "0"), None, {}, 2, r"--keep must be .*got 0"),
+    ("train-save-every-negative", train("--save-every", "-1"), None, {}, 2, r"--save-every must be .*got -1"),
+    ("train-seed-negative", train("--seed", "-1"), None, {}, 2, r"--seed must be .*got -1"),
+    ("train-max-len-zero", train("--max-len", "0"), None, {}, 2, r"--max-len must be between 1 and 31 .*got 0"),
+    ("train-max-len-negative", train("--max-len", "-4"), None, {}, 2, r"--max-len must be between 1 and 31 .*got -4"),
+    ("train-max-len-over-positions", train("--max-len", "40"), None, {}, 2,
+     r"--max-len must be between 1 and 31 \(the model's max_len 32 .*got 40"),
+    ("train-vocab-size-huge", train("--vocab-size", "2000000", drop=["--tokenizer"]), None, {}, 2,
+     r"--vocab-size must be between 259 .* got 2,000,000"),
+    ("train-vocab-size-too-small", train("--vocab-size", "100", drop=["--tokenizer"]), None, {}, 2,
+     r"--vocab-size must be between 259 .* got 100"),
+    ("train-tokenizer-and-vocab-size", train("--vocab-size", "300"), None, {}, 2, r"--tokenizer FILE or --vocab-size"),
+    ("train-valid-src-alone", train("--valid-src", "{D}/valid.src"), None, {}, 2, r"--valid-src and --valid-tgt"),
+    ("train-train-src-missing", train("--train-src", "nope.src"), None, {}, 2,
+     r"--train-src file not found: nope\.src"),
+    ("train-resume-missing", train("--resume", "nope.npz"), None, {}, 2, r"--resume checkpoint not found: nope\.npz"),
+    ("train-config-bad-name", train("--config", "huge"), None, {}, 2, r"--config must be one of tiny, small"),
+    ("train-config-null", train("--config", "bad.json"), None,
+     {"bad.json": b'{"preset": "tiny", "dropout": null}'}, 2,
+     r"config file bad\.json: dropout must be a finite number .*got None"),
+    ("train-config-string-for-number", train("--config", "bad.json"), None,
+     {"bad.json": b'{"preset": "tiny", "d_model": "32"}'}, 2,
+     r"config file bad\.json: d_model must be an integer .*got '32'"),
+    ("train-config-float-for-int", train("--config", "bad.json"), None,
+     {"bad.json": b'{"preset": "tiny", "n_layers": 1.5}'}, 2,
+     r"config file bad\.json: n_encoder_layers must be an integer"),
+    ("train-config-not-json", train("--config", "bad.json"), None, {"bad.json": b"{d_model: 32"}, 2,
+     r"config file bad\.json is not valid JSON"),
+    ("train-config-not-an-object", train("--config", "bad.json"), None, {"bad.json": b"[32]"}, 2,
+     r"config file bad\.json must hold a JSON object"),
+    ("train-config-unknown-field", train("--config", "bad.json"), None, {"bad.json": b'{"d_modle": 32}'}, 2,
+     r"config file bad\.json: unknown fields d_modle"),
+    ("train-config-unknown-preset", train("--config", "bad.json"), None, {"bad.json": b'{"preset": 5}'}, 2,
+     r"config file bad\.json: preset must be one of"),
+    ("train-config-vocab-size", train("--config", "bad.json"), None, {"bad.json": b'{"vocab_size": 500}'}, 2,
+     r"config file bad\.json sets vocab_size"),
+    ("train-config-max-len-zero", train("--config", "bad.json"), None, {"bad.json": b'{"max_len": 0}'}, 2,
+     r"config file bad\.json: max_len must be an integer of at least 1, got 0"),
+    ("train-config-pad-id", train("--config", "bad.json"), None, {"bad.json": b'{"pad_id": 5}'}, 2,
+     r"config file bad\.json: pad_id, bos_id, eos_id must be the tokenizer's 0, 1, 2"),
+    ("train-out-is-a-file", train("--out", "taken"), None, {"taken": b"a file\n"}, 2, r"--out taken is a file"),
+    ("train-out-under-a-file", train("--out", "taken/run"), None, {"taken": b"a file\n"}, 2,
+     r"--out taken/run cannot be written: .*taken is a file"),
+    pytest.param("train-out-no-permission", train("--out", "locked/run"), None, {"locked": READ_ONLY_DIR}, 2,
+                 r"--out locked/run cannot be written: no permission to write in .*locked", marks=NEEDS_USER),
+    # ---- train: the files (exit 1), before the model is built
+    ("train-empty-corpus-with-tokenizer", train("--train-src", "e.src", "--train-tgt", "e.tgt"), None,
+     {"e.src": b"", "e.tgt": b""}, 1, r"no sentence pairs to train on: e\.src and e\.tgt hold no line pair"),
+    ("train-whitespace-corpus-with-tokenizer", train("--train-src", "e.src", "--train-tgt", "e.tgt"), None,
+     {"e.src": b"  \n\t\n", "e.tgt": b" \n \n"}, 1, r"no sentence pairs to train on: e\.src and e\.tgt"),
+    ("train-empty-corpus-learning-bpe",
+     train("--train-src", "e.src", "--train-tgt", "e.tgt", "--vocab-size", "300", drop=["--tokenizer"]), None,
+     {"e.src": b"\n", "e.tgt": b"\n"}, 1, r"no sentence pairs to train on: e\.src and e\.tgt"),
+    ("train-every-pair-too-long", train("--max-len", "2", "--train-src", "a.src", "--train-tgt", "a.tgt"), None,
+     {"a.src": b"1 2 3 4\n5 6 7 8\n", "a.tgt": b"one two three four\nfive six seven eight\n"}, 1,
+     r"no sentence pairs to train on in a\.src and a\.tgt: kept 0 of 2 pairs \(0 empty, 2 longer than 2 tokens\)"),
+    ("train-valid-line-too-long", train("--valid-src", "v.src", "--valid-tgt", "v.tgt"), None,
+     {"v.src": b"1 2\n" + LONG.encode(), "v.tgt": b"twelve\nseven\n"}, 1,
+     r"v\.src: line 2 has \d+ tokens, but the model's positions hold at most 31"),
+    ("train-valid-empty", train("--valid-src", "v.src", "--valid-tgt", "v.tgt"), None,
+     {"v.src": b"", "v.tgt": b""}, 1, r"v\.src and v\.tgt are empty"),
+    ("train-parallel-lengths-differ", train("--train-tgt", "short.tgt"), None, {"short.tgt": b"one\n"}, 1,
+     r"train\.src has 8 lines but short\.tgt has 1"),
+    ("train-train-src-invalid-utf8", train("--train-src", "bad.src", "--train-tgt", "bad.tgt"), None,
+     {"bad.src": b"1 2\n3 \xff 4\n", "bad.tgt": b"twelve\nthree\n"}, 1, r"bad\.src: line 2 is not valid UTF-8"),
+    ("train-tokenizer-damaged", train("--tokenizer", "bad_tok.json"), None, {"bad_tok.json": b"not json"}, 1,
+     r"bad_tok\.json is not a tokenizer file"),
+    # ---- translate: settings before the model is loaded; lines before decoding; --output never touched
+    ("translate-max-len-a-nan", TRANSLATE + ["--max-len-a", "nan"], None, OLD, 2,
+     r"--max-len-a must be a finite number .*got nan"),
+    ("translate-max-len-a-zero-b-negative", TRANSLATE + ["--max-len-a", "0", "--max-len-b", "-1"], None, OLD, 2,
+     r"--max-len-b must be an integer of at least 0, got -1"),
+    ("translate-max-len-both-zero", TRANSLATE + ["--max-len-a", "0", "--max-len-b", "0"], None, OLD, 2,
+     r"--max-len-a and --max-len-b are both 0"),
+    ("translate-max-len-a-negative", TRANSLATE + ["--max-len-a", "-1"], None, OLD, 2,
+     r"--max-len-a must be .*got -1\.0"),
+    ("translate-batch-size-zero", TRANSLATE + ["--batch-size", "0"], None, OLD, 2,
+     r"--batch-size must be an integer of at least 1, got 0"),
+    ("translate-batch-size-negative", TRANSLATE + ["--batch-size", "-1"], None, OLD, 2,
+     r"--batch-size must be .*got -1"),
+    ("translate-beam-zero", TRANSLATE + ["--beam", "0"], None, OLD, 2,
+     r"--beam must be an integer of at least 1, got 0"),
+    ("translate-nbest-over-beam", TRANSLATE + ["--beam", "2", "--nbest", "3"], None, OLD, 2,
+     r"--nbest \(3\) cannot exceed --beam \(2\)"),
+    ("translate-alpha-negative", TRANSLATE + ["--alpha", "-0.5"], None, OLD, 2, r"--alpha must be .*got -0\.5"),
+    ("translate-alpha-inf", TRANSLATE + ["--alpha", "inf"], None, OLD, 2, r"--alpha must be a finite .*got inf"),
+    ("translate-line-too-long-file", TRANSLATE, None, {**OLD, "in.txt": b"1 2\n" + LONG.encode()}, 1,
+     r"in\.txt: line 2 has \d+ tokens, but the model's positions hold at most 31"),
+    ("translate-line-too-long-stdin", TRANSLATE + ["--input", "-"], b"1 2\n3\n" + LONG.encode(), OLD, 1,
+     r"stdin: line 3 has \d+ tokens"),
+    ("translate-stdin-invalid-utf8", TRANSLATE + ["--input", "-"], b"1 2\n3 4\n5 \xff 6\n", OLD, 1,
+     r"stdin: line 3 is not valid UTF-8 \(invalid start byte at byte 3 of the line\)"),
+    ("translate-input-invalid-utf8", TRANSLATE, None, {**OLD, "in.txt": b"\xc3\n"}, 1,
+     r"in\.txt: line 1 is not valid UTF-8"),
+    ("translate-npy-renamed-npz", TRANSLATE + ["--checkpoint", "fake.npz"], None, {**OLD, "fake.npz": npy_bytes()}, 1,
+     r"fake\.npz holds a single array \(\.npy\), not a checkpoint"),
+    ("translate-checkpoint-garbage", TRANSLATE + ["--checkpoint", "bad.npz"], None, {**OLD, "bad.npz": b"garbage"}, 1,
+     r"bad\.npz is not a readable checkpoint"),
+    ("translate-checkpoint-missing", TRANSLATE + ["--checkpoint", "nope.npz"], None, OLD, 2,
+     r"--checkpoint file not found: nope\.npz"),
+    ("translate-input-missing", TRANSLATE + ["--input", "nope.txt"], None, OLD, 2,
+     r"--input file not found: nope\.txt"),
+    ("translate-tokenizer-of-another-model", TRANSLATE + ["--tokenizer", "{D}/other_tok.json"], None, OLD, 1,
+     r"other_tok\.json has \d+ ids but the model in .*model\.npz was built for"),
+    ("translate-output-under-a-file", TRANSLATE + ["--output", "taken/out.txt"], None, {**OLD, "taken": b"x"}, 2,
+     r"--output taken/out\.txt cannot be written: .*taken is a file"),
+    ("translate-output-is-a-directory", TRANSLATE + ["--output", "somedir"], None, {**OLD, "somedir/keep": b""}, 2,
+     r"--output somedir is a directory"),
+    pytest.param("translate-output-no-permission", TRANSLATE + ["--output", "locked/out.txt"], None,
+                 {**OLD, "locked": READ_ONLY_DIR}, 2, r"--output locked/out\.txt cannot be written: no permission",
+                 marks=NEEDS_USER),
+    ("translate-attention-under-a-file", TRANSLATE + ["--attention", "taken/a.png"], None, {**OLD, "taken": b"x"}, 2,
+     r"--attention taken/a\.png cannot be written"),
+    # ---- bpe: every option before reading; --output before learning
+    ("bpe-vocab-size-huge", BPE_ARGS + ["--vocab-size", "2000000"], None, OLD_TOK, 2,
+     r"--vocab-size must be between 259 .* and 1,114,112, got 2,000,000"),
+    ("bpe-vocab-size-too-small", BPE_ARGS + ["--vocab-size", "200"], None, OLD_TOK, 2,
+     r"--vocab-size must be between 259 .*got 200"),
+    ("bpe-vocab-size-too-small-for-specials", BPE_ARGS + ["--vocab-size", "259", "--special-tokens", "<m>"], None,
+     OLD_TOK, 2, r"--vocab-size must be between 260 .*got 259"),
+    ("bpe-special-tokens-repeated", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", "<m>", "<m>"], None,
+     OLD_TOK, 2, r"--special-tokens: special tokens are repeated"),
+    ("bpe-special-tokens-empty", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", ""], None, OLD_TOK, 2,
+     r"--special-tokens: special tokens must be non-empty strings"),
+    ("bpe-special-tokens-blank", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", " "], None, OLD_TOK, 2,
+     r"--special-tokens: special tokens must be non-empty strings"),
+    ("bpe-min-frequency-zero", BPE_ARGS + ["--vocab-size", "300", "--min-frequency", "0"], None, OLD_TOK, 2,
+     r"--min-frequency must be at least 1, got 0"),
+    ("bpe-output-under-a-file", BPE_ARGS + ["--vocab-size", "300", "--output", "taken/tok.json"], None,
+     {"taken": b"x"}, 2, r"--output taken/tok\.json cannot be written: .*taken is a file, not a directory"),
+    ("bpe-output-is-a-directory", BPE_ARGS + ["--vocab-size", "300", "--output", "somedir"], None,
+     {"somedir/keep": b""}, 2, r"--output somedir is a directory"),
+    pytest.param("bpe-output-no-permission", BPE_ARGS + ["--vocab-size", "300", "--output", "locked/tok.json"], None,
+                 {"locked": READ_ONLY_DIR}, 2, r"--output locked/tok\.json cannot be written: no permission",
+                 marks=NEEDS_USER),
+    ("bpe-input-stdin", BPE_ARGS + ["--vocab-size", "300", "--input", "-"], b"a b\n", OLD_TOK, 2,
+     r"--input takes files, not stdin"),
+    ("bpe-input-missing", BPE_ARGS + ["--vocab-size", "300", "--input", "nope.txt"], None, OLD_TOK, 2,
+     r"--input file not found: nope\.txt"),
+    ("bpe-input-is-a-directory", BPE_ARGS + ["--vocab-size", "300", "--input", "somedir"], None,
+     {**OLD_TOK, "somedir/keep": b""}, 2, r"--input file somedir is a directory"),
+    ("bpe-empty-corpus", BPE_ARGS + ["--vocab-size", "300", "--input", "e.txt"], None, {**OLD_TOK, "e.txt": b""}, 1,
+     r"the training corpus is empty: e\.txt holds no text to learn merges from"),
+    ("bpe-empty-corpus-two-files", BPE_ARGS + ["--vocab-size", "300", "--input", "e.txt", "f.txt"], None,
+     {**OLD_TOK, "e.txt": b"", "f.txt": b"<pad>"}, 1, r"the training corpus is empty: e\.txt, f\.txt hold no text"),
+    ("bpe-input-invalid-utf8", BPE_ARGS + ["--vocab-size", "300", "--input", "bad.txt"], None,
+     {**OLD_TOK, "bad.txt": b"good\nb\xe4d\n"}, 1, r"bad\.txt: line 2 is not valid UTF-8"),
+    # ---- bleu
+    ("bleu-two-empty-files", ["bleu", "h.txt", "r.txt"], None, {"h.txt": b"", "r.txt": b""}, 2,
+     r"hypothesis file h\.txt is empty"),
+    ("bleu-empty-stdin", ["bleu", "-", "r.txt"], b"", {"r.txt": b"a\n"}, 2, r"hypothesis file stdin is empty"),
+    ("bleu-stdin-invalid-utf8", ["bleu", "-", "r.txt"], b"a b\nc d\ne \xff\n", {"r.txt": b"a b\nc d\ne f\n"}, 1,
+     r"stdin: line 3 is not valid UTF-8"),
+    ("bleu-reference-invalid-utf8", ["bleu", "h.txt", "r.txt"], None, {"h.txt": b"a\n", "r.txt": b"\xff\n"}, 1,
+     r"r\.txt: line 1 is not valid UTF-8"),
+    ("bleu-lengths-differ", ["bleu", "h.txt", "r.txt"], None, {"h.txt": b"a\nb\n", "r.txt": b"a\n"}, 2,
+     r"reference file r\.txt has 1 lines but the hypotheses have 2"),
+    ("bleu-stdin-twice", ["bleu", "-", "-"], b"a\n", {}, 2, r"stdin \('-'\) can be read once"),
+    ("bleu-reference-missing", ["bleu", "h.txt", "nope.txt"], None, {"h.txt": b"a\n"}, 2,
+     r"reference file not found: nope\.txt"),
+    # ---- average
+    ("average-last-zero", AVERAGE + ["--last", "0"], None, OLD_AVG, 2, r"--last must be at least 1, got 0"),
+    ("average-last-negative", AVERAGE + ["--last", "-1"], None, OLD_AVG, 2, r"--last must be at least 1, got -1"),
+    ("average-last-more-than-there-are", AVERAGE + ["--last", "5"], None, OLD_AVG, 2,
+     r"--last 5 asks for more checkpoints than .*run holds \(1\)"),
+    ("average-last-with-files", ["average", "{D}/model.npz", "--last", "1", "--output", "avg.npz"], None, OLD_AVG, 2,
+     r"--last goes with a directory"),
+    ("average-directory-without-checkpoints", ["average", "somedir", "--output", "avg.npz"], None,
+     {**OLD_AVG, "somedir/keep": b""}, 2, r"no checkpoint_\*\.npz files in somedir"),
+    ("average-npy-renamed-npz", ["average", "{D}/model.npz", "fake.npz", "--output", "avg.npz"], None,
+     {**OLD_AVG, "fake.npz": npy_bytes()}, 1, r"fake\.npz holds a single array \(\.npy\)"),
+    ("average-checkpoint-missing", ["average", "nope.npz", "--output", "avg.npz"], None, OLD_AVG, 2,
+     r"checkpoint not found: nope\.npz"),
+    ("average-output-under-a-file", AVERAGE + ["--output", "taken/avg.npz"], None, {"taken": b"x"}, 2,
+     r"--output taken/avg\.npz cannot be written: .*taken is a file"),
+    # ---- demo
+    ("demo-steps-zero", ["demo", "--steps", "0"], None, {}, 2, r"--steps must be at least 1, got 0"),
+    ("demo-seed-negative", ["demo", "--seed", "-1"], None, {}, 2, r"--seed must be at least 0, got -1"),
+    ("demo-out-is-a-file", ["demo", "--quick", "--out", "taken"], None, {"taken": b"x"}, 2, r"--out taken is a file"),
+]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The module's directory of shared files (see the docstring), with a checkpoint trained 2 steps."""
+    d = tmp_path_factory.mktemp("shared")
+    for name, lines in {"train.src": SOURCES, "train.tgt": TARGETS, "valid.src": SOURCES[:2],
+                        "valid.tgt": TARGETS[:2]}.items():
+        (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (d / "config.json").write_text(json.dumps({"preset": "tiny", "d_model": 32, "d_ff": 64, "n_heads": 2,
+                                               "n_layers": 1, "max_len": 32}))
+    argv = train("--vocab-size", "300", "--out", str(d / "run"), drop=["--tokenizer"])
+    argv = [a.replace("{D}", str(d)) for a in argv]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(argv) == 0
+    (d / "model.npz").write_bytes((d / "run" / "checkpoint_0000002.npz").read_bytes())
+    (d / "tok.json").write_bytes((d / "run" / "tokenizer.json").read_bytes())
+    BPE.train(["x y z"], 262, min_frequency=1).save(d / "other_tok.json")
+    return d
+
+
+def snapshot(*roots):
+    """{path: bytes of a file, or None for a directory} of everything under the roots."""
+    found = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            found.update({os.path.join(dirpath, n): None for n in dirnames})
+            found.update({os.path.join(dirpath, n): Path(dirpath, n).read_bytes() for n in filenames})
+    return found
+
+
+def params(rows):
+    """The rows as pytest params, each with its id (a row made with pytest.param keeps its marks)."""
+    return [pytest.param(*r.values, id=r.values[0], marks=r.marks) if hasattr(r, "values")
+            else pytest.param(*r, id=r[0]) for r in rows]
+
+
+@pytest.mark.parametrize("row_id, argv, stdin, files, code, message", params(ROWS))
+def test_bad_input(row_id, argv, stdin, files, code, message, shared, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    locked = []
+    for name, content in files.items():
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content is READ_ONLY_DIR:
+            path.mkdir()
+            path.chmod(0o555)
+            locked.append(path)
+        else:
+            path.write_bytes(content)
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8"))
+    before = snapshot(work, shared)
+    try:
+        got = cli.main([a.replace("{D}", str(shared)) for a in argv])
+    finally:
+        for path in locked:
+            path.chmod(0o755)
+    _, err = capsys.readouterr()
+    assert "Traceback" not in err and ".tmp-" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"stderr should be one line, got:\n{err}"
+    assert lines[0].startswith(f"python -m minitransformer {argv[0]}: error: "), err
+    assert re.search(message, lines[0]), f"{message!r} not in: {lines[0]}"
+    assert got == code, err
+    after = snapshot(work, shared)
+    changed = sorted(p for p, content in before.items() if after.get(p, "gone") != content)
+    assert not changed, f"changed or removed: {changed}"
+    if code == 2:  # a refused argument: nothing written, no directory made
+        assert sorted(after) == sorted(before), f"created: {sorted(set(after) - set(before))}"
+
+
+@pytest.mark.parametrize("signum, code, word",
+                         [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")],
+                         ids=["SIGTERM", "SIGINT"])
+def test_signal_saves_and_exits(signum, code, word, shared, tmp_path):
+    out = tmp_path / "run"
+    argv = [a.replace("{D}", str(shared)) for a in train("--steps", "100000", "--out", str(out))]
+    with open(tmp_path / "stdout.txt", "wb") as stdout:
+        def default_sigint():  # a shell's background job ignores SIGINT, and Python would keep ignoring it
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        process = subprocess.Popen([sys.executable, "-m", "minitransformer", *argv], cwd=ROOT, stdout=stdout,
+                                   stderr=subprocess.PIPE, preexec_fn=default_sigint)  # noqa: PLW1509
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
+                log = out / "log.jsonl"
+                if log.exists() and sum('"loss"' in line for line in log.read_text().splitlines()) >= 2:
+                    break                                   # a few steps done: training is under way
+                time.sleep(0.1)
+            assert process.poll() is None, process.communicate()[1].decode()
+            process.send_signal(signum)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    err = err.decode()
+    assert process.returncode == code, err
+    assert f"train: {word}" in err and "checkpoint saved" in err and "Traceback" not in err, err
+    saved = ckpt.list_checkpoints(out)
+    assert saved and str(saved[-1]) in err
+    assert ckpt.load(saved[-1]).step >= 2
+
+
+def test_a_failed_write_names_the_output_not_the_temporary(shared, tmp_path, monkeypatch, capsys):
+    """--output passes the checks, then the disk fills up: the message names --output, the old file stays."""
+    def full_disk(path, write, mode="wb"):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".tmp-x1y2-tok.json"))
+    monkeypatch.setattr("minitransformer.bpe.atomic_write", full_disk)
+    old = tmp_path / "tok.json"
+    old.write_bytes(b"an earlier tokenizer\n")
+    code = cli.main(["bpe", "--input", str(shared / "train.src"), "--vocab-size", "270", "--output", str(old),
+                     "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"--output {old} cannot be written: No space left on device" in err and ".tmp-" not in err
+    assert old.read_bytes() == b"an earlier tokenizer\n"
