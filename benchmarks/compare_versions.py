@@ -5,9 +5,9 @@ change that could touch speed, and report the ratio.
     python benchmarks/compare_versions.py                       # working tree vs HEAD
     python benchmarks/compare_versions.py --base 7b531d2 --repeats 15 --preset small
 
-Two workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
-smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, and the engine's
-overhead per node (a chain of relu(h * w + b) on (16, 16) float32, as benchmarks/engine_overhead.py).
+Three workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
+smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, one Adam update of
+all the preset's parameters, and the engine's overhead per node (a chain of relu(h * w + b) on (16, 16) float32, as benchmarks/engine_overhead.py).
 The revision is exported with `git archive` into a temporary directory and imported under another
 package name; the package imports itself only relatively, so both copies live side by side.
 """
@@ -60,6 +60,29 @@ def training_step(mt, preset, vocab, batch_shapes, seed=0):
     return step
 
 
+def adam_update(mt, preset, vocab, seed=0):
+    """A closure running one Adam update of every parameter of `preset` (gradients fixed, random),
+    the gradients handed over as backward() hands them over."""
+    mt.backend.seed(seed)
+    model = mt.transformer.Transformer(getattr(mt.transformer.TransformerConfig, preset)(vocab_size=vocab))
+    params = model.parameters()
+    adam = mt.optim.Adam(params, lr=1e-4)
+    rng = np.random.default_rng(seed)
+    grads = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
+
+    def step():
+        for p, g in zip(params, grads):   # what backward() does at a leaf, in either version
+            buffer = getattr(p, "grad_buffer", None)
+            if buffer is None:
+                p.grad = g.astype(p.dtype, copy=True)
+            else:
+                buffer[...] = g
+                p.grad = buffer
+        adam.step()
+        adam.zero_grad()
+    return step
+
+
 def engine_chain(mt, depth=100, size=16):
     """A closure building and back-propagating a chain of `depth` relu(h * w + b) blocks."""
     rng = np.random.default_rng(0)
@@ -102,6 +125,7 @@ def main(argv=None):
         shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]  # (sentences, source length, target length)
         workloads = {
             f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
+            f"Adam update ({args.preset})": lambda m: adam_update(m, args.preset, 8000),
             "engine, per node of relu(h*w+b)": lambda m: engine_chain(m),
         }
         print(f"working tree (B) vs {args.base} (A), interleaved, {args.repeats} rounds; median [min, max]")

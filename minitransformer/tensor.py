@@ -56,7 +56,8 @@ def _check_device(tensors):
 class Tensor:
     """An n-d array that records how it was computed. `.data` is a numpy or cupy array."""
 
-    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_op", "__weakref__")
+    # grad_buffer (optional, leaves only): an array that backward() writes the leaf's first gradient into
+    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_op", "grad_buffer", "__weakref__")
     __array_priority__ = 1000  # so that ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
@@ -117,7 +118,12 @@ class Tensor:
                 continue
             if node._backward is None:  # a leaf: keep its gradient
                 if node.grad is None:  # a copy: gradients may alias each other (add returns g twice)
-                    node.grad = g.astype(node.data.dtype, copy=True)
+                    buffer = getattr(node, "grad_buffer", None)  # where an optimizer wants it (optim.Adam)
+                    if buffer is None:
+                        node.grad = g.astype(node.data.dtype, copy=True)
+                    else:
+                        buffer[...] = g
+                        node.grad = buffer
                 else:
                     node.grad += g
                 continue

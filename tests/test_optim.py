@@ -236,3 +236,15 @@ def test_replaced_parameter_arrays_are_taken_back_into_the_buffer(xp_backend):
     assert backend.xp.shares_memory(model.bias.data, opt.flat[model.bias.dtype]["data"])
     np.testing.assert_allclose(model.bias.numpy(), 5.0 - 0.1, rtol=f32_tol(2))  # Adam's first step moves by lr
     np.testing.assert_allclose(model.weight.numpy(), 1.0)
+
+
+def test_backward_writes_gradients_straight_into_the_flat_buffer(xp_backend):
+    model = mt.nn.Linear(4, 3)
+    opt = Adam(model.parameters(), lr=0.1)
+    x = mt.tensor(np.ones((2, 4), np.float32))
+    (model(x) * 2.0).sum().backward()
+    flat = opt.flat[model.weight.dtype]["grad"]
+    assert all(backend.xp.shares_memory(p.grad, flat) for p in model.parameters())
+    np.testing.assert_array_equal(backend.to_numpy(model.bias.grad), np.full(3, 4.0))  # 2 rows x 2
+    opt.zero_grad()
+    assert model.weight.grad is None                                      # "no gradient" stays None
