@@ -74,3 +74,13 @@ def test_make_splits_disjoint():
     assert (len(train[0]), len(valid[0]), len(test[0])) == (300, 50, 50)
     assert not (set(train[0]) & set(valid[0]) or set(train[0]) & set(test[0]) or set(valid[0]) & set(test[0]))
     assert make_splits(300, 50, 50, seed=0) == (train, valid, test)
+
+
+def test_loss_curve_draws_the_falling_loss_in_text():
+    from minitransformer.cli.demo import loss_curve
+    assert loss_curve([4.0, 2.0, 1.0], width=3, height=2) == ["  4.00 |#  ", "  1.00 |###", "        step 1 .. 3"]
+    rows = loss_curve([float(10 - i) for i in range(100)], width=10, height=5)    # 10 steps per column
+    assert rows[0] == "  5.50 |##        " and rows[4] == "-84.50 |" + "#" * 10     # each column a mean
+    assert [r.count("#") for r in rows[:5]] == [2, 4, 6, 8, 10]                      # a staircase down
+    flat = loss_curve([2.0, 2.0])
+    assert flat[0].count("#") == 0 and flat[-2] == "  2.00 |##"                      # flat: the bottom row

@@ -101,11 +101,28 @@ def run_demo(args):
     first_loss = trainer.losses[min(trainer.losses)]
     print(f"training loss: {first_loss:.3f} -> {summary['last_loss']:.3f} in {summary['steps_run']} steps "
           f"({summary['seconds']:.0f} s)")
+    print("\n".join(loss_curve([trainer.losses[s] for s in sorted(trainer.losses)])) + "\n")
     print(f"exact match on {len(hypotheses)} held-out lines: {100 * exact_match(hypotheses, test[1]):.1f}%")
     print(f"BLEU = {bleu:.2f}  ({signature})")
     print(f"total time {time.perf_counter() - start:.0f} s; checkpoint: {summary['checkpoint']}")
     print(f"translate with it:  echo '1 2 , 3 4 5' | {PROG} translate --checkpoint {summary['checkpoint']}")
     return 0
+
+
+def loss_curve(losses, width=60, height=8):
+    """The training loss as a text chart, one column per stretch of steps (its mean), for the terminal.
+
+    loss_curve([4.0, 2.0, 1.0], width=3, height=2) -> ["  4.00 |#  ", "  1.00 |###", "        step 1 .. 3"]
+    """
+    columns = [sum(part) / len(part) for part in
+               (losses[i * len(losses) // width:(i + 1) * len(losses) // width] for i in range(width)) if part]
+    top, bottom = max(columns), min(columns)
+    levels = [round((c - bottom) / (top - bottom) * (height - 1)) if top > bottom else 0 for c in columns]
+    rows = []
+    for row in range(height - 1, -1, -1):
+        label = f"{top:6.2f} |" if row == height - 1 else f"{bottom:6.2f} |" if row == 0 else "       |"
+        rows.append(label + "".join("#" if level >= row else " " for level in levels))
+    return rows + [f"        step 1 .. {len(losses)}"]
 
 
 # ---------------------------------------------------------------- the task
