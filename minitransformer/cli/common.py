@@ -9,6 +9,7 @@ Left out on purpose: parsing and dispatch (cli/__init__.py), anything one subcom
 import argparse
 import contextlib
 import os
+import sys
 import re
 
 from minitransformer import backend
@@ -92,3 +93,12 @@ def option_error(error, options):
 def use_device(name):
     """Run everything after this on "cpu" or "gpu"; a RuntimeError with the reason when no GPU is usable."""
     backend.use(name)
+
+
+def report_stop(command, summary, hint=""):
+    """The exit code of a training run that did not finish, after one line on stderr saying why and
+    where the checkpoint is: 130 for Ctrl-C ("interrupted"), 143 for SIGTERM ("terminated")."""
+    signal_name = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
+    print(f"{PROG} {command}: {summary['stopped']} ({signal_name}) at step {summary['step']}; checkpoint saved: "
+          f"{summary['checkpoint']}{hint}", file=sys.stderr)
+    return 143 if summary["stopped"] == "terminated" else 130

@@ -9,7 +9,6 @@ minutes, then translates held-out lines and prints exact-match accuracy and sacr
 Left out on purpose: any download; any setting a user must choose; "and" (British "one hundred and
 one"), hyphens ("forty-five") and numbers >= 10^6 in the task.
 """
-import sys
 import tempfile
 import time
 
@@ -21,7 +20,7 @@ from minitransformer.search import translate_lines
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
-from .common import PROG, UsageError, examples, help_formatter, use_device, writable_dir
+from .common import PROG, UsageError, examples, help_formatter, report_stop, use_device, writable_dir
 
 # The demo's task and settings, tuned to reach >= 95% exact match on held-out lines in a few
 # minutes on a 2-core CPU (measured: 100% after 1,000 steps, 124 s in all when idle, 243 s under load). Note: not the
@@ -87,10 +86,7 @@ def run_demo(args):
                                           valid=valid)
     summary = trainer.train()
     if summary["stopped"] != "done":
-        signal = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
-        print(f"{PROG} demo: {summary['stopped']} ({signal}) at step {summary['step']}; checkpoint saved: "
-              f"{summary['checkpoint']}", file=sys.stderr)
-        return 143 if summary["stopped"] == "terminated" else 130
+        return report_stop("demo", summary)
 
     hypotheses = translate_lines(trainer.model, tokenizer, test[0], beam_size=1)
     bleu, signature = corpus_bleu(hypotheses, [test[1]])

@@ -8,7 +8,6 @@ Left out on purpose: config files other than TransformerConfig JSON, multi-GPU.
 """
 import dataclasses
 import json
-import sys
 
 from minitransformer.bpe import BOS_ID, BPE, EOS_ID, PAD_ID, SPECIALS
 from minitransformer.data import read_parallel
@@ -18,11 +17,11 @@ from minitransformer.transformer import TransformerConfig
 
 from .common import (
     PRESETS,
-    PROG,
     UsageError,
     examples,
     existing,
     help_formatter,
+    report_stop,
     option_error,
     use_device,
     writable_dir,
@@ -175,10 +174,7 @@ def run_train(args):
     del train_src, train_tgt  # the Trainer holds the encoded pairs
     summary = trainer.train()
     if summary["stopped"] != "done":
-        signal = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
-        print(f"{PROG} train: {summary['stopped']} ({signal}) at step {summary['step']}; checkpoint saved: "
-              f"{summary['checkpoint']} (continue with --resume auto)", file=sys.stderr)
-        return 143 if summary["stopped"] == "terminated" else 130
+        return report_stop("train", summary, " (continue with --resume auto)")
     print(f"done at step {summary['step']} ({summary['seconds']:.0f} s); "
           f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
     return 0
