@@ -27,7 +27,7 @@ import minitransformer as mt  # noqa: E402
 from minitransformer import checkpoint as ckpt  # noqa: E402
 from minitransformer.checkpoint import list_checkpoints  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
-from minitransformer.metrics import corpus_bleu  # noqa: E402
+from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
 from minitransformer.search import translate_lines  # noqa: E402
 from minitransformer.training import TrainingConfig  # noqa: E402
@@ -155,8 +155,11 @@ def main(argv=None):
     (args.out / "test_2016_flickr.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     for source, reference, hypothesis in list(zip(test_src, test_ref, hyps))[:3]:
         print(f"  DE  {source}\n  REF {reference}\n  HYP {hypothesis}\n")
+    bleu_lc, signature_lc = corpus_bleu(hyps, [test_ref], lowercase=True)
+    chrf, chrf_signature = corpus_chrf(hyps, [test_ref])
     print(f"test_2016_flickr: BLEU = {bleu:.2f}  ({signature}); beam {args.beam}, alpha {args.alpha}; "
           f"decoding {time.perf_counter() - t0:.0f} s; total {time.perf_counter() - start:.0f} s")
+    print(f"  lowercased BLEU = {bleu_lc:.2f}  ({signature_lc}); chrF = {chrf:.2f}  ({chrf_signature})")
     return 0
 
 

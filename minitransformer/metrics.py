@@ -1,27 +1,44 @@
-"""Metrics of translations and losses: corpus BLEU through sacreBLEU, exact match, perplexity.
+"""Metrics of translations and losses: corpus BLEU and chrF through sacreBLEU, exact match, perplexity.
 
 Imports nothing of the package. Left out on purpose: BLEU of our own (sacreBLEU is the reference
-implementation whose signature papers quote), chrF/TER (sacrebleu has them: sacrebleu.metrics).
+implementation whose signature papers quote), TER and other metrics (sacrebleu.metrics has them).
 """
 import math
 
 
-def corpus_bleu(hypotheses, references):
+def corpus_bleu(hypotheses, references, lowercase=False):
     """(score, signature) of sacreBLEU with its defaults (13a tokenization, exp smoothing) for
     detokenized hypotheses against one or more reference lists: corpus_bleu(h, [refs]).
+    lowercase=True is sacreBLEU's -lc (the signature then says case:lc).
 
     corpus_bleu(["a cat sat on the mat"], [["a cat sat on the mat"]]) -> (100.0, "nrefs:1|case:mixed|...")
     """
     import sacrebleu  # a second or so to import: only when BLEU is asked for
+    hypotheses, references = _checked(hypotheses, references)
+    bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
+    score = bleu.corpus_score(hypotheses, references)
+    return score.score, str(bleu.get_signature())
+
+
+def corpus_chrf(hypotheses, references):
+    """(score, signature) of sacreBLEU's chrF (character n-grams, default settings), as corpus_bleu."""
+    import sacrebleu
+    hypotheses, references = _checked(hypotheses, references)
+    chrf = sacrebleu.metrics.CHRF()
+    score = chrf.corpus_score(hypotheses, references)
+    return score.score, str(chrf.get_signature())
+
+
+def _checked(hypotheses, references):
+    """Lists of hypotheses and of reference lists, with a sentence when there is nothing to score
+    or a reference list has another length."""
     hypotheses, references = list(hypotheses), [list(r) for r in references]
     if not hypotheses:
         raise ValueError("BLEU of no sentences: the hypotheses are empty")
     for i, r in enumerate(references, 1):
         if len(r) != len(hypotheses):
             raise ValueError(f"BLEU: reference list {i} has {len(r)} sentences but there are {len(hypotheses)} hypotheses")
-    bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(hypotheses, references)
-    return score.score, str(bleu.get_signature())
+    return hypotheses, references
 
 
 def exact_match(hypotheses, references):

@@ -14,7 +14,8 @@ from minitransformer import checkpoint as ckpt
 from minitransformer.cli import demo as demo_data
 from minitransformer.bpe import BPE
 from minitransformer.data import encode_pairs
-from minitransformer.training import Trainer, TrainingConfig, TrainingError, corpus_bleu, list_checkpoints, step_seed
+from minitransformer.metrics import corpus_bleu, corpus_chrf
+from minitransformer.training import Trainer, TrainingConfig, TrainingError, list_checkpoints, step_seed
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol
@@ -358,3 +359,12 @@ def test_bleu_of_nothing_is_an_error_not_an_index_error():
         corpus_bleu([], [[]])
     with pytest.raises(ValueError, match="reference list 1 has 1 sentences but there are 2"):
         corpus_bleu(["a", "b"], [["a"]])
+
+
+def test_chrf_and_lowercased_bleu_come_with_their_signatures():
+    hyps, refs = ["A man rides a horse ."], ["a man rides a horse ."]
+    cased, _ = corpus_bleu(hyps, [refs])
+    lower, signature = corpus_bleu(hyps, [refs], lowercase=True)
+    assert lower == pytest.approx(100.0) and cased < 100.0 and "case:lc" in signature
+    chrf, chrf_signature = corpus_chrf(refs, [refs])
+    assert chrf == pytest.approx(100.0) and chrf_signature.startswith("nrefs:1")
