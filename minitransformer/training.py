@@ -95,6 +95,7 @@ class Trainer:
         self._pending = []            # (step, device loss, target tokens) not yet read
         self._window_tokens = 0       # target tokens since the last loss read-out (for tokens/s) ...
         self._window_start = time.perf_counter()  # ... and when that window began
+        self._started = time.perf_counter()       # when train() began: log records carry the seconds since
         self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
@@ -144,7 +145,8 @@ class Trainer:
             self.losses[s] = v
         now = time.perf_counter()
         loss = float(np.mean(values))
-        record = {"step": self.step, "loss": loss, "ppl": perplexity(loss), "lr": self.optimizer.lr,
+        record = {"step": self.step, "seconds": round(now - self._started, 2), "loss": loss,
+                  "ppl": perplexity(loss), "lr": self.optimizer.lr,
                   "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
                   "epoch": self.iterator.epoch}
         if backend.device == "gpu":  # the memory pool's bytes in use (xp is cupy here)
@@ -176,6 +178,7 @@ class Trainer:
         self.model.train()
         bar = tqdm(total=total, initial=self.step, disable=not run.progress, unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
+        self._started = start
         self._window_tokens, self._window_start = 0, time.perf_counter()
         self._write_log({"event": "start", "step": self.step, "total_steps": total,
                          "training": asdict(run), "model": self.model.config.to_dict()})
@@ -233,7 +236,7 @@ class Trainer:
         if self.valid is None:
             return {}
         run = self.config
-        result = {"step": self.step}
+        result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2)}
         with self.model.inference_mode():
             if self.valid_iterator is not None:
                 total, count = 0.0, 0

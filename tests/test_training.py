@@ -128,6 +128,8 @@ def test_checkpoint_is_plain_npz(xp_backend, task, tmp_path):
     # the JSONL log: one object per line, with losses and the evaluation
     records = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
     assert any("loss" in r and "lr" in r and "tokens_per_s" in r for r in records)
+    seconds = [r["seconds"] for r in records if "loss" in r or "bleu" in r]
+    assert seconds == sorted(seconds) and seconds[0] >= 0                     # time since train() began
     assert any("bleu" in r and "bleu_signature" in r and "valid_loss" in r for r in records)
 
 
