@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 import minitransformer as mt  # noqa: E402
 import minitransformer.functional as F  # noqa: E402
 from minitransformer.attention import causal_mask, padding_mask  # noqa: E402
+from minitransformer.cli import demo  # noqa: E402  (the demo task: numbers in digits -> words)
 
 DPI = 100
 BLUE, ORANGE, GREEN, GREY = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f"
@@ -46,18 +47,6 @@ def new_figure(width, height, cols=1, rows=1, **kwargs):
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, **kwargs)
     return fig, axes.ravel()
-
-
-def demo_task():
-    """The demo's task module (numbers in digits -> English words), wherever it lives in this version."""
-    try:
-        from minitransformer.cli import demo_data as task
-    except ImportError:
-        try:
-            from minitransformer.cli import demo as task
-        except ImportError:
-            from minitransformer import demo_data as task
-    return task
 
 
 # ==================================================================== 03: gradcheck
@@ -351,7 +340,7 @@ def train_demo_run(out_dir):
     from minitransformer.bpe import BPE
     from minitransformer.data import encode_pairs
     from minitransformer.training import Trainer, TrainingConfig
-    task = demo_task()
+    task = demo
     mt.use("cpu")
     (train_src, train_tgt), (valid_src, valid_tgt), _ = task.make_splits(
         4000, 100, 0, seed=0, max_numbers=2, max_digits=3)
