@@ -239,3 +239,19 @@ def test_iterator_resume_gives_identical_remaining_batches():
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="n_pairs=80 but this one has n_pairs=79"):
         BatchIterator(pairs[:79], 120, PAD, BOS, EOS, seed=11).load_state_dict(state)
+
+
+def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path):
+    import os
+    import stat
+    from minitransformer import checkpoint
+    from minitransformer.bpe import BPE
+    previous = os.umask(0o027)
+    try:
+        checkpoint.save(tmp_path / "ck.npz", {"w": np.ones(2, np.float32)}, {"step": 1})
+        BPE().save(tmp_path / "tok.json")
+    finally:
+        os.umask(previous)
+    for name in ("ck.npz", "tok.json"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640, name       # 0o666 & ~0o027
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
