@@ -1,6 +1,6 @@
 """`python -m minitransformer ...`: the command line of minitransformer/cli/."""
 import sys
 
-from .cli import main
+from .cli import entry
 
-sys.exit(main())
+sys.exit(entry())

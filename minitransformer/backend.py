@@ -1,8 +1,9 @@
 """The array backend: one switch between NumPy (CPU) and CuPy (GPU).
 
 Every other module reaches arrays through `backend.xp`, read at call time, so `use("gpu")` moves
-all later work to CuPy. This is the only module that imports cupy. It leaves out multi-GPU and
-mixed precision on purpose: float32 is the training dtype, float64 is for gradient checks.
+all later work to CuPy. This is the only module that imports cupy (distributed.py reaches NCCL and
+picks a GPU per process through it). It leaves out mixed precision on purpose: float32 is the
+training dtype, float64 is for gradient checks.
 """
 import os
 
@@ -129,6 +130,20 @@ def host_rng():
     if _host_rng is None:
         _host_rng = np.random.default_rng(_seed)
     return _host_rng
+
+
+def select_gpu(local_rank):
+    """Make GPU local_rank (modulo those visible) the current one: one GPU per process when several
+    processes share a machine (distributed.py). Call it before the first array is made on the GPU."""
+    cupy = _import_cupy()
+    cupy.cuda.Device(local_rank % cupy.cuda.runtime.getDeviceCount()).use()
+
+
+def nccl():
+    """CuPy's NCCL bindings (cupy.cuda.nccl), through which distributed.py sums gradients across GPUs."""
+    _import_cupy()
+    from cupy.cuda import nccl as module
+    return module
 
 
 def synchronize():

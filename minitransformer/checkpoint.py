@@ -7,11 +7,12 @@ Inside the .npz:
     meta.json      a uint8 array holding the UTF-8 bytes of one JSON object: format, version, the
                    model config (TransformerConfig.to_dict()), step, optimizer scalars, batch-stream
                    position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
-The run directory of a training run (checkpoint_<step>.npz, the best copy, how many are kept) and the
-checks before resuming live here too. Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
+The run directory of a training run (checkpoint_<step>.npz, the best copy, how many are kept, log.jsonl)
+and the checks before resuming live here too. Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
 """
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -209,6 +210,7 @@ class RunDirectory:
         run = RunDirectory("runs/x", keep=5)
         run.check_start(step)        # before any work: no later checkpoint of another run in out_dir
         path = run.save(step, model_state, meta, optim_arrays, best=True)
+        run.log({"step": step, "loss": 4.2})   # a line of out_dir/log.jsonl
     """
 
     def __init__(self, out_dir, keep):
@@ -246,6 +248,25 @@ class RunDirectory:
         """Copy checkpoint `path` to out_dir/checkpoint_best.npz, atomically."""
         with open(path, "rb") as src:
             atomic_write(os.path.join(self.out_dir, BEST), lambda f: shutil.copyfileobj(src, f))
+
+    def log(self, record):
+        """Append record (a dict) to out_dir/log.jsonl as one line of strict JSON."""
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, "log.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(jsonable(record)) + "\n")
+
+
+def jsonable(x):
+    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts strictly."""
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return x
 
 
 def load_resumable(path, model_config, tokenizer_json=None):

@@ -231,13 +231,21 @@ class BatchIterator:
         return self
 
     def __next__(self):
+        return self.make_batch(self.next_indices())
+
+    def next_indices(self):
+        """The pair indices of the next batch, moving the stream on, without building the batch (a
+        data-parallel rank builds only its own batches of an update, but counts the tokens of all)."""
         plan = self.plan()
         if self.index >= len(plan):
             self.epoch, self.index = self.epoch + 1, 0
             plan = self.plan()
-        batch = self.make_batch(plan[self.index])
         self.index += 1
-        return batch
+        return plan[self.index - 1]
+
+    def target_tokens(self, idx):
+        """make_batch(idx).n_tgt_tokens without building it: the target ids plus </s> of each pair."""
+        return sum(len(self.pairs[i][1]) for i in idx) + len(idx)
 
     def epoch_batches(self, epoch=None):
         """The Batches of one whole epoch, in order, without moving the stream's position."""

@@ -125,6 +125,15 @@ class Adam:
             p *= 1.0 - self.lr * self.weight_decay
         p += buf
 
+    def gradient_buffers(self):
+        """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into them
+        (zeros for a parameter without a gradient): what the ranks of a data-parallel run add up."""
+        for p in self.params:
+            if p.grad is not p.grad_buffer:
+                p.grad_buffer[...] = 0 if p.grad is None else p.grad
+                p.grad = p.grad_buffer
+        return [flat["grad"] for flat in self.flat.values()]
+
     def zero_grad(self):
         """Forget every gradient (set .grad to None, so the next backward writes fresh arrays)."""
         for p in self.params:

@@ -8,7 +8,7 @@ the device, the training loop itself (training.py), translating after training (
 """
 import os
 
-from . import backend
+from . import backend, distributed
 from .bpe import BPE
 from .checkpoint import list_checkpoints
 from .data import encode_pairs
@@ -32,6 +32,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     resume: a checkpoint path, "auto" (the latest in out_dir; none there: start afresh) or None.
     train_names, valid_names: (source, target) names of the files the lines came from, for messages.
     The weights are initialised from training_config.seed; progress messages go to log.
+    Data parallel (under mpiexec): every rank calls it alike; rank 0 alone learns or reads the
+    tokenizer and finds the checkpoint to resume, and sends them to the others; only rank 0 logs.
     Everything is checked before the model is built: a corpus with no usable pair (all empty, or all
     too long), empty validation lines, a validation line too long for the model's positions (named by
     file and line) are ValueErrors.
@@ -49,10 +51,21 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
                          f"pair with both sides non-empty")
     if valid is not None:
         check_valid_lines(valid, valid_names)
-    if out_dir is not None:
+    here = distributed.world()
+    here.bind_device()
+    if not here.is_main:
+        log = lambda message: None  # noqa: E731
+    elif distributed.thread_warning():
+        log(f"warning: {distributed.thread_warning()}")
+    if out_dir is not None and here.is_main:
         os.makedirs(out_dir, exist_ok=True)
-    tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
-                                                        reuse=resume is not None, log=log)
+    tokenizer_path = None
+    if here.is_main:
+        tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
+                                                            reuse=resume is not None, log=log)
+    if here.size > 1:  # rank 0 learned or read it; the other ranks take its JSON text
+        text = here.broadcast_object(tokenizer.to_json() if here.is_main else None)
+        tokenizer = tokenizer if here.is_main else BPE.from_json(text)
     config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
     longest = config.max_len - 1                     # x </s> and <s> y must fit the positions
     if max_len is None:
@@ -68,10 +81,11 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         check_valid_lengths(valid, valid_names, tokenizer, longest)
     backend.seed(training_config.seed)
     model = Transformer(config)
-    log(f"model: {model.num_parameters():,} parameters; "
-        f"{training_config.max_tokens * training_config.accum:,} tokens per update")
+    per_update = training_config.max_tokens * training_config.accum * here.size
+    log(f"model: {model.num_parameters():,} parameters; {per_update:,} tokens per update"
+        + (f" ({here.size} ranks of {per_update // here.size:,})" if here.size > 1 else ""))
     trainer = Trainer(model, tokenizer, pairs, valid, training_config, out_dir, tokenizer_path=tokenizer_path)
-    checkpoint = checkpoint_to_resume(resume, out_dir, log)
+    checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
     if checkpoint is not None:
         trainer.resume(checkpoint)
     return trainer, tokenizer

@@ -6,9 +6,10 @@ target-token counts so the update sees the mean over every target token of all o
 ~25,000 tokens per update, reached on one device by accumulation). The learning rate follows eq. (3).
 Resuming is exact: the dropout generator is re-seeded at every step from (seed, step), and the batch
 stream's position is saved, so an interrupted run continues with the very same losses.
-Left out on purpose: multiple devices, mixed precision, early stopping.
+Data parallel (distributed.py, lesson 12): under mpiexec, rank r of N runs batches r, r+N, ... of each
+update's accum x N, weighted by their share of all N ranks' tokens, and the ranks sum their gradients.
+Left out on purpose: mixed precision, early stopping.
 """
-import json
 import math
 import os
 import signal
@@ -19,9 +20,8 @@ from dataclasses import asdict
 import numpy as np
 from tqdm import tqdm
 
-from . import backend
+from . import backend, distributed
 from . import checkpoint as ckpt
-from .checkpoint import list_checkpoints  # noqa: F401  (re-exported: it was here before)
 from .config import TrainingConfig
 from .data import BatchIterator, encode_pairs
 from .metrics import corpus_bleu, exact_match, perplexity
@@ -38,14 +38,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as Ctrl-C."""
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
-def step_seed(seed, step):
-    """The dropout seed of one update, a function of (seed, step) alone: resuming at any step
-    replays the same dropout masks. step_seed(0, 1) != step_seed(0, 2) != step_seed(1, 1)."""
-    return int(np.random.SeedSequence([int(seed), int(step)]).generate_state(1)[0])
+def step_seed(seed, step, rank=0):
+    """The dropout seed of one update on one rank, a function of (seed, step, rank) alone: resuming
+    at any step replays the same dropout masks, and each rank of a data-parallel run draws its own.
+    step_seed(0, 1) != step_seed(0, 2) != step_seed(1, 1) != step_seed(0, 1, rank=1)."""
+    return int(np.random.SeedSequence([int(seed), int(step)] + ([int(rank)] if rank else [])).generate_state(1)[0])
 
 
 class Trainer:
@@ -63,14 +60,16 @@ class Trainer:
     out_dir/checkpoint_<step>.npz (the last `keep`) and out_dir/checkpoint_best.npz (best BLEU).
     `callbacks` are called as cb(trainer) after every update; one may raise KeyboardInterrupt (a
     checkpoint is saved, train() returns with stopped="interrupted"). SIGTERM is handled the same
-    way (stopped="terminated"); see docs/reliability.md.
+    way (stopped="terminated"); see docs/reliability.md. In a data-parallel `world`
+    (distributed.world() by default), rank 0 alone writes files, logs, shows progress and evaluates.
     """
 
     def __init__(self, model, tokenizer, train_pairs, valid=None, config=None, out_dir=None,
-                 callbacks=(), tokenizer_path=None, log=None):
+                 callbacks=(), tokenizer_path=None, log=None, world=None):
         self.model, self.tokenizer, self.config = model, tokenizer, config or TrainingConfig(steps=1000)
         self.out_dir, self.callbacks, self.tokenizer_path = out_dir, list(callbacks), tokenizer_path
-        self.log = log or tqdm.write
+        self.world = world or distributed.world()
+        self.log = (log or tqdm.write) if self.world.is_main else (lambda message: None)
         run, ids = self.config, model.config  # the run's settings; the model's special ids
         if tokenizer is not None and tokenizer.vocab_size != ids.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model was built for "
@@ -78,24 +77,22 @@ class Trainer:
         self.optimizer = Adam(model.parameters(), lr=0.0, betas=run.betas, eps=run.eps)
         self.schedule = WarmupSchedule(ids.d_model, run.warmup_steps, run.lr_scale)
         self.iterator = BatchIterator(train_pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id, seed=run.seed)
-        self.valid = valid
-        self.valid_iterator = None
+        self.valid, self.valid_iterator = valid, None
         if valid is not None:
             pairs, _ = encode_pairs(valid[0], valid[1], tokenizer)
             if pairs:
                 self.valid_iterator = BatchIterator(pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id,
                                                     shuffle=False)
-        self.run_dir = None if out_dir is None else ckpt.RunDirectory(out_dir, run.keep)
-        self.step = 0
-        self.best_bleu = None
+        self.run_dir = ckpt.RunDirectory(out_dir, run.keep) if out_dir is not None and self.world.is_main else None
+        self.step, self.best_bleu, self.last_checkpoint = 0, None, None
         self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
-        self.last_checkpoint = None
         self.losses = {}              # step -> training loss (per target token), as read from the device
         self._iter_state = self.iterator.state_dict()  # the stream's position after the last whole step
         self._pending = []            # (step, device loss, target tokens) not yet read
         self._window_tokens = 0       # target tokens since the last loss read-out (for tokens/s) ...
         self._window_start = time.perf_counter()  # ... and when that window began
         self._started = time.perf_counter()       # when train() began: log records carry the seconds since
+        self._stops = [0, 0]          # data parallel: Ctrl-C and SIGTERM seen since the last update
         self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
@@ -106,16 +103,17 @@ class Trainer:
         run = self.config
         if run.steps is not None:
             return int(run.steps)
-        return max(1, math.ceil(run.epochs * len(self.iterator) / run.accum))
+        return max(1, math.ceil(run.epochs * len(self.iterator) / (run.accum * self.world.size)))
 
     def train_step(self):
-        """One update over `accum` batches; returns (device loss per target token, target tokens).
-        self.step advances only once the update is complete."""
-        run = self.config
+        """One update over `accum` batches (on each rank); returns (device loss per target token, target
+        tokens, of all ranks). self.step advances only once the update is complete."""
+        run, world = self.config, self.world
         step = self.step + 1
-        backend.seed(step_seed(run.seed, step))  # dropout masks depend on (seed, step) only
-        batches = [next(self.iterator) for _ in range(run.accum)]
-        n_total = sum(b.n_tgt_tokens for b in batches)
+        backend.seed(step_seed(run.seed, step, world.rank))  # dropout masks depend on (seed, step, rank) only
+        plans = [self.iterator.next_indices() for _ in range(run.accum * world.size)]
+        n_total = sum(map(self.iterator.target_tokens, plans))  # the update's target tokens, every rank's
+        batches = [self.iterator.make_batch(idx) for idx in plans[world.rank::world.size]]  # r, r+N, r+2N, ...
         step_loss = None
         for b in batches:
             loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)  # per target token
@@ -123,12 +121,18 @@ class Trainer:
             loss = loss * (b.n_tgt_tokens / n_total)
             loss.backward()
             step_loss = loss.data if step_loss is None else step_loss + loss.data
+        stops = None
+        if world.size > 1:  # each rank holds its batches' part of the sums: add them up
+            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, self._stops)
+            self._stops = [0, 0]
         if run.clip_norm:
             clip_grad_norm(self.optimizer.params, run.clip_norm)
         self.optimizer.step(self.schedule(step))
         self.optimizer.zero_grad()
         self.step = step
         self._iter_state = self.iterator.state_dict()
+        if stops is not None and stops.any():  # a signal reached some rank: every rank stops here
+            raise Terminated() if stops[1] else KeyboardInterrupt()
         return step_loss, n_total
 
     def _read_losses(self, bar=None):
@@ -176,7 +180,8 @@ class Trainer:
         run = self.config
         total = self.total_steps
         self.model.train()
-        bar = tqdm(total=total, initial=self.step, disable=not run.progress, unit="step", dynamic_ncols=True)
+        bar = tqdm(total=total, initial=self.step, disable=not (run.progress and self.world.is_main), unit="step",
+                   dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
         self._started = start
         self._window_tokens, self._window_start = 0, time.perf_counter()
@@ -185,8 +190,11 @@ class Trainer:
         due = lambda every: bool(every) and self.step % every == 0
         if self.run_dir is not None:
             self.run_dir.check_start(self.step)
+        for flat in self.optimizer.flat.values():  # data parallel: every rank starts from rank 0's weights
+            self.world.broadcast_(flat["data"])
         on_main_thread = threading.current_thread() is threading.main_thread()
-        previous_handler = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
+        handled = (signal.SIGTERM,) if self.world.size == 1 else (signal.SIGINT, signal.SIGTERM)
+        previous = {s: signal.signal(s, self._on_signal) for s in handled} if on_main_thread else {}
         try:
             while self.step < total:
                 loss, n = self.train_step()
@@ -213,13 +221,15 @@ class Trainer:
                      f"saving a checkpoint")
         finally:
             bar.close()
-            if on_main_thread:
-                signal.signal(signal.SIGTERM, previous_handler)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         self.save()                     # first the work, then the final evaluation
         if stopped == "done":
             self.evaluate()
             if self._best_pending:
                 self.save()             # the same step again, its meta now with the best BLEU, and its best copy
+        self.world.barrier()            # data parallel: no rank ends before rank 0 has saved
+        self.world.stopped_together = True
         seconds = time.perf_counter() - start
         summary = {"stopped": stopped, "step": self.step, "steps_run": self.step - start_step,
                    "seconds": seconds, "tgt_tokens": tokens, "tokens_per_s": tokens / max(seconds, 1e-9),
@@ -229,11 +239,17 @@ class Trainer:
         self._write_log({"event": "end", **summary})
         return summary
 
+    def _on_signal(self, signum, frame):
+        """SIGTERM alone: stop now (as Ctrl-C). Data parallel: note it; all ranks stop after this update."""
+        if self.world.size == 1:
+            raise Terminated()
+        self._stops[signum == signal.SIGTERM] += 1
+
     # ---------------------------------------------------------------- evaluation
     def evaluate(self):
         """Validation loss (per target token, without label smoothing) and sacreBLEU of the
         translations of the validation sources; logged, printed, and returned as a dict."""
-        if self.valid is None:
+        if self.valid is None or not self.world.is_main:
             return {}
         run = self.config
         result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2)}
@@ -265,7 +281,7 @@ class Trainer:
     def state(self):
         """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
         scalars, arrays = self.optimizer.state_dict()
-        meta = {"config": self.model.config.to_dict(), "training": _jsonable(asdict(self.config)),
+        meta = {"config": self.model.config.to_dict(), "training": ckpt.jsonable(asdict(self.config)),
                 "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
                 "seed": self.config.seed, "best_bleu": self.best_bleu,
                 "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
@@ -300,21 +316,5 @@ class Trainer:
         return ck
 
     def _write_log(self, record):
-        if self.out_dir is None:
-            return
-        os.makedirs(self.out_dir, exist_ok=True)
-        with open(os.path.join(self.out_dir, "log.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(record)) + "\n")
-
-
-def _jsonable(x):
-    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts strictly."""
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.generic,)):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    return x
+        if self.run_dir is not None:
+            self.run_dir.log(record)

@@ -14,7 +14,7 @@ LAYERS = [
     {"backend", "data", "bpe", "bpe_learn", "fileio"},
     {"tensor", "ops"},
     {"functional", "gradcheck", "profiler"},
-    {"attention", "cache", "nn", "optim"},
+    {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
     {"search", "viz"},
     {"checkpoint", "metrics"},

@@ -15,7 +15,8 @@ from minitransformer.cli import demo as demo_data
 from minitransformer.bpe import BPE
 from minitransformer.data import encode_pairs
 from minitransformer.metrics import corpus_bleu, corpus_chrf
-from minitransformer.training import Trainer, TrainingConfig, TrainingError, list_checkpoints, step_seed
+from minitransformer.checkpoint import list_checkpoints
+from minitransformer.training import Trainer, TrainingConfig, TrainingError, step_seed
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol

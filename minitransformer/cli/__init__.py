@@ -4,12 +4,14 @@ build_parser() gathers every subcommand's parser (one module each, over common.p
 runs one subcommand and maps its errors to exit codes: what the user gave is wrong (UsageError) ->
 2, the work itself fails -> 1, Ctrl-C -> 130, each as one line on stderr without a traceback (a
 training run stopped by Ctrl-C or SIGTERM saves a checkpoint and returns 130 or 143 itself).
-Left out on purpose: config files other than TransformerConfig JSON, multi-GPU, serving.
+Left out on purpose: config files other than TransformerConfig JSON, serving. Data parallel: run it
+under mpiexec (distributed.py).
 """
 import argparse
 import sys
 
 from minitransformer.checkpoint import CheckpointError
+from minitransformer.distributed import run_main
 from minitransformer.training import TrainingError
 
 from . import bpe, demo, evaluate, train, translate
@@ -45,3 +47,9 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def entry():
+    """`python -m minitransformer` and the `minitransformer` script: main() as one rank of the world
+    (distributed.run_main: under mpiexec, a rank that fails ends every rank)."""
+    return run_main(main)

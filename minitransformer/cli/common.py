@@ -12,7 +12,7 @@ import os
 import sys
 import re
 
-from minitransformer import backend
+from minitransformer import backend, distributed
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -99,6 +99,7 @@ def report_stop(command, summary, hint=""):
     """The exit code of a training run that did not finish, after one line on stderr saying why and
     where the checkpoint is: 130 for Ctrl-C ("interrupted"), 143 for SIGTERM ("terminated")."""
     signal_name = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
-    print(f"{PROG} {command}: {summary['stopped']} ({signal_name}) at step {summary['step']}; checkpoint saved: "
-          f"{summary['checkpoint']}{hint}", file=sys.stderr)
+    if distributed.world().is_main:  # data parallel: every rank stopped at the same step; one says so
+        print(f"{PROG} {command}: {summary['stopped']} ({signal_name}) at step {summary['step']}; checkpoint saved: "
+              f"{summary['checkpoint']}{hint}", file=sys.stderr)
     return 143 if summary["stopped"] == "terminated" else 130

@@ -4,11 +4,13 @@ Checks every option first (the training settings, the model config, --max-len ag
 positions, the files, --out), reads the corpus, then leaves the rest to pipeline.prepare_training and the
 Trainer: the tokenizer (given, or learned and saved as OUT/tokenizer.json), the model from a preset
 or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, --resume.
-Left out on purpose: config files other than TransformerConfig JSON, multi-GPU.
+Data parallel with no other flag: `mpiexec -n 2 python -m minitransformer train ...` (lesson 12).
+Left out on purpose: config files other than TransformerConfig JSON.
 """
 import dataclasses
 import json
 
+from minitransformer import distributed
 from minitransformer.bpe import BOS_ID, BPE, EOS_ID, PAD_ID, SPECIALS
 from minitransformer.data import read_parallel
 from minitransformer.pipeline import prepare_training
@@ -40,7 +42,8 @@ def add_parser(subparsers):
             "train --config small --train-src train.de --train-tgt train.en \\\n"
             "      --valid-src val.de --valid-tgt val.en --vocab-size 8000 --out runs/de-en --steps 20000",
             "train --config my_config.json ... --tokenizer bpe.json --max-tokens 4096 --accum 6",
-            "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out"))
+            "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out",
+            "mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel"))
     p.add_argument("--config", default="small", help="a preset (tiny, small, base, big) or a JSON file of "
                    "TransformerConfig fields (default: small)")
     p.add_argument("--train-src", required=True, metavar="FILE")
@@ -175,6 +178,7 @@ def run_train(args):
     summary = trainer.train()
     if summary["stopped"] != "done":
         return report_stop("train", summary, " (continue with --resume auto)")
-    print(f"done at step {summary['step']} ({summary['seconds']:.0f} s); "
-          f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
+    if distributed.world().is_main:
+        print(f"done at step {summary['step']} ({summary['seconds']:.0f} s); "
+              f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
     return 0

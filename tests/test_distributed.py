@@ -1,0 +1,232 @@
+"""Data parallelism (distributed.py): the pieces in one process, then real ranks under mpiexec.
+
+The mpiexec tests need the `mpi` extra (pip install -e ".[mpi]": mpi4py and MPICH); CI installs it.
+Every run has a timeout, so a rank left waiting in a collective fails the test instead of hanging it.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitransformer import distributed
+from minitransformer.cli.demo import make_splits
+from minitransformer.data import BatchIterator
+from minitransformer.nn import Linear
+from minitransformer.optim import Adam, WarmupSchedule
+from minitransformer.tensor import Tensor
+from minitransformer.training import step_seed
+
+from conftest import f32_tol
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "data_parallel_worker.py"
+MPIEXEC = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+try:
+    import mpi4py  # noqa: F401
+    HAVE_MPI4PY = True
+except ImportError:
+    HAVE_MPI4PY = False
+needs_mpi = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
+                               reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
+TIMEOUT = 120  # seconds for one mpiexec run: a hang fails the test
+
+
+# ---------------------------------------------------------------- one process
+def test_launched_size_reads_the_launchers_variables():
+    assert distributed.launched_size({}) == 1
+    assert distributed.launched_size({"PMI_SIZE": "4"}) == 4             # MPICH, Intel MPI, Slurm
+    assert distributed.launched_size({"OMPI_COMM_WORLD_SIZE": "2"}) == 2  # Open MPI
+    assert distributed.launched_size({"PMI_SIZE": "oops"}) == 1
+
+
+def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
+    world = distributed.LocalWorld()
+    a = np.arange(5, dtype=np.float32)
+    assert (world.rank, world.size, world.is_main) == (0, 1, True)
+    assert world.sum_(a) is a and world.broadcast_(a) is a and world.broadcast_object({"x": 1}) == {"x": 1}
+    assert a.tolist() == [0, 1, 2, 3, 4]
+    assert distributed.world().size == 1  # pytest is not started by mpiexec
+
+
+def test_each_rank_draws_its_own_dropout_stream_and_rank_0_keeps_the_single_process_one():
+    seeds = {step_seed(0, 5, rank) for rank in range(4)}
+    assert len(seeds) == 4
+    assert step_seed(0, 5, 0) == step_seed(0, 5) == int(np.random.SeedSequence([0, 5]).generate_state(1)[0])
+
+
+def test_target_tokens_counts_a_batch_without_building_it():
+    (src, tgt), _, _ = make_splits(200, 5, 5, seed=0)
+    pairs = [([3] * len(s.split()), [4] * len(t.split())) for s, t in zip(src, tgt)]
+    a, b = BatchIterator(pairs, 64, 0, 1, 2, seed=3), BatchIterator(pairs, 64, 0, 1, 2, seed=3)
+    for _ in range(2 * len(a)):                       # across an epoch boundary
+        idx = a.next_indices()
+        batch = next(b)
+        assert list(idx) == list(batch.ids) and a.target_tokens(idx) == batch.n_tgt_tokens
+    assert a.state_dict() == b.state_dict()
+
+
+def test_gradient_buffers_make_every_grad_a_view_of_the_flat_buffer():
+    layers = [Linear(3, 2), Linear(2, 2)]
+    opt = Adam([p for layer in layers for p in layer.parameters()])
+    x = Tensor(np.ones((4, 3), dtype=np.float32))
+    layers[0](x).sum().backward()                     # the second layer gets no gradient
+    (flat,) = opt.gradient_buffers()
+    expected = np.concatenate([np.asarray(p.grad).reshape(-1) if p.grad is not None else np.zeros(p.data.size)
+                               for p in opt.params[:2]] + [np.zeros(p.data.size) for p in opt.params[2:]])
+    np.testing.assert_array_equal(flat, expected)
+    for p in opt.params:
+        assert np.shares_memory(p.grad, flat)
+    assert not np.any(opt.params[2].grad)
+
+
+def test_run_main_returns_the_exit_code_of_each_kind_of_ending(capsys):
+    assert distributed.run_main(lambda: 0) == 0
+    assert distributed.run_main(lambda: None) == 0
+    assert distributed.run_main(lambda: 3) == 3
+
+    def usage():
+        raise SystemExit(2)
+
+    def message():
+        sys.exit("no such file")
+
+    def bug():
+        raise ZeroDivisionError("a bug")
+
+    assert distributed.run_main(usage) == 2
+    assert distributed.run_main(message) == 1
+    assert distributed.run_main(bug) == 1
+    err = capsys.readouterr().err
+    assert "no such file" in err and "ZeroDivisionError: a bug" in err
+
+
+# ---------------------------------------------------------------- ranks under mpiexec
+def mpirun(n, *args, timeout=TIMEOUT, cwd=None, env_extra=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
+    env.pop("MINITRANSFORMER_DEVICE", None)
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
+def worker(tmp_path, name, n, accum, *extra):
+    out = tmp_path / f"{name}.npz"
+    if n == 1:
+        run = subprocess.run([sys.executable, WORKER, out, "--accum", str(accum), *extra], capture_output=True,
+                             text=True, timeout=TIMEOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    else:
+        run = mpirun(n, WORKER, out, "--accum", accum, *extra)
+    assert run.returncode == 0, run.stderr
+    return np.load(out)
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks, accum", [(2, 1), (2, 2)])
+def test_n_ranks_with_accum_k_train_like_one_process_with_accum_n_times_k(tmp_path, ranks, accum):
+    """Same data, same order, dropout off: rank r runs batches r, r+N, ... of every update's N*k."""
+    many = worker(tmp_path, "ranks", ranks, accum)
+    one = worker(tmp_path, "one", 1, ranks * accum)
+    # the first update's gradient: the same sum of N*k token-weighted batch gradients, in another order
+    g = one["grad"]
+    grad_tol = f32_tol(n_terms=ranks * accum, magnitude=np.abs(g).max())
+    np.testing.assert_allclose(many["grad"], g, rtol=0, atol=grad_tol)
+    # the weights after it: Adam's first step is lr * g / (|g| + eps), about lr * sign(g), so they are
+    # equal to rounding wherever the gradient is above its rounding error, and within a step (lr) elsewhere
+    lr = WarmupSchedule(64, 2)(1)
+    p, q = many["params"], one["params"]
+    clear = np.abs(g) > grad_tol
+    np.testing.assert_allclose(p[clear], q[clear], rtol=0, atol=f32_tol(magnitude=np.abs(q).max()))
+    assert np.all(np.abs(p - q)[~clear] <= 2 * lr)
+    assert clear.mean() > 0.5                         # most of the comparison is the strict one
+    # every update's loss (a mean over the update's target tokens, at most 4 x 128 per batch)
+    np.testing.assert_allclose(many["losses"], one["losses"], rtol=f32_tol(n_terms=ranks * accum * 128), atol=0)
+
+
+@needs_mpi
+def test_an_error_on_one_rank_ends_every_rank_with_its_message(tmp_path):
+    start = time.monotonic()
+    run = mpirun(2, WORKER, tmp_path / "x.npz", "--accum", 1, "--fail-rank", 1, "--fail-step", 2, timeout=60)
+    assert run.returncode != 0
+    assert "rank 1 failed on purpose before update 2" in run.stderr
+    assert time.monotonic() - start < 60 and not (tmp_path / "x.npz").exists()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dp")
+    (src, tgt), (vsrc, vtgt), _ = make_splits(1000, 20, 5, seed=0)
+    for name, lines in (("train.src", src), ("train.tgt", tgt), ("val.src", vsrc), ("val.tgt", vtgt)):
+        (d / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return d
+
+
+def train_args(out, steps, *extra):
+    return ["-m", "minitransformer", "train", "--config", "tiny", "--train-src", "train.src", "--train-tgt",
+            "train.tgt", "--vocab-size", "300", "--out", out, "--steps", steps, "--max-tokens", "256",
+            "--warmup", "10", "--no-progress", *extra]
+
+
+@needs_mpi
+def test_train_under_mpiexec_rank_0_alone_writes_and_a_run_resumes(corpus):
+    run = mpirun(2, *train_args("dp1", 6, "--valid-src", "val.src", "--valid-tgt", "val.tgt",
+                                "--eval-every", 3, "--save-every", 3), cwd=corpus)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("done at step 6") == 1 and "512 tokens per update (2 ranks of 256)" in run.stdout
+    log = (corpus / "dp1" / "log.jsonl").read_text().splitlines()
+    assert sum('"event": "start"' in line for line in log) == 1
+    assert sum('"bleu"' in line for line in log) == 2    # steps 3 and 6, evaluated once each
+    assert sorted(p.name for p in (corpus / "dp1").glob("checkpoint_*.npz")) == [
+        "checkpoint_0000003.npz", "checkpoint_0000006.npz", "checkpoint_best.npz"]
+    again = mpirun(2, *train_args("dp1", 9, "--resume", "auto", "--save-every", 3), cwd=corpus)
+    assert again.returncode == 0, again.stderr
+    assert "resumed from dp1/checkpoint_0000006.npz at step 6" in again.stdout + again.stderr
+    assert (corpus / "dp1" / "checkpoint_0000009.npz").exists()
+
+
+def rank_pid(marker, rank, timeout=60):
+    """The pid of the rank `rank` process whose command line holds `marker` (read from /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and f"PMI_RANK={rank}".encode() in environ.split(b"\0"):
+                return int(pid)
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} process with {marker} in its command line")
+
+
+@needs_mpi
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ranks' pids through /proc")
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update_with_a_checkpoint(corpus):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.pop("MINITRANSFORMER_DEVICE", None)
+    cmd = [MPIEXEC, "-n", "2", sys.executable, *map(str, train_args("dp_sig", 100000, "--save-every", 100000))]
+    proc = subprocess.Popen(cmd, cwd=corpus, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = rank_pid("dp_sig", 1)
+        while not (corpus / "dp_sig" / "log.jsonl").exists():  # training has begun
+            time.sleep(0.2)
+        os.kill(pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.count("terminated (SIGTERM) at step") == 1 and "checkpoint saved" in err
+    assert len(list((corpus / "dp_sig").glob("checkpoint_*.npz"))) == 1
+
+
+@needs_mpi
+def test_bad_input_is_refused_on_every_rank_before_any_collective(corpus):
+    run = mpirun(2, *train_args("dp_bad", 5)[:-1], "--train-tgt", "missing.tgt", cwd=corpus, timeout=60)
+    assert run.returncode == 2
+    assert "--train-tgt file not found: missing.tgt" in run.stderr and "Traceback" not in run.stderr
+    assert not (corpus / "dp_bad").exists()
