@@ -6,6 +6,7 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
     python examples/multi30k.py --download --data-dir data/multi30k --device gpu --steps 20000 --max-tokens 4096 --accum 6 --warmup 4000
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
+    mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py   # data parallel, 2 ranks (lesson 12)
 
 Measured with the defaults (small preset with pre-LN, 2,400 updates of 2,048-token batches at 1.0 x eq. (3),
 warmup 400, seed 0, 2 CPU threads: 29.5 min of training, about 10 epochs): test_2016_flickr sacreBLEU
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import checkpoint as ckpt  # noqa: E402
+from minitransformer import distributed  # noqa: E402
 from minitransformer.checkpoint import list_checkpoints  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
@@ -112,11 +114,15 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=400, help="warmup steps (default: 400; Note: the paper's "
                    "4000 is for 25k-token batches and 100k steps)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="factor on eq. (3) (default: 1)")
+    p.add_argument("--dropout", type=float, default=0.1, help="P_drop (default: 0.1, the paper's)")
+    p.add_argument("--label-smoothing", type=float, default=0.1, help="eps_ls (default: 0.1, the paper's)")
     p.add_argument("--eval-every", type=int, default=800, help="updates between validations (default: 800)")
     p.add_argument("--save-every", type=int, default=100, help="updates between checkpoints (default: 100)")
     p.add_argument("--average", type=int, default=5, help="average the last N checkpoints (default: 5)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--score-on", choices=("test", "val"), default="test", help="the split translated and scored "
+                   "at the end (default: test_2016_flickr; val while tuning, so that test is scored only once)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
@@ -141,7 +147,9 @@ def main(argv=None):
     trainer, tokenizer = prepare_training(
         *read_parallel(files["train.de"], files["train.en"]),
         lambda vocab_size: getattr(TransformerConfig, args.config)(vocab_size=vocab_size,
-                                                                   norm_first=args.layer_norm == "pre"),
+                                                                   norm_first=args.layer_norm == "pre",
+                                                                   dropout=args.dropout,
+                                                                   label_smoothing=args.label_smoothing),
         training, str(args.out),
         tokenizer=tokenizer_file if tokenizer_file.exists() else None, vocab_size=args.vocab_size,
         valid=read_parallel(files["val.de"], files["val.en"]), max_len=256, resume="auto" if args.resume else None)
@@ -149,30 +157,33 @@ def main(argv=None):
     print(f"{args.config} preset, {args.layer_norm}-LN; {trainer.total_steps} updates")
     summary = trainer.train()
     if summary["stopped"] != "done":
-        return 130
+        return 143 if summary["stopped"] == "terminated" else 130
+    if not distributed.world().is_main:  # data parallel: rank 0 alone averages, translates and scores
+        return 0
     print(f"trained {summary['steps_run']} steps in {summary['seconds']:.0f} s, {summary['tgt_tokens']:,} target "
           f"tokens, {summary['tokens_per_s']:.0f} target tokens/s (evaluations included); now in epoch "
           f"{trainer.iterator.epoch + 1}; best validation BLEU {summary['best_bleu']:.2f}")
 
-    # 3. average the last checkpoints, 4. translate the test set
+    # 3. average the last checkpoints, 4. translate the test set (or val, while tuning)
     last = list_checkpoints(str(args.out))[-args.average:]
     averaged = ckpt.average(last)
     model.load_state_dict(averaged.model)
     print(f"averaged {len(last)} checkpoints: " + ", ".join(os.path.basename(p) for p in last))
-    test_src, test_ref = read_parallel(files["test_2016_flickr.de"], files["test_2016_flickr.en"])
+    split = "test_2016_flickr" if args.score_on == "test" else "val"
+    sources, references = read_parallel(files[f"{split}.de"], files[f"{split}.en"])
     t0 = time.perf_counter()
-    hyps = translate_lines(model, tokenizer, test_src, beam_size=args.beam, alpha=args.alpha)
-    bleu, signature = corpus_bleu(hyps, [test_ref])
-    (args.out / "test_2016_flickr.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    for source, reference, hypothesis in list(zip(test_src, test_ref, hyps))[:3]:
+    hyps = translate_lines(model, tokenizer, sources, beam_size=args.beam, alpha=args.alpha)
+    bleu, signature = corpus_bleu(hyps, [references])
+    (args.out / f"{split}.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    for source, reference, hypothesis in list(zip(sources, references, hyps))[:3]:
         print(f"  DE  {source}\n  REF {reference}\n  HYP {hypothesis}\n")
-    bleu_lc, signature_lc = corpus_bleu(hyps, [test_ref], lowercase=True)
-    chrf, chrf_signature = corpus_chrf(hyps, [test_ref])
-    print(f"test_2016_flickr: BLEU = {bleu:.2f}  ({signature}); beam {args.beam}, alpha {args.alpha}; "
+    bleu_lc, signature_lc = corpus_bleu(hyps, [references], lowercase=True)
+    chrf, chrf_signature = corpus_chrf(hyps, [references])
+    print(f"{split}: BLEU = {bleu:.2f}  ({signature}); beam {args.beam}, alpha {args.alpha}; "
           f"decoding {time.perf_counter() - t0:.0f} s; total {time.perf_counter() - start:.0f} s")
     print(f"  lowercased BLEU = {bleu_lc:.2f}  ({signature_lc}); chrF = {chrf:.2f}  ({chrf_signature})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(distributed.run_main(main))
