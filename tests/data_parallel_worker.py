@@ -27,6 +27,7 @@ def main():
     p.add_argument("--fail-rank", type=int)
     p.add_argument("--fail-step", type=int, default=2)
     args = p.parse_args()
+    distributed.world().bind_device()   # on the GPU backend (MINITRANSFORMER_DEVICE=gpu): one GPU per rank
     (src, tgt), _, _ = make_splits(400, 10, 10, seed=0)
     tokenizer, _ = load_or_learn_tokenizer((src, tgt), None, 300, None, log=lambda message: None)
     pairs, _ = encode_pairs(src, tgt, tokenizer)

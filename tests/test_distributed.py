@@ -114,23 +114,35 @@ def mpirun(n, *args, timeout=TIMEOUT, cwd=None, env_extra=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
-def worker(tmp_path, name, n, accum, *extra):
+def worker(tmp_path, name, n, accum, device="cpu"):
     out = tmp_path / f"{name}.npz"
+    env = {"MINITRANSFORMER_DEVICE": device} if device == "gpu" else {}
     if n == 1:
-        run = subprocess.run([sys.executable, WORKER, out, "--accum", str(accum), *extra], capture_output=True,
-                             text=True, timeout=TIMEOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        run = subprocess.run([sys.executable, WORKER, out, "--accum", str(accum)], capture_output=True, text=True,
+                             timeout=TIMEOUT, env=dict(os.environ, OMP_NUM_THREADS="1", **env))
     else:
-        run = mpirun(n, WORKER, out, "--accum", accum, *extra)
+        run = mpirun(n, WORKER, out, "--accum", accum, env_extra=env)
     assert run.returncode == 0, run.stderr
     return np.load(out)
 
 
+def gpu_count():
+    """GPUs that nvidia-smi lists (0 without one)."""
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout.count("GPU ")
+    except (OSError, subprocess.SubprocessError):
+        return 0
+
+
 @needs_mpi
-@pytest.mark.parametrize("ranks, accum", [(2, 1), (2, 2)])
-def test_n_ranks_with_accum_k_train_like_one_process_with_accum_n_times_k(tmp_path, ranks, accum):
-    """Same data, same order, dropout off: rank r runs batches r, r+N, ... of every update's N*k."""
-    many = worker(tmp_path, "ranks", ranks, accum)
-    one = worker(tmp_path, "one", 1, ranks * accum)
+@pytest.mark.parametrize("ranks, accum, device", [
+    (2, 1, "cpu"), (2, 2, "cpu"),
+    pytest.param(2, 2, "gpu", marks=pytest.mark.skipif(gpu_count() < 2, reason="NCCL: needs 2 GPUs, one per rank"))])
+def test_n_ranks_with_accum_k_train_like_one_process_with_accum_n_times_k(tmp_path, ranks, accum, device):
+    """Same data, same order, dropout off: rank r runs batches r, r+N, ... of every update's N*k.
+    On GPUs the sums go through NCCL."""
+    many = worker(tmp_path, "ranks", ranks, accum, device)
+    one = worker(tmp_path, "one", 1, ranks * accum, device)
     # the first update's gradient: the same sum of N*k token-weighted batch gradients, in another order
     g = one["grad"]
     grad_tol = f32_tol(n_terms=ranks * accum, magnitude=np.abs(g).max())
@@ -145,6 +157,29 @@ def test_n_ranks_with_accum_k_train_like_one_process_with_accum_n_times_k(tmp_pa
     assert clear.mean() > 0.5                         # most of the comparison is the strict one
     # every update's loss (a mean over the update's target tokens, at most 4 x 128 per batch)
     np.testing.assert_allclose(many["losses"], one["losses"], rtol=f32_tol(n_terms=ranks * accum * 128), atol=0)
+
+
+NCCL_PLUMBING = """
+import numpy as np
+from mpi4py import MPI
+from minitransformer import backend, distributed
+backend.use("gpu")
+world = distributed.MPIWorld(MPI.COMM_WORLD)         # one rank: NCCL's communicator of one GPU
+a = backend.xp.arange(10, dtype=backend.xp.float32)
+assert world.sum_(a, bucket_bytes=12) is a           # 4 buckets of 3, 3, 3 and 1 elements
+world.broadcast_(a)
+assert backend.to_numpy(a).tolist() == list(range(10))
+print("nccl ok")
+"""
+
+
+@needs_mpi
+@pytest.mark.skipif(gpu_count() < 1, reason="the NCCL path needs a CUDA GPU (and CuPy)")
+def test_the_nccl_path_runs_on_one_gpu():
+    """What a 1-GPU machine can check of the NCCL path: the communicator, the calls, the dtypes."""
+    run = subprocess.run([sys.executable, "-c", NCCL_PLUMBING], capture_output=True, text=True, timeout=TIMEOUT,
+                         cwd=ROOT)
+    assert run.returncode == 0 and "nccl ok" in run.stdout, run.stderr
 
 
 @needs_mpi
@@ -213,7 +248,8 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update_with_a_check
     proc = subprocess.Popen(cmd, cwd=corpus, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pid = rank_pid("dp_sig", 1)
-        while not (corpus / "dp_sig" / "log.jsonl").exists():  # training has begun
+        log = corpus / "dp_sig" / "log.jsonl"
+        while not (log.exists() and '"loss"' in log.read_text()):  # an update done: both ranks are in the loop
             time.sleep(0.2)
         os.kill(pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=TIMEOUT)
