@@ -132,8 +132,10 @@ def main(argv=None):
         args.steps = QUICK_STEPS if args.quick else RECIPE_STEPS
     mt.use(args.device)
     start = time.perf_counter()
-    if args.download:
-        download(args.data_dir)
+    if args.download:  # data parallel: rank 0 fetches, the others wait for the files
+        if distributed.world().is_main:
+            download(args.data_dir)
+        distributed.world().barrier()
     files = find_files(args.data_dir)
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -116,7 +116,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python lessons/check.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.split("\n\n")[1].splitlines()))
-    parser.add_argument("lesson", nargs="?", help="the lesson's number, 01 to 11 (all lessons when left out)")
+    parser.add_argument("lesson", nargs="?", help=f"the lesson's number, {min(LESSON_ITEMS)} to {max(LESSON_ITEMS)} (all lessons when left out)")
     parser.add_argument("items", nargs="*", help="grade only these functions")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--solutions", action="store_true", help="grade lessons/solutions/ instead of your files")

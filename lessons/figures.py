@@ -431,6 +431,72 @@ def attention_heads():
                           title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
 
 
+# ==================================================================== 12: data parallelism
+def ring_states(n_ranks):
+    """The ring allreduce of lesson 12, followed chunk by chunk: after each of its 2(N - 1) steps, which
+    ranks' contributions each rank's copy of each chunk holds, and the (sender, chunk) of each message.
+    Returns [(phase, step, holds, sent)], holds[r][c] a frozenset of ranks; the start first."""
+    N = n_ranks
+    holds = [[frozenset([r]) for _ in range(N)] for r in range(N)]
+    states = [("start", 0, holds, [])]
+    for phase, first in (("reduce-scatter", 0), ("all-gather", 1)):
+        for s in range(N - 1):
+            sent = [(r, (r + first - s) % N) for r in range(N)]          # rank r sends this chunk to r + 1
+            new = [row[:] for row in holds]
+            for r, c in sent:
+                new[(r + 1) % N][c] = holds[(r + 1) % N][c] | holds[r][c] if phase == "reduce-scatter" else holds[r][c]
+            holds = new
+            states.append((phase, s + 1, holds, sent))
+    return states
+
+
+def ring_allreduce():
+    """The ring allreduce over 4 ranks: reduce-scatter, then all-gather, chunk by chunk; bytes per rank."""
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+    N = 4
+    states = ring_states(N)
+    colors = [BLUE, ORANGE, GREEN, "#9467bd"]
+    fig, axes = new_figure(12, 6.4, cols=4, rows=2)
+    where = [(0.0, 1.0), (1.0, 0.0), (0.0, -1.0), (-1.0, 0.0)]            # rank r on a circle, clockwise
+    cell = 0.19
+    for ax, (phase, step, holds, sent) in zip(axes, states):
+        for r, (x, y) in enumerate(where):
+            for c in range(N):
+                k = len(holds[r][c])
+                left = x - N * cell / 2 + c * cell
+                ax.add_patch(Rectangle((left, y - cell / 2), cell, cell, facecolor=colors[c], alpha=0.15 + 0.85 * k / N,
+                                       edgecolor="k", lw=2.0 if k == N else 0.5))
+                ax.text(left + cell / 2, y, str(k), ha="center", va="center", fontsize=7,
+                        color="white" if k == N else "k")
+            ax.text(x, y + 0.2 if y >= 0 else y - 0.2, f"rank {r}", ha="center", va="center", fontsize=8)
+        for r, c in sent:
+            (x0, y0), (x1, y1) = where[r], where[(r + 1) % N]
+            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
+                                         mutation_scale=10, shrinkA=26, shrinkB=26, color=colors[c], lw=1.6))
+            mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+            ax.text(mx * 0.62, my * 0.62, f"chunk {c}", ha="center", va="center", fontsize=7, color=colors[c])
+        title = "start: rank r holds its own gradient" if phase == "start" else f"{phase}, step {step} of {N - 1}"
+        ax.set_title(title, fontsize=9)
+        ax.set_xlim(-1.6, 1.6)
+        ax.set_ylim(-1.45, 1.45)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    assert all(len(h) == N for row in states[-1][2] for h in row)          # every rank holds the whole sum
+    b = axes[-1]
+    ns = np.arange(2, 17)
+    b.plot(ns, 2 * (ns - 1) / ns, "o-", ms=3, color=BLUE, label="ring: every rank sends $2(N-1)/N$")
+    b.plot(ns, ns - 1, "s--", ms=3, color=ORANGE, label="all to rank 0 and back:\nrank 0 sends $N-1$")
+    b.axhline(2, color=GREY, lw=0.8, ls=":")
+    b.set_yscale("log")
+    b.set_xlabel("ranks N")
+    b.set_ylabel("bytes sent / bytes of the gradient")
+    b.set_title("What the busiest rank sends", fontsize=9)
+    b.legend(fontsize=7)
+    fig.suptitle("Ring allreduce over 4 ranks: the numbers count the ranks summed into each chunk (thick: all 4)",
+                 fontsize=10)
+    return fig
+
+
 # ==================================================================== the registry
 FIGURES = {
     "03_gradcheck_eps": gradcheck_eps,
@@ -443,6 +509,7 @@ FIGURES = {
     "09_label_smoothing": label_smoothing,
     "09_loss_curve": loss_curve,
     "10_attention_heads": attention_heads,
+    "12_ring_allreduce": ring_allreduce,
 }
 
 

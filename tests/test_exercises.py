@@ -226,6 +226,26 @@ WRONG = {
         def layer_norm(x, gamma, beta, eps=1e-6):
             return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta
         """, "ddof=0"),
+    ("12", "shard_weights"): ("""
+        def shard_weights(token_counts, rank, size):     # this rank's own tokens: the average of the means
+            own = token_counts[rank::size]
+            return [c / sum(own) / size for c in own]
+        """, "the average of the ranks' own means"),
+    ("12", "ring_allreduce"): ("""
+        _right = ring_allreduce
+        def ring_allreduce(arrays):                      # the all-gather left out
+            chunks = [np.array_split(np.array(a).reshape(-1), len(arrays)) for a in arrays]
+            N = len(arrays)
+            for s in range(N - 1):
+                sent = [(r, (r - s) % N, chunks[r][(r - s) % N].copy()) for r in range(N)]
+                for r, c, data in sent:
+                    chunks[(r + 1) % N][c] += data
+            return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks]
+        """, "the all-gather"),
+    ("12", "ring_bytes_sent"): ("""
+        def ring_bytes_sent(n_elements, itemsize, size):   # the reduce-scatter alone
+            return (size - 1) * (n_elements // size) * itemsize
+        """, "that is one phase"),
 }
 
 
@@ -305,7 +325,7 @@ def test_the_command_line(tmp_path):
     broken.write_text("def softmax(x, axis=-1):\n    return x +\n")
     status, out = run("04", "--module", str(broken))
     assert status == 1 and "Traceback" not in out and out.count("the file does not load: SyntaxError") == 4
-    for argv, words in ((["12"], "no exercises for lesson"), (["04", "softmax_forward"], "has no exercise"),
+    for argv, words in ((["99"], "no exercises for lesson"), (["04", "softmax_forward"], "has no exercise"),
                         (["--module", str(broken)], "give its number")):
         status, out = run(*argv)
         assert status == 2 and words in out and "Traceback" not in out

@@ -1,0 +1,131 @@
+"""Lesson 12, data parallelism: shard_weights against the mean over every token of random updates (and the
+weights that give it), ring_allreduce against float64 sums, the same bits on every rank and untouched
+inputs, and ring_bytes_sent against a count of the ring's messages."""
+import numpy as np
+
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def check_shard_weights(fn, g):
+    rng = np.random.default_rng(120)
+    cases = (([189, 200, 195, 188], 2), ([300, 100], 2), ([5, 7, 11], 1), ([10, 300, 40, 50, 7, 90], 3),
+             ([120, 80, 100, 20, 60, 1, 300, 9], 4))
+    for counts, size in cases:
+        g.start(f"{len(counts)} batches of {counts} tokens on {size} rank" + ("s" if size > 1 else ""))
+        n = sum(counts)
+        mine = []
+        for rank in range(size):
+            w = g.call(fn, list(counts), rank, size)
+            g.cmp(f"rank {rank}'s weights", w, np.array(counts[rank::size]) / n,
+                  known=shard_weights_mistakes(counts, rank, size),
+                  shape_hint=f"one weight per batch of this rank: batches {rank}, {rank} + size, ...")
+            mine.append(np.asarray(w, dtype=np.float64))
+        # what the weights are for: per-token losses of each batch, their mean over the whole update, and the
+        # ranks' weighted batch means added up over the ranks
+        losses = [rng.exponential(2.0, c) for c in counts]
+        total = sum(float(np.dot(mine[r], [losses[i].mean() for i in range(r, len(counts), size)])) for r in range(size))
+        g.cmp("the ranks' weighted losses added up", total, np.concatenate(losses).mean())
+
+
+def check_ring_allreduce(fn, g):
+    rng = np.random.default_rng(121)
+    cases = ((4, (1000,), np.float32), (3, (7, 5), np.float32), (5, (3,), np.float32), (1, (4,), np.float32),
+             (2, (6,), np.float64), (8, (2, 50), np.float32))
+    for N, shape, dtype in cases:
+        g.start(f"{N} rank" + ("s" if N > 1 else "") + f", arrays {shape} {np.dtype(dtype).name}")
+        arrays = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3, shape)).astype(dtype) for _ in range(N)]
+        kept = [a.copy() for a in arrays]
+        out = g.call(fn, arrays)
+        for r, (a, k) in enumerate(zip(arrays, kept)):
+            if not np.array_equal(a, k):
+                g.fail(f"rank {r}'s input was changed: leave the inputs as they are (work on copies)")
+        if not isinstance(out, (list, tuple)) or len(out) != N:
+            g.fail(f"return a list of {N} arrays, one per rank, got {type(out).__name__}"
+                   + (f" of length {len(out)}" if isinstance(out, (list, tuple)) else ""))
+        exact = np.sum(np.stack(arrays).astype(np.float64), axis=0)
+        # any order of N - 1 additions is within (N - 1) eps/2 sum|x| of the exact sum; twice that, for safety
+        size = np.sum(np.abs(np.stack(arrays).astype(np.float64)), axis=0)
+        tol = N * float(np.finfo(dtype).eps) * float(size.max())
+        stopped = ring_stopped_after_reduce_scatter(arrays)
+        for r, y in enumerate(out):
+            if isinstance(y, np.ndarray) and y.shape == shape and y.dtype != dtype:
+                g.fail(f"rank {r}'s sum is {y.dtype}: keep the inputs' dtype ({np.dtype(dtype).name}): it is "
+                       f"what goes over the wire, {np.dtype(dtype).itemsize} bytes an element")
+            if N > 1 and is_close(y, exact / N, tol / N) and not is_close(y, exact, tol):   # float32: not `known`
+                g.fail(f"rank {r}'s result is the mean: return the sum (the weights of the batches already make "
+                       f"it the mean over the update's tokens)")
+            g.cmp(f"rank {r}'s sum", y, exact, tol=tol, shape_hint="the shape of the inputs",
+                  known=[(stopped[r], "after the reduce-scatter each rank holds ONE finished chunk: the all-gather "
+                                      "must pass the finished chunks round the ring"),
+                         (arrays[r], "each rank must end with the sum of all ranks' arrays, not its own")])
+        for r in range(1, N):
+            if not np.array_equal(np.asarray(out[r]), np.asarray(out[0])):
+                g.fail(f"rank {r}'s sum differs from rank 0's in the last bits: every rank must end with the very "
+                       f"same numbers, or the copies of the model drift apart (the all-gather copies finished "
+                       f"chunks, it adds nothing)")
+
+
+def check_ring_bytes_sent(fn, g):
+    for n, itemsize, N in ((964_096, 4, 4), (1000, 4, 2), (63_082_496, 4, 8), (12, 8, 3), (10, 4, 1), (48, 2, 16)):
+        g.start(f"{n:,} elements of {itemsize} bytes, {N} rank" + ("s" if N > 1 else ""))
+        g.cmp("bytes each rank sends", g.call(fn, n, itemsize, N), counted_bytes(n, itemsize, N),
+              known=ring_bytes_sent_mistakes(n, itemsize, N))
+
+
+# -------------------------------------------------------------- independent computations
+def is_close(y, ref, tol):
+    """y (anything) is an array of ref's shape within tol of it everywhere."""
+    try:
+        y = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    return y.shape == ref.shape and bool(np.all(np.abs(y - ref) <= tol))
+
+
+def ring_stopped_after_reduce_scatter(arrays):
+    """What each rank holds when the ring stops after its reduce-scatter (the all-gather left out)."""
+    N = len(arrays)
+    chunks = [np.array_split(np.array(a).reshape(-1), N) for a in arrays]
+    for s in range(N - 1):
+        messages = [(r, (r - s) % N, chunks[r][(r - s) % N].copy()) for r in range(N)]
+        for r, c, data in messages:
+            chunks[(r + 1) % N][c] += data
+    return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks]
+
+
+def counted_bytes(n, itemsize, N):
+    """Rank 0's messages, one by one: the chunk it sends at each step of both phases."""
+    sizes = [len(c) for c in np.array_split(np.arange(n), N)]
+    sent = 0
+    for first in (0, 1):                                  # reduce-scatter sends chunk -s, all-gather 1 - s
+        for s in range(N - 1):
+            sent += sizes[(first - s) % N] * itemsize
+    return sent
+
+
+# -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
+def shard_weights_mistakes(counts, rank, size):
+    own = np.array(counts[rank::size], dtype=np.float64)
+    k = len(counts) // size
+    n = sum(counts)
+    return [(own / own.sum() / size, "that is the average of the ranks' own means: divide every n_i by the tokens "
+                                     "of the whole update, all ranks' batches (sum(token_counts))"),
+            (own / own.sum(), "divide by the tokens of the whole update, all ranks' batches (sum(token_counts)), "
+                              "not this rank's own"),
+            (lambda: np.array(counts[rank * k:(rank + 1) * k]) / n,
+             "rank r runs batches r, r + size, r + 2 size, ... (every size-th batch), not a block of neighbours"),
+            (np.full(len(own), 1 / len(counts)), "weight each batch by its share of the tokens, n_i / n, not 1 / K")]
+
+
+def ring_bytes_sent_mistakes(n, b, N):
+    S = n * b
+    return [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the all-gather each send N - 1 chunks"),
+            (2 * (N - 1) * S, "each message is one chunk, 1/size of the array, not the whole of it"),
+            ((N - 1) * S, "that is what rank 0 sends back when every rank sends it the whole gradient: the ring "
+                          "sends chunks"),
+            (2 * S, "2 x the bytes is the limit for many ranks; for size ranks it is 2 (size - 1) / size of them"),
+            (2 * (N - 1) / N * n, "that counts elements: times itemsize for bytes")]
+
+
+ITEMS = [("shard_weights", check_shard_weights), ("ring_allreduce", check_ring_allreduce),
+         ("ring_bytes_sent", check_ring_bytes_sent)]
