@@ -57,9 +57,6 @@ class LocalWorld:
     def bind_device(self):
         """One GPU per rank: make GPU local_rank the current one (nothing to do alone)."""
 
-    def abort(self, code):
-        sys.exit(code)
-
 
 class MPIWorld(LocalWorld):
     """Rank `comm.rank` of `comm.size` processes on an mpi4py communicator."""
@@ -166,12 +163,11 @@ def sum_over_ranks(world, optimizer, loss, stops):
     return loss, world.sum_(np.array(stops, dtype=np.int64))
 
 
-def thread_warning(environ=None):
+def thread_warning():
     """A warning when several ranks share a machine and BLAS may start a thread per core in each
     (2 ranks x 2 threads on 2 cores slows both down), else None."""
-    environ = os.environ if environ is None else environ
-    if world().size == 1 or any(environ.get(v) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                          "MKL_NUM_THREADS")):
+    threads = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    if world().size == 1 or any(os.environ.get(v) for v in threads):
         return None
     return (f"{world().size} ranks and no OMP_NUM_THREADS: each rank's BLAS may use every core; set it to "
             f"cores / ranks per machine, e.g. mpiexec -n 2 -genv OMP_NUM_THREADS 1 ...")

@@ -186,6 +186,17 @@ def test_the_nccl_path_runs_on_one_gpu():
 
 
 @needs_mpi
+def test_ranks_without_a_thread_count_are_warned_and_with_one_are_not():
+    code = "from minitransformer import distributed; print(distributed.thread_warning())"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                            "MKL_NUM_THREADS", "MINITRANSFORMER_DEVICE")}
+    bare = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=env, cwd=ROOT)
+    assert bare.stdout.count("2 ranks and no OMP_NUM_THREADS") == 2, bare.stderr
+    assert mpirun(2, "-c", code, cwd=ROOT).stdout.split() == ["None", "None"]
+
+
+@needs_mpi
 def test_an_error_on_one_rank_ends_every_rank_with_its_message(tmp_path):
     start = time.monotonic()
     run = mpirun(2, WORKER, tmp_path / "x.npz", "--accum", 1, "--fail-rank", 1, "--fail-step", 2, timeout=60)
