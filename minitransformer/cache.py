@@ -5,6 +5,8 @@ keeps them per attention layer (growing by one position per step in self-attenti
 the memory in encoder-decoder attention), DecoderCache holds those of a whole decoder and reorders them
 for beam search. Inference only (under no_grad). Left out: paged or quantised caches.
 """
+import numpy as np
+
 from . import backend
 
 
@@ -21,6 +23,7 @@ class KVCache:
     def __init__(self):
         self._k = self._v = None  # (B, H, capacity, K)
         self.length = 0           # positions held
+        self._own = False         # the buffers are append's own (not set's arrays): reorder may write them
 
     def __len__(self):
         return self.length
@@ -39,7 +42,7 @@ class KVCache:
 
     def set(self, k, v):
         """Hold exactly k, v (B, H, S, K): the memory's keys and values."""
-        self._k, self._v, self.length = k, v, k.shape[2]
+        self._k, self._v, self.length, self._own = k, v, k.shape[2], False
         return k, v
 
     def append(self, k, v):
@@ -52,16 +55,48 @@ class KVCache:
                 if self.length:
                     buf[:, :, :self.length] = getattr(self, name)[:, :, :self.length]
                 setattr(self, name, buf)
+            self._own = True
         self._k[:, :, self.length:self.length + n] = k
         self._v[:, :, self.length:self.length + n] = v
         self.length += n
         return self.k, self.v
 
-    def reorder(self, index):
-        """Keep batch rows `index` (an integer array), in that order."""
-        if self._k is not None:
-            index = backend.asarray(index)
-            self._k, self._v = self._k[index], self._v[index]
+    def reorder(self, index, shared=None):
+        """Keep batch rows `index` (an integer array), in that order. `shared` (optional, one integer
+        per new row): the first shared[i] positions of row i already hold what row index[i] holds.
+
+        Beam search calls this at every step, so it copies as little as it can, in place: only the
+        positions held (not the spare capacity), only the rows that change (index[i] != i; a beam that
+        keeps its row costs nothing), and of those only the positions after what they share. Two beams
+        of a sentence that begin with the same tokens have the same keys and values there (position p
+        sees only positions <= p), and beams mostly differ in their last few tokens. In place also
+        spares allocating a new buffer each step (a large one comes fresh from the OS, page by page).
+        """
+        if self._k is None:
+            return
+        index = backend.to_numpy(index)                                  # decided on the host
+        B, L = self._k.shape[0], self.length
+        if not self._own or len(index) > B:          # set's arrays (not ours to write), or more rows
+            i = backend.asarray(index)
+            for name in ("_k", "_v"):                  # new buffers (B', H, capacity, K), as much spare room
+                old = getattr(self, name)
+                setattr(self, name, backend.xp.empty((len(index),) + old.shape[1:], dtype=old.dtype))
+                getattr(self, name)[:, :, :L] = old[i, :, :L]
+            self._own = True
+            return
+        start = np.zeros(len(index), np.int64) if shared is None else np.minimum(shared, L)
+        rows = np.flatnonzero((index != np.arange(len(index))) & (start < L))  # the rows that change
+        if shared is None:                               # whole rows: (moved, H, T, K) slices
+            dst, src, pos = backend.asarray(rows), backend.asarray(index[rows]), slice(0, L)
+        else:                                            # one (row, position) pair per key and value to copy:
+            count = L - start[rows]                      # rows[j] at positions start[rows[j]] .. L-1
+            dst = np.repeat(rows, count)                                                        # (P,)
+            pos = np.arange(len(dst)) - np.repeat(np.cumsum(count) - count - start[rows], count)  # (P,)
+            dst, src, pos = backend.asarray(dst), backend.asarray(index[dst]), backend.asarray(pos)
+        if len(rows):
+            for buf in (self._k, self._v):
+                buf[dst, :, pos] = buf[src, :, pos]      # all read before anything is written
+        self._k, self._v = self._k[:len(index)], self._v[:len(index)]   # dropped rows: a view of the first ones
 
 
 class DecoderCache:
@@ -77,6 +112,8 @@ class DecoderCache:
     backend). include_memory=False skips the encoder-decoder keys and
     values: correct only when every row of `index` comes from a row of the same source sentence
     (beams reordered within their sentence), and then memory and src_mask need no reordering either.
+    shared (one integer per new row, see KVCache.reorder): positions whose keys and values row i
+    already has in self-attention, as when beams of one sentence share their first tokens.
     """
 
     def __init__(self, n_layers):
@@ -90,7 +127,9 @@ class DecoderCache:
     def layer(self, i):
         return self.self_attn[i], self.cross_attn[i]
 
-    def reorder(self, index, include_memory=True):
-        index = backend.asarray(index)
-        for c in self.self_attn + (self.cross_attn if include_memory else []):
-            c.reorder(index)
+    def reorder(self, index, include_memory=True, shared=None):
+        index = backend.to_numpy(index)  # each KVCache decides on the host which rows move
+        for c in self.self_attn:
+            c.reorder(index, shared)
+        for c in self.cross_attn if include_memory else []:
+            c.reorder(index)             # the memory's keys and values: no positions in common

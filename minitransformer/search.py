@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend
-from . import functional as F
 from .attention import padding_mask
 from .config import check_int, check_real
 from .data import encode_sources
@@ -50,11 +49,8 @@ def _max_lengths(model, lens, max_len_a, max_len_b):
 
 
 class _DecoderState:
-    """The decoder side of a search: rows of prefixes (<s> y_1 .. y_t), their memory, and the cache.
-
-    log_probs() gives log p of the next token for every row; select_rows(rows) reorders / drops rows
-    (beam selection, finished sentences); append(tokens) extends every prefix by one token.
-    """
+    """The decoder side of a search: rows of prefixes (<s> y_1 .. y_t), their memory, and the cache;
+    next_logits() for every row, select_rows() to reorder / drop rows, append() to extend each prefix."""
 
     def __init__(self, model, src, use_cache):
         c = model.config
@@ -65,31 +61,35 @@ class _DecoderState:
         self.cache = model.init_cache() if use_cache else None
         self.prefix = np.full((src.shape[0], 1), c.bos_id, dtype=np.int64)  # (R, t+1) on the host
 
-    def log_probs(self, forced=None):
-        """(R, V) log p of the next token; rows where `forced` (bool, (R,)) is True may only emit </s>."""
+    def next_logits(self, forced):
+        """The next token's logits less their row max, z (R, V), and its log-normaliser lse (R, 1): log p
+        is z - lse, as functional.log_softmax rounds it, made by the caller where needed. z is -inf for
+        <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)) is True."""
         xp = backend.xp
         if self.cache is None:  # recompute the whole prefix: (R, t+1, V), keep the last position
-            logits = self.model.decode(self.prefix, self.memory, self.src_mask).data[:, -1]
+            x = self.model.decode(self.prefix, self.memory, self.src_mask).data[:, -1]
         else:                   # one new position, the earlier keys and values come from the cache
             last = backend.asarray(self.prefix[:, -1:])
-            logits = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]
-        y = F.log_softmax(Tensor(logits)).data                            # (R, V), in the model's dtype
-        y[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted
-        if forced is not None and forced.any():
-            rows = backend.asarray(np.flatnonzero(forced))
-            eos = y[rows, self.eos_id]
-            y[rows] = -xp.inf
-            y[rows, self.eos_id] = eos
-        return y
+            x = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]  # (R, V)
+        z = x - x.max(axis=-1, keepdims=True)                             # (R, V), each row's largest is 0
+        lse = xp.log(xp.exp(z).sum(axis=-1, keepdims=True))               # (R, 1), over the full vocabulary
+        z[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted (not renormalised)
+        rows = backend.asarray(np.flatnonzero(forced))                   # only </s> may come there
+        z[rows] = xp.where(xp.arange(z.shape[1]) == self.eos_id, z[rows], -xp.inf)
+        return z, lse
 
-    def select_rows(self, rows, same_sentences=False):
-        """Keep prefix rows `rows` (int array, repeats allowed) in that order. same_sentences=True
-        promises that every new row i comes from a row of the same sentence as the old row i, so
-        the memory, the mask and the encoder-decoder keys and values need not move."""
-        self.prefix = self.prefix[rows]
+    def select_rows(self, rows, same=None):
+        """Keep prefix rows `rows` (int array, repeats allowed) in that order. same (bool per new row):
+        True where rows[i] and the old row i are beams of one sentence: the memory stays, and the cache
+        copies only the positions from the first token where their prefixes differ."""
+        same = np.zeros(len(rows), bool) if same is None else same
+        stay = same.all() and len(rows) == len(self.prefix)            # every sentence in its rows
         if self.cache is not None:
-            self.cache.reorder(rows, include_memory=not same_sentences)
-        if not same_sentences:
+            differ = (self.prefix[rows] != self.prefix[:len(rows)]) if same.any() else None  # (R', t+1)
+            shared = None if differ is None else np.where(differ.any(1), differ.argmax(1), differ.shape[1]) * same
+            self.cache.reorder(rows, include_memory=not stay, shared=shared)
+        self.prefix = self.prefix[rows]
+        if not stay:
             idx = backend.asarray(rows)
             self.memory, self.src_mask = Tensor(self.memory.data[idx]), self.src_mask[idx]
 
@@ -114,7 +114,8 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
         active = np.arange(len(lens))                                     # sentence of each row
         total, xp = None, backend.xp
         for t in range(int(max_len.max()) + 1):
-            logp = step.log_probs(forced=t >= max_len[active])          # (R, V)
+            logp, lse = step.next_logits(forced=t >= max_len[active])
+            logp -= lse                                                    # (R, V) log_softmax, masked
             token = xp.argmax(logp, axis=-1)                               # (R,)
             lp = backend.to_numpy(logp[xp.arange(len(active)), token])
             token = backend.to_numpy(token)
@@ -146,8 +147,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     A sentence is done when it has k finished hypotheses and no alive prefix can beat the worst of
     them: log p only falls as a prefix grows, so the best an alive prefix can reach is its log_prob
     divided by the largest lp over the lengths still open. At max_len, </s> is forced.
-    Step 0 starts k beams per sentence from <s>, beam 0 with log_prob 0 and the others with -inf,
-    so that the first step's candidates all come from one beam and every step has the same shape.
+    Step 0 runs one row per sentence (its k beams would all be <s>), later steps k rows per sentence.
     Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer
     output could score better under lp. return_attention=True adds the cross-attention of each
     sentence's best hypothesis (collect_attention).
@@ -161,15 +161,14 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
     with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache)
-        step.select_rows(np.repeat(np.arange(len(lens)), k))          # k rows per sentence
         active = np.arange(len(lens))                                  # the sentences still searched
-        alive = np.full((len(lens), k), -np.inf)                       # (Ba, k) log_prob of the prefixes
-        alive[:, 0] = 0.0
+        alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes
         for t in range(int(max_len.max()) + 1):
-            logp = step.log_probs(forced=np.repeat(t >= max_len[active], k))        # (Ba*k, V)
-            alive = alive.astype(logp.dtype, copy=False)                           # sums in the model's dtype
-            scores, beam, token = _top_candidates(logp, alive, 2 * k)              # (Ba, 2k) each
-            _finish(finished, active, step.prefix, k, scores[:, :k], beam[:, :k], token[:, :k],
+            n = alive.shape[1]                                         # beams per sentence: 1, then k
+            z, lse = step.next_logits(forced=np.repeat(t >= max_len[active], n))   # (Ba*n, V), (Ba*n, 1)
+            alive = alive.astype(z.dtype, copy=False)                              # sums in the model's dtype
+            scores, beam, token = _top_candidates(z, lse, alive, 2 * k)            # (Ba, 2k) each
+            _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
                     t + 1, alpha, k, config.eos_id)
             # the alive beams: the first k candidates that do not end in </s>
             pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
@@ -177,11 +176,13 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
             done = _done(finished, active, alive[:, 0], t, max_len, alpha, k)
             if done.all():
                 break
-            still_open = ~done
-            rows = (np.arange(len(active))[:, None] * k + beam)[still_open].ravel()  # prefix rows kept
-            step.select_rows(rows, same_sentences=still_open.all())
-            step.append(token[still_open].ravel())
-            alive, active = alive[still_open], active[still_open]
+            # open sentences keep their rows; those past the new end move into the rows of sentences done
+            order = np.arange(len(done) - done.sum())                      # (Ba',) new place -> old place
+            order[done[:len(order)]] = len(order) + np.flatnonzero(~done[len(order):])
+            same = np.repeat((order == np.arange(len(order))) & (n == k), k)  # rows of the same sentence
+            step.select_rows((order[:, None] * n + beam[order]).ravel(), same)
+            step.append(token[order].ravel())
+            alive, active = alive[order], active[order]
     results = [hyps[:nbest] for hyps in finished]
     if return_attention:
         for x, hyps in zip(src, results):
@@ -189,25 +190,36 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     return results
 
 
-def _top_candidates(logp, alive, width):
-    """The `width` best extensions per sentence, best first, as host arrays (Ba, width): their
-    log_prob, the beam they extend and their token. Too few candidates: padded with (-inf, beam 0, <pad>)."""
-    xp = backend.xp
-    Ba, n = alive.shape
-    V = logp.shape[1]
-    cand = (logp.reshape(Ba, n, V) + backend.asarray(alive)[:, :, None]).reshape(Ba, n * V)  # (Ba, n*V)
-    w = min(width, n * V)
-    if w < n * V:
-        top = xp.argpartition(cand, n * V - w, axis=1)[:, n * V - w:]              # (Ba, w) unordered
-    else:
-        top = xp.broadcast_to(xp.arange(n * V), (Ba, n * V))
-    top_scores = xp.take_along_axis(cand, top, axis=1)
-    order = xp.argsort(-top_scores, axis=1)
-    scores = backend.to_numpy(xp.take_along_axis(top_scores, order, axis=1))      # (Ba, w)
-    idx = backend.to_numpy(xp.take_along_axis(top, order, axis=1))
-    if w < width:
-        scores = np.pad(scores, ((0, 0), (0, width - w)), constant_values=-np.inf)
-        idx = np.pad(idx, ((0, 0), (0, width - w)), constant_values=0)            # beam 0, token 0 = <pad>
+def _top_candidates(z, lse, alive, width):
+    """The `width` best extensions per sentence, best first (ties: lower beam, then lower token), as
+    host arrays (Ba, width): log_prob, beam, token; padded with (-inf, beam 0, <pad>) if too few.
+
+    log_prob = (z - lse) + alive (z, lse from next_logits), rounded as always, but made only where
+    needed: each row is cut into nb blocks of tokens, and only the `width` blocks of a sentence with
+    the best maxima are searched (log p grows with z). Nothing is lost: a candidate elsewhere is
+    beaten by those `width` maxima (better, or equal and in a lower block: a lower index).
+    """
+    xp, (Ba, n), V = backend.xp, alive.shape, z.shape[1]
+    nb = max(d for d in range(1, 33) if V % d == 0)      # blocks per row: the largest divisor of V <= 32
+    bs = V // nb                                          # tokens per block
+    lse, alive = lse.ravel(), backend.asarray(alive).ravel()                 # (Ba*n,) each, per row
+    log_prob = lambda v, row: (v - lse[row]) + alive[row]                    # v: z of rows `row`
+    blocks = z.reshape(Ba * n * nb, bs)                                                 # (Ba*n*nb, bs)
+    best = log_prob(blocks.max(axis=1).reshape(Ba * n, nb), xp.arange(Ba * n)[:, None]).reshape(Ba, n * nb)
+    keep = xp.sort(xp.argsort(-best, axis=1, kind="stable")[:, :width], axis=1)  # (Ba, w), w <= width: in order
+    row = (xp.arange(Ba)[:, None] * n + keep // nb)[:, :, None]                       # (Ba, w, 1)
+    cand = log_prob(blocks[xp.arange(Ba)[:, None] * (n * nb) + keep], row).reshape(Ba, -1)  # (Ba, w*bs)
+    ww = min(width, cand.shape[1])
+    top = xp.argpartition(cand, cand.shape[1] - ww, axis=1)[:, cand.shape[1] - ww:]   # (Ba, ww), any order
+    last = xp.take_along_axis(cand, top, 1).min(axis=1, keepdims=True)              # where a tie was cut at
+    tied = (cand == last).sum(1) > (xp.take_along_axis(cand, top, 1) == last).sum(1)  # the edge (as -inf),
+    top[tied] = xp.argsort(-cand[tied], axis=1, kind="stable")[:, :ww]                # a stable sort decides
+    top = xp.sort(top, axis=1)                                   # index order, then a stable sort by score
+    top = xp.take_along_axis(top, xp.argsort(-xp.take_along_axis(cand, top, 1), axis=1, kind="stable"), 1)
+    scores = backend.to_numpy(xp.take_along_axis(cand, top, 1))                        # (Ba, ww)
+    idx = backend.to_numpy(xp.take_along_axis(keep, top // bs, 1) * bs + top % bs)    # beam * V + token
+    pad = ((0, 0), (0, width - ww))                              # too few candidates: -inf, beam 0, <pad>
+    scores, idx = np.pad(scores, pad, constant_values=-np.inf), np.pad(idx, pad)
     return scores, idx // V, idx % V
 
 

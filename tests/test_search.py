@@ -1,6 +1,7 @@
 """Decoding: the cache against full recomputation, greedy against beam search, beam search against
 brute-force enumeration of every output (with and without the length penalty), early stopping
-against searching to the end, batch invariance, EOS handling, maximum lengths and translate_lines."""
+against searching to the end, batch invariance, EOS handling, maximum lengths and translate_lines;
+beam search's top-2k selection against a full sort, and its cache reordering against a full copy."""
 import contextlib
 import itertools
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import minitransformer as mt
 from minitransformer import backend, search
 from minitransformer.attention import padding_mask
+from minitransformer.cache import KVCache
 from minitransformer.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty, translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
@@ -143,6 +145,70 @@ def test_search_with_cache_equals_search_by_recomputation(beam):
     assert [h.tokens for h in g] == [h.tokens for h in g2]
 
 
+def full_sort_top(z, lse, alive, width):
+    """The reference for search._top_candidates: every candidate's log_prob, ranked by a stable sort
+    (ties: lower beam, then lower token), padded with (-inf, beam 0, token 0) past n*V."""
+    (Ba, n), V = alive.shape, z.shape[1]
+    full = ((z - lse) + alive.reshape(-1, 1)).reshape(Ba, n * V)           # (Ba, n*V)
+    idx = np.argsort(-full, axis=1, kind="stable")[:, :width]
+    pad = ((0, 0), (0, width - idx.shape[1]))
+    scores = np.pad(np.take_along_axis(full, idx, 1), pad, constant_values=-np.inf)
+    idx = np.pad(idx, pad)
+    return scores, idx // V, idx % V
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_candidates_equal_a_full_sort(xp_backend, seed):
+    """_top_candidates searches only the blocks of tokens with the best maxima: it must return what a
+    stable sort of all n*V candidates returns, ties included (made on purpose: values on a coarse grid,
+    so that sums are exact), and -inf: forbidden tokens, dead beams, rows that may only emit one token."""
+    rng = np.random.default_rng(seed)
+    for V, n, width in ((8000, 4, 8), (23, 1, 8), (64, 4, 8), (5, 3, 64), (97, 3, 6), (60, 2, 4)):
+        Ba = 5
+        z = rng.integers(-6, 3, size=(Ba * n, V)).astype(np.float32) / 2          # many exact ties
+        z[rng.random(z.shape) < 0.3] = -np.inf                                     # forbidden tokens
+        z[rng.random(Ba * n) < 0.2, 1:] = -np.inf                                  # forced rows: only token 0
+        lse = rng.integers(0, 3, size=(Ba * n, 1)).astype(np.float32)
+        alive = rng.integers(-4, 1, size=(Ba, n)).astype(np.float32)
+        alive[rng.random((Ba, n)) < 0.2] = -np.inf                                 # dead beams
+        if seed == 0:                                                              # and a smooth case
+            z = rng.standard_normal((Ba * n, V)).astype(np.float32)
+        got = search._top_candidates(backend.asarray(z), backend.asarray(lse), alive, width)
+        want = full_sort_top(z, lse, alive, width)
+        for g, w in zip(got, want):
+            assert isinstance(g, np.ndarray) and g.shape == (Ba, width)
+            np.testing.assert_array_equal(g, w)
+
+
+def test_cache_reorder_copies_only_what_beams_do_not_share(xp_backend):
+    """KVCache.reorder(index, shared) skips the first shared[i] positions of row i, which search says
+    already hold row index[i]'s keys and values (beams that agree on their first tokens): the result
+    must equal a full copy. Keys and values here are a function of the token prefix, as in a decoder."""
+    rng = np.random.default_rng(12)
+    B, H, T, K = 6, 2, 5, 3
+    table = {}
+    def cache_of(tokens):                                   # (B, H, T, K): one vector per (prefix, head)
+        kv = [[table.setdefault(tuple(r[:p + 1]), rng.standard_normal((H, K))) for p in range(T)] for r in tokens]
+        return np.asarray(kv, dtype=np.float32).transpose(0, 2, 1, 3)
+    def shared_of(tokens, index):                           # as select_rows: the first token that differs
+        differ = tokens[index] != tokens[:len(index)]
+        return np.where(differ.any(1), differ.argmax(1), T)
+    for index in ([1, 1, 0, 5, 3, 3], [2, 0, 0, 1], [0, 1, 2, 3, 4, 5], [4, 5, 5, 3, 0, 0, 1, 2]):
+        index = np.array(index)
+        tokens = rng.integers(0, 2, size=(B, T))           # two tokens: rows share prefixes often
+        kv = cache_of(tokens)
+        for shared in (None, shared_of(tokens, index) if len(index) <= B else None):
+            cache = KVCache()
+            for t in range(T):                             # one position per step, as in decoding
+                cache.append(backend.asarray(kv[:, :, t:t + 1]), backend.asarray(-kv[:, :, t:t + 1]))
+            cache.reorder(backend.asarray(index), shared)
+            np.testing.assert_array_equal(backend.to_numpy(cache.k), kv[index])
+            np.testing.assert_array_equal(backend.to_numpy(cache.v), -kv[index])
+            more = rng.standard_normal((len(index), H, 1, K)).astype(np.float32)
+            k, _ = cache.append(backend.asarray(more), backend.asarray(more))   # the buffers still grow
+            np.testing.assert_array_equal(backend.to_numpy(k), np.concatenate([kv[index], more], axis=2))
+
+
 # -------------------------------------------------------------------- greedy against beam
 @FAST
 @given(seed=st.integers(0, 10_000))
@@ -245,7 +311,7 @@ class TableModel:
         def length(self):
             return 0 if self.rows is None else len(self.rows[0])
 
-        def reorder(self, index, include_memory=True):
+        def reorder(self, index, include_memory=True, shared=None):
             if self.rows is not None:  # as KVCache: reordering an empty cache changes nothing
                 self.rows = [list(self.rows[i]) for i in backend.to_numpy(index)]
 
