@@ -5,8 +5,9 @@ change that could touch speed, and report the ratio.
     python benchmarks/compare_versions.py                       # working tree vs HEAD
     python benchmarks/compare_versions.py --base 7b531d2 --repeats 15 --preset small
 
-Three workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
-smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, one Adam update of
+Four workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
+smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, the Trainer's own
+step around it (batch stream, weighting, seeding, schedule; 2,048-token batches), one Adam update of
 all the preset's parameters, and the engine's overhead per node (a chain of relu(h * w + b) on (16, 16) float32, as benchmarks/engine_overhead.py).
 The revision is exported with `git archive` into a temporary directory and imported under another
 package name; the package imports itself only relatively, so both copies live side by side.
@@ -58,6 +59,20 @@ def training_step(mt, preset, vocab, batch_shapes, seed=0):
         adam.step()
         adam.zero_grad()
     return step
+
+
+def trainer_step(mt, preset, vocab, seed=0, n_pairs=3000):
+    """A closure running Trainer.train_step (the batch stream, token weighting, dropout seeding, Adam and
+    the schedule around the same model step) on random pairs of Multi30k-like lengths."""
+    mt.backend.seed(seed)
+    model = mt.transformer.Transformer(getattr(mt.transformer.TransformerConfig, preset)(vocab_size=vocab))
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.gamma(6.0, 2.6, (n_pairs, 2)).round(), 3, 50).astype(int)
+    pairs = [(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist()) for s, t in lengths]
+    training = importlib.import_module(f"{mt.__name__}.training")
+    config = training.TrainingConfig(steps=10**6, max_tokens=2048, warmup_steps=4000, progress=False)
+    trainer = training.Trainer(model, None, pairs, None, config)
+    return trainer.train_step
 
 
 def adam_update(mt, preset, vocab, seed=0):
@@ -125,6 +140,7 @@ def main(argv=None):
         shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]  # (sentences, source length, target length)
         workloads = {
             f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
+            f"Trainer.train_step ({args.preset})": lambda m: trainer_step(m, args.preset, 8000),
             f"Adam update ({args.preset})": lambda m: adam_update(m, args.preset, 8000),
             "engine, per node of relu(h*w+b)": lambda m: engine_chain(m),
         }
