@@ -199,11 +199,11 @@ def test_ranks_without_a_thread_count_are_warned_and_with_one_are_not():
 
 @needs_mpi
 def test_an_error_on_one_rank_ends_every_rank_with_its_message(tmp_path):
-    start = time.monotonic()
+    # rank 0 waits in update 2's Allreduce for rank 1, which failed: a hang would time out (no timed assert)
     run = mpirun(2, WORKER, tmp_path / "x.npz", "--accum", 1, "--fail-rank", 1, "--fail-step", 2, timeout=60)
     assert run.returncode != 0
     assert "rank 1 failed on purpose before update 2" in run.stderr
-    assert time.monotonic() - start < 60 and not (tmp_path / "x.npz").exists()
+    assert not (tmp_path / "x.npz").exists()
 
 
 @pytest.fixture(scope="module")
