@@ -137,16 +137,16 @@ def main():
     base, threads, ranks = (med[k] for k in names)
     print(f"\n{args.preset} preset ({int(base['parameters']):,} parameters), {n} x {args.max_tokens} tokens per "
           f"update, medians of {args.rounds} rounds of {args.steps} updates\n")
-    print(f"| configuration | target tokens/s | s per update | vs 1 thread | Allreduce s per update | "
-          f"MB per update |")
+    print("| configuration | target tokens/s | s per update | vs 1 thread | Allreduce s per update | "
+          "MiB per update |")
     print("|---|---|---|---|---|---|")
     for name in names:
         m = med[name]
         comm = (f"{m['allreduce_s_per_update']:.3f} (pure: {m['pure_allreduce_s']:.3f})"
                 if "pure_allreduce_s" in m else "-")
-        mb = f"{m['bytes_per_update'] / 2**20:.1f}" if m["bytes_per_update"] else "-"
+        mib = f"{m['bytes_per_update'] / 2**20:.1f}" if m["bytes_per_update"] else "-"
         print(f"| {name} | {m['tokens_per_s']:.0f} | {m['seconds_per_update']:.3f} | "
-              f"{m['tokens_per_s'] / base['tokens_per_s']:.2f}x | {comm} | {mb} |")
+              f"{m['tokens_per_s'] / base['tokens_per_s']:.2f}x | {comm} | {mib} |")
     print(f"\nscaling efficiency of {n} ranks: {ranks['tokens_per_s'] / (n * base['tokens_per_s']):.2f} "
           f"(tokens/s against {n} x one thread); against one process with {n} threads: "
           f"{ranks['tokens_per_s'] / threads['tokens_per_s']:.2f}x")
