@@ -123,8 +123,8 @@ class Trainer:
             step_loss = loss.data if step_loss is None else step_loss + loss.data
         stops = None
         if world.size > 1:  # each rank holds its batches' part of the sums: add them up
-            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, self._stops)
-            self._stops = [0, 0]
+            seen, self._stops = self._stops, [0, 0]  # a signal from now on counts for the next update
+            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen)
         if run.clip_norm:
             clip_grad_norm(self.optimizer.params, run.clip_norm)
         self.optimizer.step(self.schedule(step))
