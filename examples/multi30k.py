@@ -36,7 +36,7 @@ from minitransformer.checkpoint import list_checkpoints  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
-from minitransformer.search import translate_lines  # noqa: E402
+from minitransformer.translation import translate_lines  # noqa: E402
 from minitransformer.training import TrainingConfig  # noqa: E402
 from minitransformer.transformer import TransformerConfig  # noqa: E402
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
-from minitransformer.search import translate_lines  # noqa: E402
+from minitransformer.translation import translate_lines  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"

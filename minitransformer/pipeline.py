@@ -13,6 +13,7 @@ from .bpe import BPE
 from .checkpoint import list_checkpoints
 from .data import encode_pairs
 from .training import Trainer
+from .translation import encode_lines
 from .transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"  # where a learned tokenizer is saved, in out_dir
@@ -103,9 +104,8 @@ def check_valid_lines(valid, names):
 
 def check_valid_lengths(valid, names, tokenizer, longest):
     """Every validation line fits the model's positions (evaluation translates and scores them all)."""
-    encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
     for lines, name in zip(valid, names):
-        for n, ids in enumerate(encode(list(lines)), 1):
+        for n, ids in enumerate(encode_lines(tokenizer, lines), 1):
             if len(ids) > longest:
                 raise ValueError(f"{name}: line {n} has {len(ids):,} tokens, but the model's positions hold at "
                                  f"most {longest:,} (max_len {longest + 1} with <s> or </s>): shorten or split it")

@@ -286,34 +286,3 @@ def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max
     if max_len_a == 0 and max_len_b == 0:
         raise ValueError(f"{owner}: max_len_a and max_len_b are both 0: every translation would be empty")
     check_int(owner, "batch_size", batch_size, 1)
-
-
-def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
-                    batch_size=64):
-    """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
-    (batch_size sentences per batch), search, tokenizer.decode. Returns a list of strings in the order
-    of `lines`, or with nbest > 1 a list of n-best lists of strings. beam_size=1 with nbest=1 is
-    greedy_search. Every argument and every line is checked before any search: a line longer than
-    the model's positions is a ValueError naming it (1-based).
-    """
-    check_search_args("translate_lines", beam_size, nbest, alpha, max_len_a, max_len_b, batch_size)
-    encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    ids = encode(list(lines))
-    longest = model.config.max_len - 1                                  # x </s> must fit the positions
-    for n, s in enumerate(ids, 1):
-        if len(s) > longest:
-            raise ValueError(f"line {n} has {len(s):,} tokens, but the model's positions hold at most "
-                             f"{longest:,} (max_len {model.config.max_len} with </s>): shorten or split it")
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out = [None] * len(ids)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        batch = [ids[i] for i in chunk]
-        if beam_size == 1 and nbest == 1:
-            hyps = [[h] for h in greedy_search(model, batch, max_len_a, max_len_b)]
-        else:
-            hyps = beam_search(model, batch, beam_size, alpha, max_len_a, max_len_b, nbest)
-        for i, hs in zip(chunk, hyps):
-            texts = [tokenizer.decode(h.tokens) for h in hs]
-            out[i] = texts[0] if nbest == 1 else texts
-    return out

@@ -26,7 +26,7 @@ from .config import TrainingConfig
 from .data import BatchIterator, encode_pairs
 from .metrics import corpus_bleu, exact_match, perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
-from .search import translate_lines
+from .translation import translate_lines
 
 
 # ---------------------------------------------------------------- training

@@ -16,7 +16,7 @@ LAYERS = [
     {"functional", "gradcheck", "profiler"},
     {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
-    {"search", "viz"},
+    {"search", "translation", "viz"},
     {"checkpoint", "metrics"},
     {"pipeline", "training"},
     {"cli", "__main__"},

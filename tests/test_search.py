@@ -14,7 +14,8 @@ from minitransformer import backend, search
 from minitransformer.attention import padding_mask
 from minitransformer.cache import KVCache
 from minitransformer.data import encode_sources
-from minitransformer.search import beam_search, greedy_search, length_penalty, translate_lines
+from minitransformer.search import beam_search, greedy_search, length_penalty
+from minitransformer.translation import translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol, transformer_tol

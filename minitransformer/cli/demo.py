@@ -16,7 +16,7 @@ import numpy as np
 
 from minitransformer.metrics import corpus_bleu, exact_match
 from minitransformer.pipeline import prepare_training
-from minitransformer.search import translate_lines
+from minitransformer.translation import translate_lines
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 

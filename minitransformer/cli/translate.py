@@ -12,7 +12,8 @@ import sys
 from minitransformer import viz
 from minitransformer.checkpoint import load_model
 from minitransformer.fileio import atomic_write, read_lines
-from minitransformer.search import beam_search, check_search_args, translate_lines
+from minitransformer.search import beam_search, check_search_args
+from minitransformer.translation import translate_lines
 
 from .common import examples, existing, help_formatter, option_error, use_device, writable_file, writing
 
