@@ -1,5 +1,5 @@
-"""Training: the Trainer loop (section 5), evaluation (validation loss and sacreBLEU), checkpoints and
-exact resumption.
+"""Training: the Trainer loop (section 5), evaluation when due (evaluation.py), checkpoints and exact
+resumption.
 
 One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
 target-token counts so the update sees the mean over every target token of all of them (the paper's
@@ -20,13 +20,12 @@ from dataclasses import asdict
 import numpy as np
 from tqdm import tqdm
 
-from . import backend, distributed
+from . import backend, distributed, evaluation
 from . import checkpoint as ckpt
 from .config import TrainingConfig
 from .data import BatchIterator, encode_pairs
-from .metrics import corpus_bleu, exact_match, perplexity
+from .metrics import perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
-from .translation import translate_lines
 
 
 # ---------------------------------------------------------------- training
@@ -252,23 +251,14 @@ class Trainer:
         if self.valid is None or not self.world.is_main:
             return {}
         run = self.config
-        result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2)}
-        with self.model.inference_mode():
-            if self.valid_iterator is not None:
-                total, count = 0.0, 0
-                for b in self.valid_iterator.epoch_batches():
-                    loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
-                    total += float(loss.data) * b.n_tgt_tokens
-                    count += b.n_tgt_tokens
-                result["valid_loss"] = total / count
-                result["valid_ppl"] = perplexity(result["valid_loss"])
-            src, ref = self.valid
-            if run.eval_sentences:
-                src, ref = src[:run.eval_sentences], ref[:run.eval_sentences]
-            hyps = translate_lines(self.model, self.tokenizer, src, beam_size=run.beam_size, alpha=run.alpha,
-                                   max_len_a=run.max_len_a, max_len_b=run.max_len_b)
-            bleu, signature = corpus_bleu(hyps, [ref])
-            result.update(bleu=bleu, bleu_signature=signature, exact_match=exact_match(hyps, ref))
+        src, ref = self.valid
+        if run.eval_sentences:
+            src, ref = src[:run.eval_sentences], ref[:run.eval_sentences]
+        batches = None if self.valid_iterator is None else self.valid_iterator.epoch_batches()
+        result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2),
+                  **evaluation.evaluate(self.model, self.tokenizer, src, ref, batches, beam_size=run.beam_size,
+                                        alpha=run.alpha, max_len_a=run.max_len_a, max_len_b=run.max_len_b)}
+        bleu, signature = result["bleu"], result["bleu_signature"]
         self._write_log(result)
         loss = f"valid loss {result['valid_loss']:.3f} (ppl {result['valid_ppl']:.2f}), " if "valid_loss" in result else ""
         self.log(f"step {self.step}: {loss}BLEU {bleu:.2f} ({signature})")

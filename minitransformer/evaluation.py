@@ -1,0 +1,29 @@
+"""Evaluation of a model on a validation set: the loss per target token (without label smoothing)
+and sacreBLEU of its translations. The Trainer calls it at every eval_every and at the end.
+Left out on purpose: other metrics than BLEU and exact match (chrF: metrics.corpus_chrf).
+"""
+from .metrics import corpus_bleu, exact_match, perplexity
+from .translation import translate_lines
+
+
+def validation_loss(model, batches):
+    """The mean loss per target token over `batches` (data.Batch), label smoothing off."""
+    total, count = 0.0, 0
+    for b in batches:
+        loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
+        total += float(loss.data) * b.n_tgt_tokens
+        count += b.n_tgt_tokens
+    return total / count
+
+
+def evaluate(model, tokenizer, sources, references, batches=None, **search):
+    """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature", "exact_match"}
+    of the model in inference mode; `search`: translate_lines' beam_size, alpha, max_len_a, max_len_b."""
+    result = {}
+    with model.inference_mode():
+        if batches is not None:
+            result["valid_loss"] = validation_loss(model, batches)
+            result["valid_ppl"] = perplexity(result["valid_loss"])
+        hyps = translate_lines(model, tokenizer, sources, **search)
+    bleu, signature = corpus_bleu(hyps, [references])
+    return {**result, "bleu": bleu, "bleu_signature": signature, "exact_match": exact_match(hyps, references)}
