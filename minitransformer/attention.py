@@ -254,10 +254,30 @@ class MultiHeadAttention(nn.Module):
             cache.set(kh, vh)                                            # (B, H, S, K)
         else:
             (qh,) = _heads(self.w_q(q).data, 1, H)                       # (B, H, Tq, K)
-            kh, vh = cache.k, cache.v                                    # (B, H, S, K)
+            kh, vh = cache.k, cache.v                                    # (B / g, H, S, K)
         mask = None if mask is None else backend.asarray(data_of(mask))
-        o, p, _ = _attention_forward(qh, kh, vh, mask, self.dropout_p, self.training)
+        o, p = _attend_in_groups(qh, kh, vh, mask, self.dropout_p, self.training)
         return self.w_o(Tensor(_merge_heads(o))), p                      # (B, Tq, D)
+
+
+def _attend_in_groups(q, k, v, mask, dropout_p, training):
+    """Attention of q (B, H, Tq, K) over k, v (B / g, H, S, K) -> O (B, H, Tq, K), P (B, H, Tq, S):
+    query rows i*g .. i*g+g-1 share key/value row i (and mask row i), as the g beams of one sentence
+    share its memory (cache.DecoderCache). Their g*Tq queries become one row's queries: one product
+    with g times more rows instead of g products reading the same keys. g = 1: plain attention."""
+    B, H, Tq, K = q.shape
+    m = k.shape[0]
+    mask_rows = None if mask is None else mask.shape[0]
+    if B % m or mask_rows not in (None, 1, m):
+        raise ValueError(f"attention: {B} query rows cannot share {m} key/value rows (and {mask_rows} mask "
+                         "rows) in equal groups")
+    g = B // m
+    if g == 1:
+        return _attention_forward(q, k, v, mask, dropout_p, training)[:2]
+    grouped = q.reshape(m, g, H, Tq, K).transpose(0, 2, 1, 3, 4).reshape(m, H, g * Tq, K)   # (m, H, g*Tq, K)
+    o, p, _ = _attention_forward(grouped, k, v, mask, dropout_p, training)
+    ungroup = lambda a: a.reshape(m, H, g, Tq, -1).transpose(0, 2, 1, 3, 4).reshape(B, H, Tq, -1)
+    return ungroup(o), ungroup(p)                                   # (B, H, Tq, K), (B, H, Tq, S)
 
 
 def _linear_block(x, linear, i, width):

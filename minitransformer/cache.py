@@ -76,6 +76,8 @@ class KVCache:
             return
         index = backend.to_numpy(index)                                  # decided on the host
         B, L = self._k.shape[0], self.length
+        if len(index) == B and (index == np.arange(B)).all():           # nothing moves
+            return
         if not self._own or len(index) > B:          # set's arrays (not ours to write), or more rows
             i = backend.asarray(index)
             for name in ("_k", "_v"):                  # new buffers (B', H, capacity, K), as much spare room
@@ -106,12 +108,14 @@ class DecoderCache:
     and one for encoder-decoder attention, filled from the memory at the first step and reused.
     `length` is the number of target positions decoded so far (the position offset of the next
     token). `reorder(index)` keeps batch rows `index` (an integer array, repeats allowed) in every
-    layer: beam search selects the surviving beams with it, and expands a batch into beams with
-    index = repeat(arange(B), beam_size). The caller reorders memory and src_mask alike
-    (`memory[idx]`, `src_mask[idx]` with idx = backend.asarray(index), an array of the current
-    backend). include_memory=False skips the encoder-decoder keys and
-    values: correct only when every row of `index` comes from a row of the same source sentence
-    (beams reordered within their sentence), and then memory and src_mask need no reordering either.
+    layer: beam search selects the surviving beams with it. The caller reorders memory and src_mask
+    alike (`memory[idx]`, `src_mask[idx]` with idx = backend.asarray(memory_rows)).
+
+    memory_rows (default: index) are the rows the encoder-decoder keys and values keep. Fewer memory
+    rows than rows make groups: with m memory rows and m*g rows, rows i*g .. i*g+g-1 all attend to
+    memory row i (attention.py). Beam search keeps one copy of a sentence's memory for its g = k beams
+    this way: expanding a batch into beams is then reorder(repeat(arange(B), k), memory_rows=arange(B)),
+    which copies no memory, and reordering beams within their sentence leaves the memory as it is.
     shared (one integer per new row, see KVCache.reorder): positions whose keys and values row i
     already has in self-attention, as when beams of one sentence share their first tokens.
     """
@@ -127,9 +131,10 @@ class DecoderCache:
     def layer(self, i):
         return self.self_attn[i], self.cross_attn[i]
 
-    def reorder(self, index, include_memory=True, shared=None):
+    def reorder(self, index, memory_rows=None, shared=None):
         index = backend.to_numpy(index)  # each KVCache decides on the host which rows move
+        memory_rows = index if memory_rows is None else backend.to_numpy(memory_rows)
         for c in self.self_attn:
             c.reorder(index, shared)
-        for c in self.cross_attn if include_memory else []:
-            c.reorder(index)             # the memory's keys and values: no positions in common
+        for c in self.cross_attn:
+            c.reorder(memory_rows)       # the memory's keys and values: no positions in common

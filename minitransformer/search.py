@@ -50,7 +50,11 @@ def _max_lengths(model, lens, max_len_a, max_len_b):
 
 class _DecoderState:
     """The decoder side of a search: rows of prefixes (<s> y_1 .. y_t), their memory, and the cache;
-    next_logits() for every row, select_rows() to reorder / drop rows, append() to extend each prefix."""
+    next_logits() for every row, select_rows() to reorder / drop rows, append() to extend each prefix.
+
+    With the cache, memory and src_mask hold one row per sentence, shared by that sentence's rows
+    (its beams: consecutive rows, as many for each sentence; cache.DecoderCache); without it, one
+    row per prefix row, as model.decode then needs."""
 
     def __init__(self, model, src, use_cache):
         c = model.config
@@ -78,19 +82,22 @@ class _DecoderState:
         z[rows] = xp.where(xp.arange(z.shape[1]) == self.eos_id, z[rows], -xp.inf)
         return z, lse
 
-    def select_rows(self, rows, same=None):
-        """Keep prefix rows `rows` (int array, repeats allowed) in that order. same (bool per new row):
-        True where rows[i] and the old row i are beams of one sentence: the memory stays, and the cache
-        copies only the positions from the first token where their prefixes differ."""
-        same = np.zeros(len(rows), bool) if same is None else same
-        stay = same.all() and len(rows) == len(self.prefix)            # every sentence in its rows
+    def select_rows(self, rows, sentences=None, same=None):
+        """Keep prefix rows `rows` (int array, repeats allowed) in that order. sentences: the memory
+        rows kept (default: rows, one row per sentence); with the cache, the new rows form
+        len(sentences) equal groups of consecutive rows, group i decoding sentence sentences[i].
+        same (bool per new row): True where rows[i] and the old row i are beams of one sentence:
+        the cache copies only the positions from the first token where their prefixes differ."""
+        sentences = rows if sentences is None else sentences
         if self.cache is not None:
-            differ = (self.prefix[rows] != self.prefix[:len(rows)]) if same.any() else None  # (R', t+1)
+            differ = (self.prefix[rows] != self.prefix[:len(rows)]) if same is not None and same.any() else None
             shared = None if differ is None else np.where(differ.any(1), differ.argmax(1), differ.shape[1]) * same
-            self.cache.reorder(rows, include_memory=not stay, shared=shared)
+            self.cache.reorder(rows, memory_rows=sentences, shared=shared)
+        else:
+            sentences = rows                                               # a memory row per prefix row
         self.prefix = self.prefix[rows]
-        if not stay:
-            idx = backend.asarray(rows)
+        if len(sentences) != len(self.src_mask) or (sentences != np.arange(len(sentences))).any():
+            idx = backend.asarray(sentences)
             self.memory, self.src_mask = Tensor(self.memory.data[idx]), self.src_mask[idx]
 
     def append(self, tokens):
@@ -180,7 +187,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
             order = np.arange(len(done) - done.sum())                      # (Ba',) new place -> old place
             order[done[:len(order)]] = len(order) + np.flatnonzero(~done[len(order):])
             same = np.repeat((order == np.arange(len(order))) & (n == k), k)  # rows of the same sentence
-            step.select_rows((order[:, None] * n + beam[order]).ravel(), same)
+            step.select_rows((order[:, None] * n + beam[order]).ravel(), order, same)
             step.append(token[order].ravel())
             alive, active = alive[order], active[order]
     results = [hyps[:nbest] for hyps in finished]

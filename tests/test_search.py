@@ -110,27 +110,34 @@ def test_reordered_cache_equals_recomputing_the_selected_beams(xp_backend):
         src_d = backend.asarray(src)
         mask = padding_mask(src_d)
         memory = model.encode(src_d, mask)
-        for index, include_memory in (([2, 0, 0, 1, 2], True), ([0, 0, 2, 1], True)):
+        for index in ([2, 0, 0, 1, 2], [0, 0, 2, 1]):
             cache = model.init_cache()
             model.decode(backend.asarray(prefix), memory, mask, cache=cache)  # fills 5 positions
-            cache.reorder(np.array(index), include_memory=include_memory)
+            cache.reorder(np.array(index))
             new = rng.integers(3, 23, size=(len(index), 1))
             mem_i, mask_i = mt.tensor(memory.data[backend.asarray(index)]), mask[backend.asarray(index)]
             step = model.decode(backend.asarray(new), mem_i, mask_i, cache=cache).data[:, -1]
             full = model.decode(backend.asarray(np.concatenate([prefix[index], new], 1)), mem_i, mask_i).data[:, -1]
             np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), rtol=0,
                                        atol=transformer_tol(model))
-        # within sentences (beams of one sentence swapped), the memory's keys and values stay put
+        # beams in groups that share one memory row: 3 sentences -> 2 beams each, reordered within
+        # their sentence (the memory stays), then sentence 0 leaves (its memory row goes)
         cache = model.init_cache()
-        two = np.array([0, 0, 1, 1])                                      # 2 sentences x 2 beams
-        model.decode(backend.asarray(prefix[[0, 1, 1, 2]]), mt.tensor(memory.data[two]), mask[two], cache=cache)
-        index = np.array([1, 1, 3, 2])
-        cache.reorder(index, include_memory=False)
-        new = rng.integers(3, 23, size=(4, 1))
-        step = model.decode(backend.asarray(new), mt.tensor(memory.data[two]), mask[two], cache=cache).data[:, -1]
-        full = model.decode(backend.asarray(np.concatenate([prefix[[0, 1, 1, 2]][index], new], 1)),
-                            mt.tensor(memory.data[two]), mask[two]).data[:, -1]
-        np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=transformer_tol(model), rtol=0)
+        model.decode(backend.asarray(prefix), memory, mask, cache=cache)
+        rows = prefix
+        for index, sentences in (([0, 0, 1, 1, 2, 2], [0, 1, 2]), ([1, 0, 3, 3, 4, 5], [0, 1, 2]),
+                                 ([2, 3, 4, 4], [1, 2])):
+            cache.reorder(np.array(index), memory_rows=np.array(sentences))
+            memory, mask = mt.tensor(memory.data[backend.asarray(sentences)]), mask[backend.asarray(sentences)]
+            rows = np.concatenate([rows[index], rng.integers(3, 23, size=(len(index), 1))], 1)
+            step = model.decode(backend.asarray(rows[:, -1:]), memory, mask, cache=cache).data[:, -1]
+            each = backend.asarray(np.repeat(np.arange(len(sentences)), 2))  # the memory row of each beam
+            full = model.decode(backend.asarray(rows), mt.tensor(memory.data[each]), mask[each]).data[:, -1]
+            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=transformer_tol(model),
+                                       rtol=0)
+        with pytest.raises(ValueError, match="4 query rows cannot share 3 key/value rows"):
+            cache.reorder(np.array([0, 1, 2, 3]), memory_rows=np.array([0, 1, 0]))
+            model.decode(backend.asarray(rows[:, -1:]), memory, mask, cache=cache)
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -312,7 +319,7 @@ class TableModel:
         def length(self):
             return 0 if self.rows is None else len(self.rows[0])
 
-        def reorder(self, index, include_memory=True, shared=None):
+        def reorder(self, index, memory_rows=None, shared=None):
             if self.rows is not None:  # as KVCache: reordering an empty cache changes nothing
                 self.rows = [list(self.rows[i]) for i in backend.to_numpy(index)]
 
