@@ -2,8 +2,14 @@
 
 Every other module reaches arrays through `backend.xp`, read at call time, so `use("gpu")` moves
 all later work to CuPy. This is the only module that imports cupy (distributed.py reaches NCCL and
-picks a GPU per process through it). It leaves out mixed precision on purpose: float32 is the
-training dtype, float64 is for gradient checks.
+picks a GPU per process through it).
+
+`fused` switches the fused CuPy kernels of kernels.py (softmax, LayerNorm, cross-entropy, dropout,
+Adam): on by default, used only on the GPU; set `backend.fused = False`, or the environment variable
+MINITRANSFORMER_FUSED=0 before the import, to run the plain expressions of functional.py and optim.py
+on CuPy too. On the CPU it changes nothing.
+
+It leaves out mixed precision on purpose: float32 is the training dtype, float64 is for gradient checks.
 """
 import os
 
@@ -12,6 +18,7 @@ import numpy as np
 xp = np                    # the array module in use: numpy or cupy
 device = "cpu"             # "cpu" or "gpu"
 DEFAULT_DTYPE = np.float32  # the training dtype
+fused = os.environ.get("MINITRANSFORMER_FUSED", "1") != "0"  # fused CuPy kernels on the GPU (kernels.py)
 
 _cupy = None               # the cupy module once use("gpu") has imported it
 _seed = 0

@@ -2,12 +2,15 @@
 
 softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, dropout, embedding
 and linear. Fusing saves graph nodes, temporaries and time; the tests check every op against the same
-computation composed of elementary Tensor ops. Left out: fused CuPy kernels (the NumPy expressions
-below run unchanged on CuPy), and gradients of the integer inputs (targets, ids), which have none.
+computation composed of elementary Tensor ops. The NumPy expressions below run unchanged on CuPy; on
+the GPU with backend.fused on, the first five hand over to the CUDA kernels of kernels.py, which must
+give these numbers (one line each: `if kernels.active(...)`). Left out: fused CuPy kernels for
+embedding and linear (a gather, and a GEMM that cuBLAS does in one call), and gradients of the
+integer inputs (targets, ids), which have none.
 """
 import numpy as np
 
-from . import backend
+from . import backend, kernels
 from .ops import transpose_matmul
 from .tensor import data_of, make_node, traced
 
@@ -20,6 +23,8 @@ def softmax(x, axis=-1):
     y_i = exp(x_i - m) / sum_j exp(x_j - m), m = max(x) (the shift cancels; it keeps exp from overflowing).
     dy_j/dx_i = y_j (delta_ij - y_i), so dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
     """
+    if kernels.active(x) and axis in (-1, x.ndim - 1):
+        return kernels.softmax(x)                                     # the fused CUDA kernel (GPU only)
     xp = backend.xp
     y = x.data - x.data.max(axis=axis, keepdims=True)  # a new array: we own it
     xp.exp(y, out=y)
@@ -41,6 +46,8 @@ def log_softmax(x, axis=-1):
     y_i = x_i - logsumexp(x) and d logsumexp(x) / dx_j = softmax(x)_j = exp(y_j), so
     dy_i/dx_j = delta_ij - exp(y_j) and dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
     """
+    if kernels.active(x) and axis in (-1, x.ndim - 1):
+        return kernels.log_softmax(x)                                 # the fused CUDA kernel (GPU only)
     xp = backend.xp
     y = x.data - x.data.max(axis=axis, keepdims=True)  # shifted: the largest entry is 0
     y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
@@ -98,6 +105,8 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     t = xp.where(valid, t, 0)                                         # a safe id for ignored rows
     n = valid.sum(dtype=dtype)                                        # counted tokens, on the device
     w = valid.astype(dtype) / xp.maximum(n, 1)                        # (N,) 1/n, or 0 for ignored rows
+    if kernels.active(z):
+        return kernels.cross_entropy(logits, z, t, w, n, eps, return_count)  # the fused kernels (GPU only)
 
     p = z - z.max(axis=1, keepdims=True)                              # (N, V) shifted logits, ours
     z_t = p[rows, t]                                                  # (N,)
@@ -130,6 +139,8 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     dgamma and dbeta are summed over all leading axes (every position shares gamma and beta).
     Note: the paper does not give eps; 1e-6 as in the tensor2tensor reference code.
     """
+    if kernels.active(x, gamma, beta):
+        return kernels.layer_norm(x, gamma, beta, eps)                # the fused CUDA kernels (GPU only)
     xp = backend.xp
     D = x.shape[-1]
     xhat = x.data - x.data.mean(axis=-1, keepdims=True)              # (..., D) centred, ours
@@ -172,6 +183,8 @@ def dropout(x, p, training=True):
         raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
     if not training or p == 0:
         return x
+    if kernels.active(x):
+        return kernels.dropout(x, p)                                  # the fused CUDA kernel (GPU only)
     # float32 uniforms: works for NumPy's and CuPy's generators alike, and costs half of float64
     mask = (backend.rng().random(x.shape, dtype=np.float32) >= p).astype(x.dtype)
     mask *= 1.0 / (1.0 - p)

@@ -1,15 +1,15 @@
 """Optimisation: Adam with the paper's betas, the warmup schedule of eq. (3), gradient-norm clipping.
 
 Every update runs in place on one flat buffer of all parameters (no new arrays per step), so it
-costs a few passes over memory. The state splits into JSON-able scalars and named
-arrays, so a checkpoint stores it without pickle. Left out on purpose: parameter groups, AMSGrad,
-other optimisers (the paper uses only Adam).
+costs a few passes over memory (one on the GPU, with the fused kernel of kernels.py). The state
+splits into JSON-able scalars and named arrays, so a checkpoint stores it without pickle. Left out on
+purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
 """
 import math
 
 import numpy as np
 
-from . import backend
+from . import backend, kernels
 
 
 class Adam:
@@ -104,7 +104,10 @@ class Adam:
         self.steps += 1
 
     def _update(self, p, g, m, v, buf, t):
-        """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients."""
+        """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients.
+        On the GPU with backend.fused on, one fused CUDA kernel (kernels.adam) does the same arithmetic."""
+        if kernels.active(p):
+            return kernels.adam(p, g, m, v, t, self.lr, self.betas, self.eps, self.weight_decay)
         xp = backend.xp
         b1, b2 = self.betas
         m *= b1                              # m = b1 m + (1 - b1) g

@@ -13,7 +13,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS = [
     {"backend", "data", "bpe", "bpe_learn", "fileio"},
     {"tensor", "ops"},
-    {"functional", "gradcheck", "profiler"},
+    {"functional", "kernels", "gradcheck", "profiler"},
     {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
     {"search", "translation", "viz"},

@@ -1,0 +1,326 @@
+"""The fused CuPy kernels of kernels.py against the plain path they replace.
+
+Each GPU test runs an op twice on the same host inputs: the plain NumPy code on the CPU, the fused
+kernel on CuPy (backend.fused on, checked by a spy on kernels.py that the kernel really ran), and
+compares outputs and gradients after backend.to_numpy. The GPU tests carry the `gpu` marker and are
+skipped, with the reason, where CuPy or a CUDA GPU is absent (`pytest -m gpu` selects them). The
+tests at the top run everywhere: the switch (kernels.active, backend.fused, MINITRANSFORMER_FUSED),
+the NumPy path never calling a kernel, and the lesson showing the kernel that kernels.py compiles.
+
+Tolerances come from float32 (or float64) epsilon and the size of the computation, see tol().
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+import minitransformer.functional as F
+from minitransformer import backend, kernels
+from minitransformer.optim import Adam
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
+FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam")
+HAVE_GPU = backend.gpu_available()
+
+
+def gpu(test):
+    """Mark a test `gpu` and skip it, saying why, where CuPy or a CUDA GPU is absent."""
+    reason = "fused CuPy kernels: CuPy or a CUDA GPU is not available on this machine (they run only on the GPU)"
+    return pytest.mark.gpu(pytest.mark.skipif(not HAVE_GPU, reason=reason)(test))
+
+
+def tol(n, dtype=np.float32, k=8.0):
+    """k * eps * sqrt(n): the tolerance for a result of one reduction over n terms plus a few
+    elementwise operations, computed twice in a different order (a tree over a thread block in the
+    kernel, NumPy's pairwise sum in the plain path). Each operation rounds to eps/2 relative; the
+    rounding errors of n terms add up like a random walk, sqrt(n) * eps (n * eps is the worst case,
+    far from reached), and k = 8 covers the handful of exp, log, division and multiplications around
+    the sum, each within 1-2 ulp (CUDA's exp and log are within 2 ulp). Used relative to the size of
+    the values compared. A wrong index, a missing term or a stale buffer is off by far more."""
+    return k * float(np.finfo(dtype).eps) * math.sqrt(max(n, 1))
+
+
+def assert_close(actual, expected, atol, what):
+    """|actual - expected| <= atol elementwise (atol may be an array that broadcasts, e.g. one tolerance
+    per row), with infinities and NaNs in the same places."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(check(actual), check(expected), err_msg=f"{what}: {check.__name__}")
+    finite = np.isfinite(expected)
+    err = np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0))
+    bound = np.broadcast_to(atol, err.shape)
+    bad = err > bound
+    assert not bad.any(), (f"{what}: {bad.sum()} of {bad.size} differ by more than the tolerance; worst "
+                           f"{err[bad].max():.3g} against {bound[bad][np.argmax(err[bad])]:.3g}")
+
+
+def forward_backward(device, fn, arrays, dy_seed=1):
+    """fn(*tensors) on `device`, tensors made from the host arrays: (output, gradients, dy) on the host,
+    for a fixed standard-normal dy."""
+    mt.use(device)
+    tensors = [mt.tensor(a, requires_grad=True) for a in arrays]
+    y = fn(*tensors)
+    dy = np.asarray(np.random.default_rng(dy_seed).standard_normal(y.shape), dtype=y.dtype)
+    y.backward(backend.asarray(dy))
+    return y.numpy(), [backend.to_numpy(t.grad) for t in tensors], dy
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The fused ops called during the test, in order: each public function of kernels.py wrapped in a
+    spy. Turns backend.fused on for the test."""
+    seen = []
+
+    def spy(name, original):
+        def op(*args, **kwargs):
+            seen.append(name)
+            return original(*args, **kwargs)
+        return op
+    for name in FUSED_OPS:
+        monkeypatch.setattr(kernels, name, spy(name, getattr(kernels, name)))
+    monkeypatch.setattr(backend, "fused", True)
+    yield seen
+    mt.use(DEFAULT_DEVICE)
+
+
+# ==================================================================== everywhere: the switch
+def test_kernels_run_only_on_cupy_with_backend_fused_on(monkeypatch):
+    x = np.zeros((2, 3), np.float32)
+    mt.use("cpu")
+    t = mt.tensor(x)
+    assert not kernels.active(x) and not kernels.active(t)
+    # the switch alone, with the device name patched: nothing here imports cupy or launches a kernel
+    monkeypatch.setattr(backend, "device", "gpu")
+    monkeypatch.setattr(backend, "fused", True)
+    assert kernels.active(x) and kernels.active(t, x) and kernels.active(x.astype(np.float64))
+    assert not kernels.active(x.astype(np.float16))                      # no float16 kernels
+    assert not kernels.active(x, x.astype(np.float64))                   # mixed dtypes: the plain path
+    assert not kernels.active(np.zeros((0, 3), np.float32))              # empty: the plain path
+    monkeypatch.setattr(backend, "fused", False)
+    assert not kernels.active(x)
+
+
+@pytest.mark.parametrize("value, expected", [("0", False), ("1", True), (None, True)])
+def test_environment_variable_sets_backend_fused(value, expected):
+    env = {k: v for k, v in os.environ.items() if k not in ("MINITRANSFORMER_FUSED", "MINITRANSFORMER_DEVICE")}
+    if value is not None:
+        env["MINITRANSFORMER_FUSED"] = value
+    out = subprocess.run([sys.executable, "-c", "from minitransformer import backend; print(backend.fused)"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(expected)
+
+
+def test_numpy_path_calls_no_kernel(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a fused kernel was called on the NumPy backend")
+    for name in FUSED_OPS:
+        monkeypatch.setattr(kernels, name, refuse)
+    monkeypatch.setattr(backend, "fused", True)
+    mt.use("cpu")
+    rng = np.random.default_rng(0)
+    x = mt.tensor(rng.standard_normal((3, 5)).astype(np.float32), requires_grad=True)
+    gamma, beta = mt.tensor(np.ones(5, np.float32), requires_grad=True), mt.tensor(np.zeros(5, np.float32), requires_grad=True)
+    loss = (F.softmax(x).sum() + F.log_softmax(x).sum() + F.layer_norm(x, gamma, beta).sum() + F.dropout(x, 0.5).sum()
+            + F.cross_entropy(x, np.array([0, 1, 4]), ignore_index=1, label_smoothing=0.1))
+    loss.backward()
+    opt = Adam([x, gamma, beta], lr=1e-3)
+    opt.step()
+
+
+def test_kernel_sources_are_built_lazily_and_the_lesson_shows_the_one_compiled():
+    if not HAVE_GPU:
+        assert "cupy" not in sys.modules and kernels._cache == {}      # importing compiled nothing
+    for name in kernels._ROW_KERNELS:
+        for dtype in (np.float32, np.float64):
+            src = kernels.source(name, dtype)
+            assert f'extern "C" __global__ void {name}(' in src
+            code = re.sub(r"//[^\n]*", "", src)                          # comments may say [0, v)
+            assert all(code.count(a) == code.count(b) for a, b in ("{}", "()", "[]")), f"{name}: unbalanced"
+    lesson = (ROOT / "lessons" / "11_gpu.md").read_text(encoding="utf-8")
+    shown = re.findall(r"^```c\n(.*?)^```", lesson, re.DOTALL | re.MULTILINE)
+    assert kernels.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
+
+
+# ==================================================================== on a GPU: softmax and log-softmax
+def logits(shape, dtype=np.float32, seed=0):
+    """Logits of scale 3 whose first rows are the hard ones: row 0 has a third of its entries -inf (as a
+    mask makes them), row 1 very large logits (exp underflows to 0 for all but the top), row 2 entries
+    of +-1e38 (exp(x) alone would overflow; exp(x - max) must not)."""
+    x = np.random.default_rng(seed).standard_normal((int(np.prod(shape[:-1])), shape[-1])) * 3
+    x[0, 1::3] = -np.inf
+    x[1] *= 1e4
+    x[2] = 1e38
+    x[2, 1::2] = -1e38
+    return x.reshape(shape).astype(dtype)
+
+
+SHAPES = [(3, 1), (5, 7), (67, 257), (9, 1000), (3, 37003), (2, 3, 31)]   # widths not a multiple of 256
+
+
+@gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_and_log_softmax_match_the_plain_path(op, shape, dtype, calls):
+    x = logits(shape, dtype)
+    y0, (dx0,), dy = forward_backward("cpu", getattr(F, op), [x])
+    y1, (dx1,), _ = forward_backward("gpu", getattr(F, op), [x])
+    assert calls == [op]
+    t = tol(shape[-1], dtype)
+    # softmax: probabilities, relative error t, absolute t (they are <= 1); log-softmax: values up to
+    # |x - max|, relative error t on them plus t absolute from log(sum)
+    assert_close(y1, y0, t * (1 + np.abs(np.where(np.isfinite(y0), y0, 0))), f"{op} forward")
+    # backward, per row: softmax's dx = y (dy - s), s = sum(dy y), has y and s to t relative, |s| <= max|dy|;
+    # log-softmax's dx = dy - exp(y) S, S = sum(dy), has S to t times its partial sums, about sqrt(sum(dy^2))
+    rows = dy.reshape(-1, shape[-1]).astype(np.float64)
+    top = np.abs(rows).max(1, keepdims=True)
+    size = 2 * top if op == "softmax" else top + np.abs(rows.sum(1, keepdims=True)) + np.sqrt((rows ** 2).sum(1, keepdims=True))
+    assert_close(dx1.reshape(rows.shape), dx0.reshape(rows.shape), t * (1 + size), f"{op} backward")
+
+
+@gpu
+def test_softmax_over_another_axis_takes_the_plain_path(calls):
+    x = logits((4, 6))
+    y0, (dx0,), dy = forward_backward("cpu", lambda t: F.softmax(t, axis=0), [x])
+    y1, (dx1,), _ = forward_backward("gpu", lambda t: F.softmax(t, axis=0), [x])
+    assert calls == []
+    assert_close(y1, y0, tol(4), "softmax over axis 0")
+    assert_close(dx1, dx0, tol(4) * 3 * np.abs(dy).max(), "its gradient")
+
+
+# ==================================================================== cross-entropy
+@gpu
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [None, 0])
+@pytest.mark.parametrize("shape", [(5, 7), (3, 11, 1000), (4, 37003)], ids=str)
+def test_cross_entropy_matches_the_plain_path(eps, ignore_index, shape, calls):
+    rng = np.random.default_rng(3)
+    V, N = shape[-1], int(np.prod(shape[:-1]))
+    z = (rng.standard_normal((N, V)) * 3).astype(np.float32)
+    target = rng.integers(0, V, N)
+    target[::4] = 0                               # ignored tokens where ignore_index=0, class 0 otherwise
+    z[1] *= 1e4                                   # very large logits
+    if eps == 0:                                  # -inf logits (a smoothed loss would be +inf: it averages all)
+        z[2, 1::2] = -np.inf
+        target[2] = 0                             # a finite logit, so the row's loss is finite
+    z, target = z.reshape(shape), target.reshape(shape[:-1])
+    fn = lambda t: F.cross_entropy(t, target, ignore_index=ignore_index, label_smoothing=eps)
+    loss0, (dz0,), dy = forward_backward("cpu", fn, [z])
+    loss1, (dz1,), _ = forward_backward("gpu", fn, [z])
+    assert calls == ["cross_entropy"]
+    # the loss: per row a reduction over V, then a sum over N rows, each in another order
+    assert_close(loss1, loss0, (tol(V) + tol(N)) * (1 + abs(loss0)), "loss")
+    # dz = (softmax - q) * dy / n_tokens: entries of at most |dy| / n in size, softmax to tol(V)
+    n = int(np.sum(target != ignore_index)) if ignore_index is not None else N
+    assert_close(dz1, dz0, tol(V) * abs(dy) / max(n, 1), "gradient")
+    counts = []
+    for device in ("cpu", "gpu"):
+        mt.use(device)
+        counts.append(F.cross_entropy(mt.tensor(z), target, ignore_index=ignore_index, return_count=True)[1])
+    assert counts == [n, n]
+
+
+@gpu
+def test_cross_entropy_with_every_token_ignored_is_zero(calls):
+    z = np.random.default_rng(0).standard_normal((3, 9)).astype(np.float32)
+    fn = lambda t: F.cross_entropy(t, np.full(3, -100), ignore_index=-100)
+    loss, (dz,), _ = forward_backward("gpu", fn, [z])
+    assert calls == ["cross_entropy"] and loss == 0 and not dz.any()
+
+
+# ==================================================================== LayerNorm
+@gpu
+@pytest.mark.parametrize("shape", [(5, 1), (7, 33), (4, 9, 512), (33, 1000), (3, 4099)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_matches_the_plain_path(shape, dtype, calls):
+    rng = np.random.default_rng(4)
+    D = shape[-1]
+    x = rng.standard_normal(shape) * 2 + 0.5
+    x.reshape(-1, D)[0] = 0.5                     # a constant row: variance 0, 1/sigma = 1/sqrt(eps) = 1000
+    gamma, beta = 1 + 0.1 * rng.standard_normal(D), 0.1 * rng.standard_normal(D)
+    arrays = [a.astype(dtype) for a in (x, gamma, beta)]
+    y0, (dx0, dg0, db0), dy = forward_backward("cpu", F.layer_norm, arrays)
+    y1, (dx1, dg1, db1), _ = forward_backward("gpu", F.layer_norm, arrays)
+    assert calls == ["layer_norm"]
+    t = tol(D, dtype)
+    # per row: the mean and the variance are sums of D terms, so xhat is off by about t * |x - mean| / sigma
+    # (0 on the constant row, whose sums are exact); y = xhat * gamma + beta
+    xr, dyr = arrays[0].reshape(-1, D).astype(np.float64), dy.reshape(-1, D).astype(np.float64)
+    centred = xr - xr.mean(1, keepdims=True)
+    rstd = 1 / np.sqrt((centred ** 2).mean(1, keepdims=True) + 1e-6)                  # (N, 1)
+    size_y = np.abs(centred).max(1, keepdims=True) * rstd * np.abs(gamma).max() + np.abs(beta).max()
+    assert_close(y1.reshape(-1, D), y0.reshape(-1, D), t * (1 + size_y), "y")
+    # dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma: three terms of up to |g| (1 + |xhat|^2)
+    g = np.abs(dyr * gamma).max(1, keepdims=True)
+    size_dx = rstd * g * (1 + (np.abs(centred).max(1, keepdims=True) * rstd) ** 2)
+    assert_close(dx1.reshape(-1, D), dx0.reshape(-1, D), t * (1 + size_dx), "dx")
+    # dgamma = sum over N rows of dy * xhat, dbeta = sum of dy: sums of N terms, in another order
+    N = xr.shape[0]
+    assert_close(dg1, dg0, (t + tol(N, dtype)) * (1 + np.abs(dyr * centred * rstd).sum(0)), "dgamma")
+    assert_close(db1, db0, tol(N, dtype) * (1 + np.abs(dyr).sum(0)), "dbeta")
+
+
+# ==================================================================== dropout
+@gpu
+@pytest.mark.parametrize("p", [0.25, 0.5])   # exact in float32: u >= p rounds no differently anywhere
+@pytest.mark.parametrize("shape", [(7,), (33, 257), (3, 5, 1001)], ids=str)
+def test_dropout_matches_the_plain_path_on_the_same_draw(p, shape, calls, monkeypatch):
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    mt.use("gpu")
+    mt.seed(11)
+    u = backend.to_numpy(backend.rng().random(shape, dtype=np.float32))   # what both paths draw after seed(11)
+    mt.seed(11)
+    y1, (dx1,), dy = forward_backward("gpu", lambda t: F.dropout(t, p), [x])
+    assert calls == ["dropout"]
+    # the plain formula in NumPy on the same uniforms: one comparison and one float32 product per element,
+    # correctly rounded on both sides, so equal exactly
+    mask = (u >= p).astype(np.float32)
+    mask *= 1.0 / (1.0 - p)
+    np.testing.assert_array_equal(y1, x * mask)
+    np.testing.assert_array_equal(dx1, dy * mask)
+    # and the plain CuPy path (fused off) after the same seed: the same mask, the same numbers
+    monkeypatch.setattr(backend, "fused", False)
+    mt.seed(11)
+    y2, (dx2,), _ = forward_backward("gpu", lambda t: F.dropout(t, p), [x])
+    assert calls == ["dropout"]
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(dx1, dx2)
+
+
+# ==================================================================== Adam
+@gpu
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_matches_the_plain_update(weight_decay, dtype, calls):
+    rng = np.random.default_rng(6)
+    shapes = [(33, 7), (1000,), (3,), (5, 1, 4099)]
+    start = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    steps = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(5)]
+    steps[2][2] = None                            # a parameter without a gradient: the update splits in runs
+
+    def train(device):
+        mt.use(device)
+        params = [mt.tensor(a, requires_grad=True) for a in start]
+        opt = Adam(params, lr=1e-2, weight_decay=weight_decay)
+        for grads in steps:
+            for p, g in zip(params, grads):
+                p.grad = None if g is None else backend.asarray(g)
+            opt.step()
+        return [[backend.to_numpy(a) for a in arrays] for arrays in ([p.data for p in params], opt.m, opt.v)]
+
+    plain, fused = train("cpu"), train("gpu")
+    assert calls and set(calls) == {"adam"}
+    # the same operations in the same order, each rounded once (the kernel is compiled with --fmad=false):
+    # equal up to the last bit expected; allowed 4 ulp per step of the values' size
+    t = 4 * float(np.finfo(dtype).eps) * len(steps)
+    for what, a0, a1 in zip(("parameters", "m", "v"), plain, fused):
+        for i, (x0, x1) in enumerate(zip(a0, a1)):
+            assert_close(x1, x0, t * np.abs(x0).max(), f"{what} {i}")
