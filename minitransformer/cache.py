@@ -14,13 +14,15 @@ class KVCache:
     """The keys and values of one attention layer, kept between decoding steps (inference only).
 
     Arrays (B, H, T, K), no graph. Decoder self-attention appends the new positions' keys and values
-    at each step (`append`, one position per step; a buffer that doubles its capacity, so a step
-    copies only what is new); encoder-decoder attention stores the memory's keys and values once
+    at each step (`append`, one position per step, into a buffer of `capacity` positions that doubles
+    when full, so a step copies only what is new; a search that knows its longest output reserves
+    that many, and no step copies the earlier positions into a larger buffer); encoder-decoder attention stores the memory's keys and values once
     (`set`) and reuses them for the rest of the sentence. `reorder(index)` keeps rows `index` of the
     batch, in that order (beam search; repeated rows expand a batch into beams).
     """
 
-    def __init__(self):
+    def __init__(self, capacity=0):
+        self.capacity = capacity  # positions to hold before the buffers must grow (0: grow as needed)
         self._k = self._v = None  # (B, H, capacity, K)
         self.length = 0           # positions held
         self._own = False         # the buffers are append's own (not set's arrays): reorder may write them
@@ -49,7 +51,7 @@ class KVCache:
         """Add the keys and values (B, H, n, K) of n new positions; return all of them (B, H, T, K)."""
         B, H, n, K = k.shape
         if self._k is None or self.length + n > self._k.shape[2]:
-            capacity = max(16, 2 * (self.length + n))
+            capacity = max(self.capacity, 16, 2 * (self.length + n))
             for name in ("_k", "_v"):
                 buf = backend.xp.empty((B, H, capacity, K), dtype=k.dtype)
                 if self.length:
@@ -120,8 +122,8 @@ class DecoderCache:
     already has in self-attention, as when beams of one sentence share their first tokens.
     """
 
-    def __init__(self, n_layers):
-        self.self_attn = [KVCache() for _ in range(n_layers)]
+    def __init__(self, n_layers, capacity=0):
+        self.self_attn = [KVCache(capacity) for _ in range(n_layers)]
         self.cross_attn = [KVCache() for _ in range(n_layers)]
 
     @property

@@ -56,13 +56,13 @@ class _DecoderState:
     (its beams: consecutive rows, as many for each sentence; cache.DecoderCache); without it, one
     row per prefix row, as model.decode then needs."""
 
-    def __init__(self, model, src, use_cache):
+    def __init__(self, model, src, use_cache, max_len):
         c = model.config
         self.model, self.pad_id, self.bos_id, self.eos_id = model, c.pad_id, c.bos_id, c.eos_id
         src = backend.asarray(src)
         self.src_mask = padding_mask(src, c.pad_id)                       # (R, 1, 1, S)
         self.memory = model.encode(src, self.src_mask)                    # (R, S, D), computed once
-        self.cache = model.init_cache() if use_cache else None
+        self.cache = model.init_cache(capacity=int(max_len.max()) + 1) if use_cache else None  # <s> y_1 .. y_max
         self.prefix = np.full((src.shape[0], 1), c.bos_id, dtype=np.int64)  # (R, t+1) on the host
 
     def next_logits(self, forced):
@@ -75,7 +75,8 @@ class _DecoderState:
         else:                   # one new position, the earlier keys and values come from the cache
             last = backend.asarray(self.prefix[:, -1:])
             x = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]  # (R, V)
-        z = x - x.max(axis=-1, keepdims=True)                             # (R, V), each row's largest is 0
+        z = x                                                             # (R, V), a new array: shifted in place
+        z -= z.max(axis=-1, keepdims=True)                                # each row's largest is 0
         lse = xp.log(xp.exp(z).sum(axis=-1, keepdims=True))               # (R, 1), over the full vocabulary
         z[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted (not renormalised)
         rows = backend.asarray(np.flatnonzero(forced))                   # only </s> may come there
@@ -117,7 +118,7 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
         return results
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
     with model.inference_mode():
-        step = _DecoderState(model, src_ids, use_cache)
+        step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                     # sentence of each row
         total, xp = None, backend.xp
         for t in range(int(max_len.max()) + 1):
@@ -167,7 +168,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
         return []
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
     with model.inference_mode():
-        step = _DecoderState(model, src_ids, use_cache)
+        step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                  # the sentences still searched
         alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes
         for t in range(int(max_len.max()) + 1):

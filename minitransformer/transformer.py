@@ -245,9 +245,10 @@ class Transformer(nn.Module):
         return F.cross_entropy(logits, _ids(tgt_out), ignore_index=self.config.pad_id,
                                label_smoothing=eps, return_count=return_count)
 
-    def init_cache(self):
-        """An empty DecoderCache for incremental decoding (see the class docstring)."""
-        return DecoderCache(self.config.n_decoder_layers)
+    def init_cache(self, capacity=0):
+        """An empty DecoderCache for incremental decoding (see the class docstring); capacity: the target
+        positions to reserve room for (search: the longest output + 1), so that no step grows a buffer."""
+        return DecoderCache(self.config.n_decoder_layers, capacity)
 
 
 def _ids(x):

@@ -188,6 +188,31 @@ def test_top_candidates_equal_a_full_sort(xp_backend, seed):
             np.testing.assert_array_equal(g, w)
 
 
+def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_backend, monkeypatch):
+    cache = KVCache(capacity=20)
+    k = backend.xp.ones((2, 1, 1, 3), dtype=np.float32)              # (B, H, 1 position, K)
+    cache.append(k, k)
+    buffer = cache._k
+    for t in range(2, 21):
+        cache.append(k * t, k * t)
+        assert cache._k is buffer and len(cache) == t                 # written in place, no new buffer
+    np.testing.assert_array_equal(backend.to_numpy(cache.k[0, 0, :, 0]), np.arange(1, 21))
+    cache.append(k, k)                                                # past the reservation: it grows
+    assert cache._k is not buffer and len(cache) == 21
+    # greedy and beam search reserve the longest output + 1 (<s>): no step grows a buffer
+    grown = []
+    append = KVCache.append
+    def spy(self, k, v):
+        grown.append(self._k is None or self.length + k.shape[2] > self._k.shape[2])
+        return append(self, k, v)
+    monkeypatch.setattr(KVCache, "append", spy)
+    model = make_model()
+    for run in (lambda s: greedy_search(model, s, max_len_b=5), lambda s: beam_search(model, s, 3, max_len_b=5)):
+        grown.clear()
+        run([[5, 6, 7], [8, 9]])
+        assert grown and sum(grown) == model.config.n_decoder_layers  # the first append of each layer only
+
+
 def test_cache_reorder_copies_only_what_beams_do_not_share(xp_backend):
     """KVCache.reorder(index, shared) skips the first shared[i] positions of row i, which search says
     already hold row index[i]'s keys and values (beams that agree on their first tokens): the result
@@ -338,7 +363,7 @@ class TableModel:
     def encode(self, src, src_mask=None):
         return mt.tensor(np.zeros((src.shape[0], src.shape[1], 1)))
 
-    def init_cache(self):
+    def init_cache(self, capacity=0):
         return TableModel.Cache()
 
     def decode(self, tgt_in, memory, src_mask=None, tgt_mask=None, cache=None):

@@ -109,7 +109,7 @@ class StepModel:
     def encode(self, src, src_mask=None):
         return mt.tensor(np.zeros((src.shape[0], 1, 1)))
 
-    def init_cache(self):
+    def init_cache(self, capacity=0):
         return None
 
     def decode(self, tgt_in, memory, src_mask=None, tgt_mask=None, cache=None):
