@@ -255,3 +255,18 @@ def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path)
     for name in ("ck.npz", "tok.json"):
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640, name       # 0o666 & ~0o027
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+
+
+@pytest.mark.skipif(not (DATA / "multi30k").exists(), reason="../shared/data/multi30k is not present")
+def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
+    """results/multi30k-cpu/ holds the recipe's test translations: scoring them again against the
+    references must give the BLEU, lowercased BLEU and chrF of the README's results table."""
+    from minitransformer.metrics import corpus_bleu, corpus_chrf
+    root = Path(__file__).resolve().parents[1]
+    hyp = read_lines(root / "results" / "multi30k-cpu" / "test_2016_flickr.hyp.en")
+    ref = [read_lines(DATA / "multi30k" / "test_2016_flickr.en.gz")]
+    scores = [corpus_bleu(hyp, ref)[0], corpus_bleu(hyp, ref, lowercase=True)[0], corpus_chrf(hyp, ref)[0]]
+    row = next(line for line in (root / "README.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| Multi30k de-en, small preset") and "`python examples/multi30k.py`" in line)
+    for score in scores:
+        assert f"{score:.2f}" in row, f"{score:.2f} is not in the README's recipe row"
