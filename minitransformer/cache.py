@@ -16,8 +16,9 @@ class KVCache:
     Arrays (B, H, T, K), no graph. Decoder self-attention appends the new positions' keys and values
     at each step (`append`, one position per step, into a buffer of `capacity` positions that doubles
     when full, so a step copies only what is new; a search that knows its longest output reserves
-    that many, and no step copies the earlier positions into a larger buffer); encoder-decoder attention stores the memory's keys and values once
-    (`set`) and reuses them for the rest of the sentence. `reorder(index)` keeps rows `index` of the
+    that many, and no step copies the earlier positions into a larger buffer); encoder-decoder
+    attention stores the memory's keys and values once (`set`) and reuses them for the rest of the
+    sentence. `reorder(index)` keeps rows `index` of the
     batch, in that order (beam search; repeated rows expand a batch into beams).
     """
 

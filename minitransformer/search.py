@@ -91,8 +91,10 @@ class _DecoderState:
         the cache copies only the positions from the first token where their prefixes differ."""
         sentences = rows if sentences is None else sentences
         if self.cache is not None:
-            differ = (self.prefix[rows] != self.prefix[:len(rows)]) if same is not None and same.any() else None
-            shared = None if differ is None else np.where(differ.any(1), differ.argmax(1), differ.shape[1]) * same
+            shared = None
+            if same is not None and same.any():                           # (R', t+1): where prefixes differ
+                differ = self.prefix[rows] != self.prefix[:len(rows)]
+                shared = np.where(differ.any(1), differ.argmax(1), differ.shape[1]) * same
             self.cache.reorder(rows, memory_rows=sentences, shared=shared)
         else:
             sentences = rows                                               # a memory row per prefix row
