@@ -1,14 +1,20 @@
-"""Draw results/multi30k-cpu/curves.png: training loss and validation BLEU of the recipe run against
-minutes of training (the "seconds" of each log.jsonl record; needs matplotlib). The run trained on ONE
-CPU thread beside other work: 3,600 updates in 86.7 min, then resumed to 6,000 (68 min more); on 2
-threads 3,600 updates of this model take 41.6 minutes."""
+"""Draw curves.png of a Multi30k recipe run: training loss and validation BLEU against minutes of
+training (the "seconds" of each log.jsonl record; needs matplotlib).
+
+    python results/multi30k-cpu/plot.py                                        # this folder, test 41.66
+    python results/multi30k-cpu/plot.py results/multi30k-cpu-3600-d03 40.08    # the 3,600-update run
+
+This folder's run trained on ONE CPU thread beside other work: 3,600 updates in 86.7 min, then resumed
+to 6,000 (68 min more); on 2 threads 3,600 updates of this model take 41.6 minutes."""
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
+TEST_BLEU = float(sys.argv[2]) if len(sys.argv) > 2 else 41.66  # the run's test_2016_flickr score
 records, offset, last = [], 0.0, 0.0     # a resumed run starts its clock at 0: continue the previous one
 for line in open(HERE / "log.jsonl", encoding="utf-8"):
     r = json.loads(line)
@@ -24,9 +30,9 @@ fig = Figure(figsize=(10, 4))
 loss_ax, bleu_ax = fig.subplots(1, 2)
 loss_ax.plot(train[k - 1:, 0], np.convolve(train[:, 1], np.ones(k) / k, mode="valid"))
 loss_ax.set(xlabel="minutes (1 CPU thread)", ylabel=f"training loss (label-smoothed, mean of {k} updates)",
-            title="small preset, pre-LN, dropout 0.3, 6,000 updates")
+            title=f"small preset, pre-LN, dropout 0.3, {records[-1]['step']:,} updates")
 bleu_ax.plot(valid[:, 0], valid[:, 1], "o-", label="validation, greedy, 300 sentences")
-bleu_ax.axhline(41.66, color="tab:red", ls="--", label="test_2016_flickr, last 5 averaged, beam 4, alpha 1: 41.66")
+bleu_ax.axhline(TEST_BLEU, color="tab:red", ls="--", label=f"test_2016_flickr, last 5 averaged, beam 4, alpha 1: {TEST_BLEU}")
 bleu_ax.set(xlabel="minutes (1 CPU thread)", ylabel="sacreBLEU", ylim=(0, 45), title="BLEU against training time")
 bleu_ax.legend(fontsize=8, loc="lower right")
 for ax in (loss_ax, bleu_ax):
