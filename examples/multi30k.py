@@ -112,8 +112,8 @@ def main(argv=None):
                    "(pre, default; Note: not the paper's) or after it (post, the paper's): post-LN stalls at the "
                    "full rate of eq. (3) with these small batches (docs/experiments.md)")
     p.add_argument("--quick", action="store_true", help=f"a short run: {QUICK_STEPS} updates at dropout "
-                   f"{QUICK_DROPOUT}, label smoothing {QUICK_SMOOTHING} (10-15 minutes on 2 CPU cores; expected test BLEU {QUICK_BLEU}, measured with "
-                   f"these defaults)")
+                   f"{QUICK_DROPOUT}, label smoothing {QUICK_SMOOTHING} (10-15 minutes on 2 CPU cores; expected "
+                   f"test BLEU {QUICK_BLEU}, measured with these defaults)")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary (default: 8000)")
     p.add_argument("--steps", type=int, help=f"updates (default: {RECIPE_STEPS}; --quick: {QUICK_STEPS})")
     p.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch and side (default: 2048)")
