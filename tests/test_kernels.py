@@ -12,6 +12,7 @@ Tolerances come from float32 (or float64) epsilon and the size of the computatio
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,45 @@ def test_kernel_sources_are_built_lazily_and_the_lesson_shows_the_one_compiled()
     lesson = (ROOT / "lessons" / "11_gpu.md").read_text(encoding="utf-8")
     shown = re.findall(r"^```c\n(.*?)^```", lesson, re.DOTALL | re.MULTILINE)
     assert kernels.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
+
+
+class _Recorder:
+    """Stands in for cupy when kernels._BUILD is called: returns the ElementwiseKernel's arguments."""
+    def ElementwiseKernel(self, in_params, out_params, operation, name, **options):
+        return in_params, out_params, operation, name
+
+    def ReductionKernel(self, *args, **kwargs):
+        return None                                                      # a stock sum: nothing to compile
+
+
+def elementwise_as_cuda(in_params, out_params, operation, name):
+    """An ElementwiseKernel's operation as the body of a __device__ function, the way CuPy's generated
+    loop sees it: inputs by value, outputs by reference, CuPy's type names in C."""
+    ctype = {"float32": "float", "float64": "double", "int64": "long long", "T": "T"}
+    params = [f"{ctype[t]} {v}" for t, v in (p.split() for p in in_params.split(","))]
+    params += [f"{ctype[t]}& {v}" for t, v in (p.split() for p in out_params.split(","))]
+    return f"__device__ void {name}({', '.join(params)}) {{ {operation} }}\n"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None,
+                    reason="nvcc, the CUDA compiler, is not on PATH (the kernels' C compiles only where it is)")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_sources_compile_with_nvcc_without_a_gpu(dtype, tmp_path):
+    """The CUDA C of every kernel compiles to PTX, no GPU needed: each row kernel exactly as source()
+    gives it to CuPy, and each ElementwiseKernel's operation in a device function with its parameters."""
+    files = []
+    for name in kernels._ROW_KERNELS:
+        files.append(tmp_path / f"{name}.cu")
+        files[-1].write_text(kernels.source(name, dtype), encoding="utf-8")
+    built = [kernels._BUILD[name](_Recorder()) for name in kernels._BUILD]
+    files.append(tmp_path / "elementwise.cu")
+    files[-1].write_text(f"typedef {kernels._CTYPES[np.dtype(dtype)]} T;\n"
+                         + "".join(elementwise_as_cuda(*args) for args in built if args), encoding="utf-8")
+    run = subprocess.run(["nvcc", "-ptx", "--output-directory", str(tmp_path), *map(str, files)],
+                         check=False, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    for name in kernels._ROW_KERNELS:
+        assert f".entry {name}(" in (tmp_path / f"{name}.ptx").read_text(encoding="utf-8"), name
 
 
 # ==================================================================== on a GPU: softmax and log-softmax
