@@ -4,11 +4,15 @@ change that could touch speed, and report the ratio.
 
     python benchmarks/compare_versions.py                       # working tree vs HEAD
     python benchmarks/compare_versions.py --base 7b531d2 --repeats 15 --preset small
+    python benchmarks/compare_versions.py --base HEAD~1 --preset small --only 64 --repeats 5   # decoding only
 
-Four workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
+Six workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
 smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, the Trainer's own
 step around it (batch stream, weighting, seeding, schedule; 2,048-token batches), one Adam update of
-all the preset's parameters, and the engine's overhead per node (a chain of relu(h * w + b) on (16, 16) float32, as benchmarks/engine_overhead.py).
+all the preset's parameters, the engine's overhead per node (a chain of relu(h * w + b) on (16, 16)
+float32, as benchmarks/engine_overhead.py), and greedy and beam-4 decoding of 64 random sources of
+Multi30k-like lengths by the preset, every output run to its maximum length (</s> pushed down, as in
+benchmarks/decode_speed.py).
 The revision is exported with `git archive` into a temporary directory and imported under another
 package name; the package imports itself only relatively, so both copies live side by side.
 """
@@ -113,6 +117,20 @@ def engine_chain(mt, depth=100, size=16):
     return step
 
 
+def decoding(mt, preset, vocab, beam_size, seed=0, n=64):
+    """A closure translating n random sources (lengths as Multi30k's, 3-40 ids) by greedy search
+    (beam_size 1) or beam search, with the key/value cache; every output runs to len(x) + 50."""
+    from decode_speed import NoEOS
+    mt.backend.seed(seed)
+    model = NoEOS(mt.transformer.Transformer(getattr(mt.transformer.TransformerConfig, preset)(vocab_size=vocab)))
+    rng = np.random.default_rng(seed)
+    sources = [rng.integers(3, vocab, s).tolist() for s in np.clip(rng.gamma(6.0, 2.2, n).round(), 3, 40).astype(int)]
+    search = importlib.import_module(f"{mt.__name__}.search")
+    if beam_size == 1:
+        return lambda: search.greedy_search(model, sources)
+    return lambda: search.beam_search(model, sources, beam_size=beam_size, alpha=0.6)
+
+
 def interleaved(steps, repeats, warmup=2):
     """{name: [seconds, ...]} timing each closure in turn, `repeats` rounds after `warmup` rounds."""
     for _ in range(warmup):
@@ -132,6 +150,7 @@ def main(argv=None):
     p.add_argument("--base", default="HEAD", help="git revision to compare the working tree against (default: HEAD)")
     p.add_argument("--preset", default="tiny", choices=("tiny", "small", "base"), help="default: tiny")
     p.add_argument("--repeats", type=int, default=10, help="timed rounds per workload (default: 10)")
+    p.add_argument("--only", default="", help="only the workloads whose name contains this text, e.g. 'beam'")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import minitransformer as new
@@ -143,9 +162,13 @@ def main(argv=None):
             f"Trainer.train_step ({args.preset})": lambda m: trainer_step(m, args.preset, 8000),
             f"Adam update ({args.preset})": lambda m: adam_update(m, args.preset, 8000),
             "engine, per node of relu(h*w+b)": lambda m: engine_chain(m),
+            f"greedy, 64 sentences ({args.preset})": lambda m: decoding(m, args.preset, 8000, 1),
+            f"beam 4, 64 sentences ({args.preset})": lambda m: decoding(m, args.preset, 8000, 4),
         }
         print(f"working tree (B) vs {args.base} (A), interleaved, {args.repeats} rounds; median [min, max]")
         for name, make in workloads.items():
+            if args.only not in name:
+                continue
             times = interleaved({"A": make(old), "B": make(new)}, args.repeats)
             per = 1 / 300 if name.startswith("engine") else 1.0   # 300 graph nodes per chain
             row = {k: [t * per for t in v] for k, v in times.items()}
