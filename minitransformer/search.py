@@ -237,11 +237,10 @@ def _top_candidates(z, lse, alive, width):
 
 
 def _stay_in_place(beam):
-    """beam (Ba, k): the parent row of each new alive beam, best first -> a permutation (Ba, k) of
-    them, such that the best child of every parent takes its parent's row (its keys and values are
-    already there: the cache copies nothing for it); the other beams fill the rows left, best first.
-    In plain score order, one parent with two children shifts every beam after them into another
-    row: with parents (0, 0, 1, 2), rows 1, 2, 3 would be copied; in place, only row 3 is."""
+    """beam (Ba, k): the parent row of each new alive beam, best first -> a permutation (Ba, k) of them
+    in which every parent's best child takes the parent's row (where the cache holds its keys and values
+    already), the others the rows left, best first. In score order, parents (0, 0, 1, 2) would move
+    rows 1, 2 and 3; in place, only row 3 moves."""
     Ba, k = beam.shape
     s = np.arange(Ba)
     stay = np.full((Ba, k), -1)                          # stay[i, r]: the beam that takes row r
