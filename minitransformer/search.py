@@ -153,8 +153,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
       * the </s> candidates among the first k become finished hypotheses, scored log_prob / lp(|Y|);
         a sentence keeps its k best;
       * the first k that do not end in </s> are the new alive beams (2k candidates always hold k:
-        each beam gives at most one </s>), the best child of each beam in its parent's row (where
-        the cache holds its keys and values already), the others in the rows left.
+        each beam gives at most one </s>).
     A sentence is done when it has k finished hypotheses and no alive prefix can beat the worst of
     them: log p only falls as a prefix grows, so the best an alive prefix can reach is its log_prob
     divided by the largest lp over the lengths still open. At max_len, </s> is forced.
@@ -184,9 +183,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
             # the alive beams: the first k candidates that do not end in </s>
             pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
             alive, beam, token = (np.take_along_axis(a, pick, 1) for a in (scores, beam, token))
-            stay = _stay_in_place(beam)                                    # rows whose cache needs no copy
-            alive, beam, token = (np.take_along_axis(a, stay, 1) for a in (alive, beam, token))
-            done = _done(finished, active, alive.max(axis=1), t, max_len, alpha, k)
+            done = _done(finished, active, alive[:, 0], t, max_len, alpha, k)
             if done.all():
                 break
             # open sentences keep their rows; those past the new end move into the rows of sentences done
@@ -234,25 +231,6 @@ def _top_candidates(z, lse, alive, width):
     pad = ((0, 0), (0, width - ww))                              # too few candidates: -inf, beam 0, <pad>
     scores, idx = np.pad(scores, pad, constant_values=-np.inf), np.pad(idx, pad)
     return scores, idx // V, idx % V
-
-
-def _stay_in_place(beam):
-    """beam (Ba, k): the parent row of each new alive beam, best first -> a permutation (Ba, k) of them
-    in which every parent's best child takes the parent's row (where the cache holds its keys and values
-    already), the others the rows left, best first. In score order, parents (0, 0, 1, 2) would move
-    rows 1, 2 and 3; in place, only row 3 moves."""
-    Ba, k = beam.shape
-    s = np.arange(Ba)
-    stay = np.full((Ba, k), -1)                          # stay[i, r]: the beam that takes row r
-    for j in range(k):                                   # best first: the best child claims the row
-        free = stay[s, beam[:, j]] < 0
-        stay[s[free], beam[free, j]] = j
-    placed = stay[s[:, None], beam] == np.arange(k)      # (Ba, k): beam j already has a row
-    rest = np.argsort(placed, axis=1, kind="stable")     # the beams not placed first, best first
-    empty = np.argsort(stay >= 0, axis=1, kind="stable")  # the rows left first, in order
-    fill = np.arange(k) < (stay < 0).sum(axis=1, keepdims=True)
-    stay[np.broadcast_to(s[:, None], (Ba, k))[fill], empty[fill]] = rest[fill]
-    return stay
 
 
 def _finish(finished, active, prefix, n, scores, beam, token, length, alpha, k, eos_id):

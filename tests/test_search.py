@@ -188,30 +188,6 @@ def test_top_candidates_equal_a_full_sort(xp_backend, seed):
             np.testing.assert_array_equal(g, w)
 
 
-@FAST
-@given(seed=st.integers(0, 10_000), k=st.integers(1, 6))
-def test_a_surviving_parents_best_child_keeps_its_row(seed, k):
-    """search._stay_in_place against a loop over the rule: going through the new beams best first, a
-    beam whose parent's row is still free takes it (its cache row then needs no copy); the beams left
-    fill the rows left, both in order. Parents drawn from few values, so that many repeat."""
-    rng = np.random.default_rng(seed)
-    beam = rng.integers(0, k, size=(7, k)) if seed % 2 else np.minimum(rng.geometric(0.6, size=(7, k)) - 1, k - 1)
-    stay = search._stay_in_place(beam)
-    for parents, got in zip(beam, stay):
-        want = [None] * k
-        rest = []
-        for j, p in enumerate(parents):
-            if want[p] is None:
-                want[p] = j
-            else:
-                rest.append(j)
-        for r in range(k):
-            if want[r] is None:
-                want[r] = rest.pop(0)
-        assert got.tolist() == want
-    assert search._stay_in_place(np.array([[0, 0, 1, 2]])).tolist() == [[0, 2, 3, 1]]  # one row moves, not 3
-
-
 def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_backend, monkeypatch):
     cache = KVCache(capacity=20)
     k = backend.xp.ones((2, 1, 1, 3), dtype=np.float32)              # (B, H, 1 position, K)
