@@ -64,24 +64,38 @@ class _DecoderState:
         self.memory = model.encode(src, self.src_mask)                    # (R, S, D), computed once
         self.cache = model.init_cache(capacity=int(max_len.max()) + 1) if use_cache else None  # <s> y_1 .. y_max
         self.prefix = np.full((src.shape[0], 1), c.bos_id, dtype=np.int64)  # (R, t+1) on the host
+        self._exp = None                                                  # next_logits' scratch (R, V)
 
-    def next_logits(self, forced):
+    def next_logits(self, forced, blocks=0):
         """The next token's logits less their row max, z (R, V), and its log-normaliser lse (R, 1): log p
         is z - lse, as functional.log_softmax rounds it, made by the caller where needed. z is -inf for
-        <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)) is True."""
+        <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)) is True. blocks > 0 (a
+        divisor of V) adds zmax (R, blocks): the maxima of z over `blocks` equal runs of tokens, found in
+        the pass that finds each row's max (zmax - max is the shifted zmax exactly: rounding keeps order)."""
         xp = backend.xp
         if self.cache is None:  # recompute the whole prefix: (R, t+1, V), keep the last position
             x = self.model.decode(self.prefix, self.memory, self.src_mask).data[:, -1]
         else:                   # one new position, the earlier keys and values come from the cache
             last = backend.asarray(self.prefix[:, -1:])
             x = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]  # (R, V)
-        z = x                                                             # (R, V), a new array: shifted in place
-        z -= z.max(axis=-1, keepdims=True)                                # each row's largest is 0
-        lse = xp.log(xp.exp(z).sum(axis=-1, keepdims=True))               # (R, 1), over the full vocabulary
+        (R, V), z = x.shape, x                                            # a new array: shifted in place
+        zmax = x.reshape(R, blocks, V // blocks).max(axis=-1) if blocks else None        # (R, blocks)
+        shift = x.max(axis=-1, keepdims=True) if zmax is None else zmax.max(axis=-1, keepdims=True)
+        z -= shift                                                        # each row's largest is 0
+        if self._exp is None or len(self._exp) < R:                       # exp(z)'s room, kept between steps
+            self._exp = xp.empty_like(z)
+        lse = xp.log(xp.exp(z, out=self._exp[:R]).sum(axis=-1, keepdims=True))  # (R, 1), the full vocabulary
         z[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted (not renormalised)
         rows = backend.asarray(np.flatnonzero(forced))                   # only </s> may come there
-        z[rows] = xp.where(xp.arange(z.shape[1]) == self.eos_id, z[rows], -xp.inf)
-        return z, lse
+        z[rows] = xp.where(xp.arange(V) == self.eos_id, z[rows], -xp.inf)
+        if zmax is None:
+            return z, lse
+        zmax -= shift
+        size = V // blocks                                               # the maxima that masking changed:
+        for b in {self.pad_id // size, self.bos_id // size}:             # the blocks of <pad> and <s>,
+            zmax[:, b] = z[:, b * size:(b + 1) * size].max(axis=-1)
+        zmax[rows] = z[rows].reshape(len(rows), blocks, size).max(axis=-1)  # and the forced rows
+        return z, lse, zmax
 
     def select_rows(self, rows, sentences=None, same=None):
         """Keep prefix rows `rows` (int array, repeats allowed) in that order. sentences: the memory
@@ -175,9 +189,9 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
         alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes
         for t in range(int(max_len.max()) + 1):
             n = alive.shape[1]                                         # beams per sentence: 1, then k
-            z, lse = step.next_logits(forced=np.repeat(t >= max_len[active], n))   # (Ba*n, V), (Ba*n, 1)
+            z, lse, zmax = step.next_logits(np.repeat(t >= max_len[active], n), _blocks(config.vocab_size))
             alive = alive.astype(z.dtype, copy=False)                              # sums in the model's dtype
-            scores, beam, token = _top_candidates(z, lse, alive, 2 * k)            # (Ba, 2k) each
+            scores, beam, token = _top_candidates(z, lse, zmax, alive, 2 * k)      # (Ba, 2k) each
             _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
                     t + 1, alpha, k, config.eos_id)
             # the alive beams: the first k candidates that do not end in </s>
@@ -200,22 +214,27 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     return results
 
 
-def _top_candidates(z, lse, alive, width):
+def _blocks(V):
+    """The runs of tokens _top_candidates cuts a row into: the largest divisor of V up to 32."""
+    return max(d for d in range(1, 33) if V % d == 0)
+
+
+def _top_candidates(z, lse, zmax, alive, width):
     """The `width` best extensions per sentence, best first (ties: lower beam, then lower token), as
     host arrays (Ba, width): log_prob, beam, token; padded with (-inf, beam 0, <pad>) if too few.
 
-    log_prob = (z - lse) + alive (z, lse from next_logits), rounded as always, but made only where
-    needed: each row is cut into nb blocks of tokens, and only the `width` blocks of a sentence with
-    the best maxima are searched (log p grows with z). Nothing is lost: a candidate elsewhere is
-    beaten by those `width` maxima (better, or equal and in a lower block: a lower index).
+    log_prob = (z - lse) + alive (z, lse, zmax from next_logits), rounded as always, but made only
+    where needed: each row is cut into nb blocks of tokens (zmax (Ba*n, nb): their maxima), and only
+    the `width` blocks of a sentence with the best maxima are searched (log p grows with z). Nothing
+    is lost: a candidate elsewhere is beaten by those `width` maxima (better, or equal and in a lower
+    block: a lower index).
     """
-    xp, (Ba, n), V = backend.xp, alive.shape, z.shape[1]
-    nb = max(d for d in range(1, 33) if V % d == 0)      # blocks per row: the largest divisor of V <= 32
+    xp, (Ba, n), V, nb = backend.xp, alive.shape, z.shape[1], zmax.shape[1]
     bs = V // nb                                          # tokens per block
     lse, alive = lse.ravel(), backend.asarray(alive).ravel()                 # (Ba*n,) each, per row
     log_prob = lambda v, row: (v - lse[row]) + alive[row]                    # v: z of rows `row`
     blocks = z.reshape(Ba * n * nb, bs)                                                 # (Ba*n*nb, bs)
-    best = log_prob(blocks.max(axis=1).reshape(Ba * n, nb), xp.arange(Ba * n)[:, None]).reshape(Ba, n * nb)
+    best = log_prob(zmax, xp.arange(Ba * n)[:, None]).reshape(Ba, n * nb)
     keep = xp.sort(xp.argsort(-best, axis=1, kind="stable")[:, :width], axis=1)  # (Ba, w), w <= width: in order
     row = (xp.arange(Ba)[:, None] * n + keep // nb)[:, :, None]                       # (Ba, w, 1)
     cand = log_prob(blocks[xp.arange(Ba)[:, None] * (n * nb) + keep], row).reshape(Ba, -1)  # (Ba, w*bs)

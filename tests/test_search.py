@@ -181,11 +181,31 @@ def test_top_candidates_equal_a_full_sort(xp_backend, seed):
         alive[rng.random((Ba, n)) < 0.2] = -np.inf                                 # dead beams
         if seed == 0:                                                              # and a smooth case
             z = rng.standard_normal((Ba * n, V)).astype(np.float32)
-        got = search._top_candidates(backend.asarray(z), backend.asarray(lse), alive, width)
+        zmax = z.reshape(Ba * n, search._blocks(V), -1).max(axis=-1)              # as next_logits gives them
+        got = search._top_candidates(*map(backend.asarray, (z, lse, zmax)), alive, width)
         want = full_sort_top(z, lse, alive, width)
         for g, w in zip(got, want):
             assert isinstance(g, np.ndarray) and g.shape == (Ba, width)
             np.testing.assert_array_equal(g, w)
+
+
+def test_next_logits_block_maxima_are_those_of_the_masked_shifted_logits(xp_backend):
+    """Beam search takes each block's maximum from the pass that finds the row's maximum, before
+    masking, and mends the blocks masking changed: they must equal the maxima of the z it returns,
+    exactly, and z and lse must be what next_logits gives without blocks (greedy's call)."""
+    model = make_model(vocab_size=24, dropout=0.0)
+    src, _ = encode_sources([[5, 6, 7], [8, 9], [10, 11, 12, 13]], PAD, EOS)
+    forced = np.array([False, True, False])
+    for blocks in (1, 3, 4, 24):
+        with model.inference_mode():
+            state = search._DecoderState(model, src, True, np.array([5, 5, 5]))
+            z, lse, zmax = map(backend.to_numpy, state.next_logits(forced, blocks))
+            state = search._DecoderState(model, src, True, np.array([5, 5, 5]))
+            z1, lse1 = map(backend.to_numpy, state.next_logits(forced))
+        np.testing.assert_array_equal(zmax, z.reshape(3, blocks, -1).max(axis=-1))
+        np.testing.assert_array_equal(z, z1)
+        np.testing.assert_array_equal(lse, lse1)
+        assert np.isneginf(z[:, [PAD, BOS]]).all() and np.isneginf(np.delete(z[1], EOS)).all()
 
 
 def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_backend, monkeypatch):
