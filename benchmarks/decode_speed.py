@@ -3,6 +3,7 @@ Multi30k 2016 test set (German side), with the key/value cache and by recomputin
 every step.
 
     python benchmarks/decode_speed.py [--n 1000] [--batch-size 64] [--checkpoint ck.npz] [--device gpu]
+                                      [--alpha 1.0] [--stop fast]
 
 With --checkpoint, the trained model and its tokenizer translate the sentences as they are. Without,
 a randomly initialised `small` model (D 256, 3 + 3 layers, --vocab ids) does, with words mapped to ids
@@ -13,8 +14,10 @@ length and cut into batches of --batch-size sentences; every batch is decoded by
 (so that a change in the machine's load touches all methods alike); the time covers encoding and
 search, not tokenization. Recomputation is slow: it runs on --recompute-n sentences (whole batches
 spread over all lengths), and its speed-up is measured against the cache on those same sentences.
-Use --n to run on fewer sentences for a quick check. On a busy machine, OPENBLAS_NUM_THREADS=1 gives
-steadier figures (a second BLAS thread that waits for a busy core slows small products down).
+Use --n to run on fewer sentences for a quick check. --stop fast: beam search's sooner stop (search.py);
+it changes nothing on the random model, whose outputs all run to the maximum length. On a busy
+machine, OPENBLAS_NUM_THREADS=1 gives steadier figures (a second BLAS thread that waits for a busy
+core slows small products down).
 """
 import argparse
 import sys
@@ -74,6 +77,8 @@ def main():
     p.add_argument("--checkpoint", help="a trained checkpoint (default: a random small model)")
     p.add_argument("--vocab", type=int, default=8000, help="vocabulary of the random model (default: 8000)")
     p.add_argument("--max-len-b", type=int, default=50)
+    p.add_argument("--alpha", type=float, default=0.6, help="beam search's length penalty (default: 0.6)")
+    p.add_argument("--stop", choices=("exact", "fast"), default="exact", help="beam search's stop (default: exact)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--data", default=str(TEST), help="source sentences (default: Multi30k test 2016, German)")
     args = p.parse_args()
@@ -93,7 +98,8 @@ def main():
         what = f"random small model (V {args.vocab}), </s> only at the maximum length"
     b = args.max_len_b
     methods = {"greedy": lambda s, c: greedy_search(model, s, max_len_b=b, use_cache=c),
-               "beam 4": lambda s, c: beam_search(model, s, beam_size=4, alpha=0.6, max_len_b=b, use_cache=c)}
+               "beam 4": lambda s, c: beam_search(model, s, beam_size=4, alpha=args.alpha, max_len_b=b, use_cache=c,
+                                                   stop=args.stop)}
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batches = [[sources[j] for j in order[i:i + args.batch_size]] for i in range(0, len(order), args.batch_size)]
     # recomputation is slow: run it on every stride-th batch (all lengths represented)

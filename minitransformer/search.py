@@ -70,8 +70,8 @@ class _DecoderState:
         """The next token's logits less their row max, z (R, V), and its log-normaliser lse (R, 1): log p
         is z - lse, as functional.log_softmax rounds it, made by the caller where needed. z is -inf for
         <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)) is True. blocks > 0 (a
-        divisor of V) adds zmax (R, blocks): the maxima of z over `blocks` equal runs of tokens, found in
-        the pass that finds each row's max (zmax - max is the shifted zmax exactly: rounding keeps order)."""
+        divisor of V) adds zmax (R, blocks), the maxima of z over equal runs of tokens, from the pass
+        that finds the row's max (shifting them after is exact: rounding keeps order)."""
         xp = backend.xp
         if self.cache is None:  # recompute the whole prefix: (R, t+1, V), keep the last position
             x = self.model.decode(self.prefix, self.memory, self.src_mask).data[:, -1]
@@ -82,16 +82,14 @@ class _DecoderState:
         zmax = x.reshape(R, blocks, V // blocks).max(axis=-1) if blocks else None        # (R, blocks)
         shift = x.max(axis=-1, keepdims=True) if zmax is None else zmax.max(axis=-1, keepdims=True)
         z -= shift                                                        # each row's largest is 0
-        if self._exp is None or len(self._exp) < R:                       # exp(z)'s room, kept between steps
-            self._exp = xp.empty_like(z)
+        self._exp = xp.empty_like(z) if self._exp is None or len(self._exp) < R else self._exp  # kept between steps
         lse = xp.log(xp.exp(z, out=self._exp[:R]).sum(axis=-1, keepdims=True))  # (R, 1), the full vocabulary
         z[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted (not renormalised)
         rows = backend.asarray(np.flatnonzero(forced))                   # only </s> may come there
         z[rows] = xp.where(xp.arange(V) == self.eos_id, z[rows], -xp.inf)
         if zmax is None:
             return z, lse
-        zmax -= shift
-        size = V // blocks                                               # the maxima that masking changed:
+        zmax, size = zmax - shift, V // blocks                            # the maxima that masking changed:
         for b in {self.pad_id // size, self.bos_id // size}:             # the blocks of <pad> and <s>,
             zmax[:, b] = z[:, b * size:(b + 1) * size].max(axis=-1)
         zmax[rows] = z[rows].reshape(len(rows), blocks, size).max(axis=-1)  # and the forced rows
@@ -158,7 +156,7 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
 
 
 def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
-                use_cache=True, return_attention=False):
+                use_cache=True, return_attention=False, stop="exact"):
     """Translate each source (a list of id lists without </s>) by beam search; per source, a list of
     `nbest` Hypotheses, best score first.
 
@@ -170,26 +168,29 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
         each beam gives at most one </s>).
     A sentence is done when it has k finished hypotheses and no alive prefix can beat the worst of
     them: log p only falls as a prefix grows, so the best an alive prefix can reach is its log_prob
-    divided by the largest lp over the lengths still open. At max_len, </s> is forced.
+    divided by the largest lp over the lengths still open (stop="exact", as tensor2tensor). stop="fast"
+    divides by the next length's lp, as if the prefix ended there (Hugging Face's default): sooner done,
+    but with alpha > 0 it can miss a longer, better hypothesis (lesson 10). At max_len, </s> is forced.
     Step 0 runs one row per sentence (its k beams would all be <s>), later steps k rows per sentence.
     Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer
     output could score better under lp. return_attention=True adds the cross-attention of each
     sentence's best hypothesis (collect_attention).
     """
-    check_search_args("beam_search", beam_size, nbest, alpha, max_len_a, max_len_b)
+    check_search_args("beam_search", beam_size, nbest, alpha, max_len_a, max_len_b, stop=stop)
     config, k = model.config, beam_size
     src_ids, lens = encode_sources(src, config.pad_id, config.eos_id)
     finished = [[] for _ in lens]                         # per sentence: Hypotheses, best first, <= k
     if not len(lens):
         return []
     max_len = _max_lengths(model, lens, max_len_a, max_len_b)
+    blocks = max(d for d in range(1, 33) if config.vocab_size % d == 0)  # _top_candidates' runs of tokens
     with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                  # the sentences still searched
         alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes
         for t in range(int(max_len.max()) + 1):
             n = alive.shape[1]                                         # beams per sentence: 1, then k
-            z, lse, zmax = step.next_logits(np.repeat(t >= max_len[active], n), _blocks(config.vocab_size))
+            z, lse, zmax = step.next_logits(np.repeat(t >= max_len[active], n), blocks)
             alive = alive.astype(z.dtype, copy=False)                              # sums in the model's dtype
             scores, beam, token = _top_candidates(z, lse, zmax, alive, 2 * k)      # (Ba, 2k) each
             _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
@@ -197,7 +198,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
             # the alive beams: the first k candidates that do not end in </s>
             pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
             alive, beam, token = (np.take_along_axis(a, pick, 1) for a in (scores, beam, token))
-            done = _done(finished, active, alive[:, 0], t, max_len, alpha, k)
+            done = _done(finished, active, alive[:, 0], t, max_len, alpha, k, stop == "exact")
             if done.all():
                 break
             # open sentences keep their rows; those past the new end move into the rows of sentences done
@@ -212,11 +213,6 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
         for x, hyps in zip(src, results):
             hyps[0].attention = collect_attention(model, x, hyps[0].tokens)["cross"]
     return results
-
-
-def _blocks(V):
-    """The runs of tokens _top_candidates cuts a row into: the largest divisor of V up to 32."""
-    return max(d for d in range(1, 33) if V % d == 0)
 
 
 def _top_candidates(z, lse, zmax, alive, width):
@@ -265,10 +261,11 @@ def _finish(finished, active, prefix, n, scores, beam, token, length, alpha, k, 
         del hyps[k:]
 
 
-def _done(finished, active, best_alive, t, max_len, alpha, k):
-    """(Ba,) bool: at the maximum length, out of alive beams, or k finished that no alive one can beat."""
+def _done(finished, active, best_alive, t, max_len, alpha, k, exact=True):
+    """(Ba,) bool: at the maximum length, out of alive beams, or k finished that no alive one can beat
+    (exact: at any length still open; else ending at the next one, as beam_search's stop="fast")."""
     worst = np.array([h[-1].score if len(h) == k else -np.inf for h in (finished[s] for s in active)])
-    lp_max = np.maximum(length_penalty(t + 2, alpha), length_penalty(max_len[active] + 1, alpha))
+    lp_max = np.maximum(length_penalty(t + 2, alpha), length_penalty(max_len[active] + 1, alpha) if exact else 0)
     best_possible = best_alive / lp_max                 # best_alive <= 0: a larger lp only raises it
     return (t >= max_len[active]) | ~np.isfinite(best_alive) | (best_possible <= worst)
 
@@ -303,7 +300,11 @@ def collect_attention(model, src_ids, tgt_ids):
             "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
 
 
-def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max_len_b=50, batch_size=1):
+STOPS = ("exact", "fast")  # beam_search's ways to decide that a sentence is done
+
+
+def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max_len_b=50, batch_size=1,
+                      stop="exact"):
     """Refuse, in one sentence naming the argument, search settings that make no sense."""
     check_int(owner, "beam_size", beam_size, 1)
     check_int(owner, "nbest", nbest, 1)
@@ -315,3 +316,5 @@ def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max
     if max_len_a == 0 and max_len_b == 0:
         raise ValueError(f"{owner}: max_len_a and max_len_b are both 0: every translation would be empty")
     check_int(owner, "batch_size", batch_size, 1)
+    if stop not in STOPS:
+        raise ValueError(f"{owner}: stop must be one of {', '.join(map(repr, STOPS))}, not {stop!r}")

@@ -12,14 +12,14 @@ def encode_lines(tokenizer, lines):
 
 
 def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
-                    batch_size=64):
+                    batch_size=64, stop="exact"):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search, tokenizer.decode. Returns a list of strings in the order
     of `lines`, or with nbest > 1 a list of n-best lists of strings. beam_size=1 with nbest=1 is
     greedy_search. Every argument and every line is checked before any search: a line longer than
-    the model's positions is a ValueError naming it (1-based).
+    the model's positions is a ValueError naming it (1-based). stop: beam_search's.
     """
-    check_search_args("translate_lines", beam_size, nbest, alpha, max_len_a, max_len_b, batch_size)
+    check_search_args("translate_lines", beam_size, nbest, alpha, max_len_a, max_len_b, batch_size, stop)
     ids = encode_lines(tokenizer, lines)
     longest = model.config.max_len - 1                                  # x </s> must fit the positions
     for n, s in enumerate(ids, 1):
@@ -34,7 +34,7 @@ def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1
         if beam_size == 1 and nbest == 1:
             hyps = [[h] for h in greedy_search(model, batch, max_len_a, max_len_b)]
         else:
-            hyps = beam_search(model, batch, beam_size, alpha, max_len_a, max_len_b, nbest)
+            hyps = beam_search(model, batch, beam_size, alpha, max_len_a, max_len_b, nbest, stop=stop)
         for i, hs in zip(chunk, hyps):
             texts = [tokenizer.decode(h.tokens) for h in hs]
             out[i] = texts[0] if nbest == 1 else texts

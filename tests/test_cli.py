@@ -135,6 +135,14 @@ def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
                             stdin="1 2\n3 , 4 5\n", monkeypatch=monkeypatch)
     assert code == 0, err
     assert len(stdout.splitlines()) == 2
+    from minitransformer import search
+    bounds, done = [], search._done                                    # --stop reaches beam search's bound
+    monkeypatch.setattr(search, "_done", lambda *a: bounds.append(a[-1]) or done(*a))
+    code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "2", "--stop", "fast"],
+                            capsys, stdin="1 2\n", monkeypatch=monkeypatch)
+    assert code == 0 and len(stdout.splitlines()) == 1, err
+    assert bounds and not any(bounds)                                  # exact=False at every step
+    monkeypatch.setattr(search, "_done", done)
     (tmp_path / "in.txt").write_text("1 2\n3 , 4 5\n7\n")
     (tmp_path / "out.txt").write_text("an earlier, longer result\n" * 5)
     code, stdout, err = run(["translate", "--checkpoint", str(tmp_path / "avg.npz"), "--beam", "1",

@@ -181,7 +181,8 @@ def test_top_candidates_equal_a_full_sort(xp_backend, seed):
         alive[rng.random((Ba, n)) < 0.2] = -np.inf                                 # dead beams
         if seed == 0:                                                              # and a smooth case
             z = rng.standard_normal((Ba * n, V)).astype(np.float32)
-        zmax = z.reshape(Ba * n, search._blocks(V), -1).max(axis=-1)              # as next_logits gives them
+        nb = max(d for d in range(1, 33) if V % d == 0)                           # as beam_search cuts rows
+        zmax = z.reshape(Ba * n, nb, -1).max(axis=-1)                              # as next_logits gives them
         got = search._top_candidates(*map(backend.asarray, (z, lse, zmax)), alive, width)
         want = full_sort_top(z, lse, alive, width)
         for g, w in zip(got, want):
@@ -333,14 +334,14 @@ def test_early_stopping_loses_nothing(alpha, monkeypatch):
     steps = []
     done = search._done
 
-    def counting(finished, active, best_alive, t, max_len, alpha_, k):
+    def counting(finished, active, best_alive, t, max_len, alpha_, k, exact):
         steps.append(t)
-        return done(finished, active, best_alive, t, max_len, alpha_, k)
+        return done(finished, active, best_alive, t, max_len, alpha_, k, exact)
     monkeypatch.setattr(search, "_done", counting)
     early = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
     assert max(steps) < 2 * 4 + 6, "no sentence stopped early: the test would prove nothing"
 
-    def never_early(finished, active, best_alive, t, max_len, alpha_, k):
+    def never_early(finished, active, best_alive, t, max_len, alpha_, k, exact):
         return (t >= max_len[active]) | ~np.isfinite(best_alive)
     monkeypatch.setattr(search, "_done", never_early)
     full = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
@@ -420,6 +421,37 @@ def test_early_stopping_bound_uses_the_largest_reachable_length_penalty():
     assert beam_search(model, [[3]], beam_size=1, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
     # and without a cache (the stand-in recomputes from the whole prefix) the same
     assert beam_search(model, [[3]], 1, 2.0, 0, 8, use_cache=False)[0][0].tokens == [3, 3, 3, 3]
+
+
+def test_fast_stop_judges_a_prefix_as_if_it_ended_next():
+    """stop="fast" divides an alive prefix's log p by the next length's lp: on longer_is_better it stops
+    after step 0 (-1.20 / lp(2) = -0.88 < -0.69) and returns "</s>", which the exact bound would not."""
+    model = TableModel(longer_is_better)
+    best = beam_search(model, [[3]], beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8, stop="fast")[0][0]
+    assert best.tokens == [] and best.score == pytest.approx(np.log(0.5))
+    assert model.calls == 1                                               # done after one decoder step
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_fast_stop_takes_no_more_steps_and_equals_exact_without_length_penalty(alpha, monkeypatch):
+    """The fast bound is never looser than the exact one, so it never decodes longer; with alpha = 0
+    (lp = 1 at every length) the two bounds are one and the outputs must be identical."""
+    model = make_model(vocab_size=8, seed=5, scale=4.0, dropout=0.0)
+    src = random_sources(np.random.default_rng(7), 12, 8, hi=5)
+    rows = []
+    decode = model.decode
+    monkeypatch.setattr(model, "decode", lambda tgt_in, *a, **kw: rows.append(len(tgt_in)) or decode(tgt_in, *a, **kw))
+    out = {}
+    for stop in search.STOPS:
+        rows.clear()
+        out[stop] = (beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3, stop=stop),
+                     sum(rows))
+    assert out["fast"][1] <= out["exact"][1]
+    if alpha == 0.0:
+        assert [[h.tokens for h in hs] for hs in out["fast"][0]] == [[h.tokens for h in hs] for hs in out["exact"][0]]
+        assert out["fast"][1] == out["exact"][1]
+    with pytest.raises(ValueError, match="beam_search: stop must be one of 'exact', 'fast', not 'soon'"):
+        beam_search(model, src, stop="soon")
 
 
 def greedy_trap(prefix):

@@ -12,7 +12,7 @@ import sys
 from minitransformer import viz
 from minitransformer.checkpoint import load_model
 from minitransformer.fileio import atomic_write, read_lines
-from minitransformer.search import beam_search, check_search_args
+from minitransformer.search import STOPS, beam_search, check_search_args
 from minitransformer.translation import translate_lines
 
 from .common import examples, existing, help_formatter, option_error, use_device, writable_file, writing
@@ -28,6 +28,7 @@ def add_parser(subparsers):
         epilog=examples("translate --checkpoint runs/demo/checkpoint_0001000.npz < input.txt",
                         "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de --output hyp.en",
                         "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first",
+                        "translate --checkpoint avg.npz --input test.de --stop fast   # stops sentences sooner",
                         "translate --checkpoint avg.npz --input test.de --attention attn.png"))
     p.add_argument("--checkpoint", required=True, metavar="FILE")
     p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (default: the checkpoint's own)")
@@ -38,6 +39,11 @@ def add_parser(subparsers):
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per line (default: 1)")
     p.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a * input length + b (default a: 1)")
     p.add_argument("--max-len-b", type=int, default=50, help="(default b: 50)")
+    p.add_argument("--stop", choices=STOPS, default="exact",
+                   help="when beam search calls a sentence done: exact (no alive prefix can beat its k finished "
+                        "hypotheses at any length still open) or fast (ending at the next length, as Hugging "
+                        "Face's default: 20-40%% less time on Multi30k; it can miss a longer, better hypothesis) "
+                        "(default: exact)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--attention", metavar="PNG", help="also draw the encoder-decoder attention of the first line's "
@@ -48,7 +54,7 @@ def add_parser(subparsers):
 
 # search.check_search_args' arguments -> the options that set them
 OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
-           "max_len_b": "--max-len-b", "batch_size": "--batch-size"}
+           "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
 
 
 def run_translate(args):
@@ -60,7 +66,7 @@ def run_translate(args):
     existing(args.input, "--input file")
     try:
         check_search_args("translate", args.beam, args.nbest, args.alpha, args.max_len_a, args.max_len_b,
-                          args.batch_size)
+                          args.batch_size, args.stop)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
     writable_file(args.output, "--output")
@@ -71,7 +77,7 @@ def run_translate(args):
     try:
         translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha,
                                        nbest=args.nbest, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                                       batch_size=args.batch_size)
+                                       batch_size=args.batch_size, stop=args.stop)
     except ValueError as e:  # a line too long for the model's positions, found before any decoding
         if str(e).startswith("line "):
             raise ValueError(f"{'stdin' if args.input == '-' else args.input}: {e}") from None
@@ -94,7 +100,7 @@ def draw_attention(model, tokenizer, line, args):
     """The cross-attention of the line's best translation, saved to args.attention."""
     ids = tokenizer.encode(line)
     best = beam_search(model, [ids], beam_size=args.beam, alpha=args.alpha,
-                       max_len_a=args.max_len_a, max_len_b=args.max_len_b)[0][0]
+                       max_len_a=args.max_len_a, max_len_b=args.max_len_b, stop=args.stop)[0][0]
     try:
         viz.plot_sentence_attention(model, tokenizer, ids, best.tokens, args.attention)
     except ImportError as e:
