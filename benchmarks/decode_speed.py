@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import backend  # noqa: E402
 from minitransformer.data import read_lines  # noqa: E402
-from minitransformer.search import beam_search, greedy_search  # noqa: E402
+from minitransformer.search import STOPS, beam_search, greedy_search  # noqa: E402
 from minitransformer.tensor import Tensor  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
@@ -78,7 +78,7 @@ def main():
     p.add_argument("--vocab", type=int, default=8000, help="vocabulary of the random model (default: 8000)")
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--alpha", type=float, default=0.6, help="beam search's length penalty (default: 0.6)")
-    p.add_argument("--stop", choices=("exact", "fast"), default="exact", help="beam search's stop (default: exact)")
+    p.add_argument("--stop", choices=STOPS, default="exact", help="beam search's stop (default: exact)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--data", default=str(TEST), help="source sentences (default: Multi30k test 2016, German)")
     args = p.parse_args()
