@@ -14,10 +14,11 @@ length and cut into batches of --batch-size sentences; every batch is decoded by
 (so that a change in the machine's load touches all methods alike); the time covers encoding and
 search, not tokenization. Recomputation is slow: it runs on --recompute-n sentences (whole batches
 spread over all lengths), and its speed-up is measured against the cache on those same sentences.
-Use --n to run on fewer sentences for a quick check. --stop fast: beam search's sooner stop (search.py);
-it changes nothing on the random model, whose outputs all run to the maximum length. On a busy
-machine, OPENBLAS_NUM_THREADS=1 gives steadier figures (a second BLAS thread that waits for a busy
-core slows small products down).
+Use --n to run on fewer sentences for a quick check. With the cache, the decoder's forward passes are
+timed apart from the rest (the search's own work), so the floor of beam / greedy is printed too.
+--stop fast: beam search's sooner stop (search.py); it changes nothing on the random model, whose
+outputs all run to the maximum length. On a busy machine, OPENBLAS_NUM_THREADS=1 gives steadier
+figures (a second BLAS thread that waits for a busy core slows small products down).
 """
 import argparse
 import sys
@@ -52,6 +53,27 @@ class NoEOS:
         logits = self.model.decode(*args, **kwargs).data            # (B, T, V)
         logits[..., self.model.config.eos_id] -= self.margin
         return Tensor(logits)
+
+
+class ForwardTimer:
+    """The model, timing its decoder's forward passes (model.decode: the layers and the output projection,
+    with the device synchronised around each) and counting the rows they run. What any search must pay;
+    the rest of a search's time is its own work (log-softmax, selection, cache reorders, bookkeeping)."""
+
+    def __init__(self, model):
+        self.model, self.seconds, self.rows = model, 0.0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decode(self, tgt_in, *args, **kwargs):
+        backend.synchronize()
+        start = time.perf_counter()
+        out = self.model.decode(tgt_in, *args, **kwargs)
+        backend.synchronize()
+        self.seconds += time.perf_counter() - start
+        self.rows += len(tgt_in)
+        return out
 
 
 def hash_ids(line, vocab_size):
@@ -96,7 +118,7 @@ def main():
         model = NoEOS(Transformer(TransformerConfig.small(vocab_size=args.vocab)))
         sources = [hash_ids(s, args.vocab) for s in lines]
         what = f"random small model (V {args.vocab}), </s> only at the maximum length"
-    b = args.max_len_b
+    model, b = ForwardTimer(model), args.max_len_b
     methods = {"greedy": lambda s, c: greedy_search(model, s, max_len_b=b, use_cache=c),
                "beam 4": lambda s, c: beam_search(model, s, beam_size=4, alpha=args.alpha, max_len_b=b, use_cache=c,
                                                    stop=args.stop)}
@@ -112,11 +134,15 @@ def main():
     for fn in methods.values():  # warm-up
         fn(batches[0][:2], True), fn(batches[0][:2], False)
     # each batch is decoded by every method in turn, so that a change in the machine's load hits all alike
-    seconds, tokens, sentences = {}, {}, {}
+    seconds, tokens, sentences, forward, rows = {}, {}, {}, {}, {}
     for i, batch in enumerate(batches):
         for name, fn in methods.items():
             for cache in (True, False) if i in slow else (True,):
+                model.seconds = model.rows = 0
                 t, n_tok = timed(lambda: fn(batch, cache))
+                if cache:
+                    forward[name] = forward.get(name, 0.0) + model.seconds
+                    rows[name] = rows.get(name, 0) + model.rows
                 keys = [(name, cache)] + ([(name, cache, "subset")] if i in slow and cache else [])
                 for key in keys:
                     seconds[key] = seconds.get(key, 0.0) + t
@@ -133,6 +159,13 @@ def main():
         print(f"{m}: with the cache {rate[m, True, 'subset'] / rate[m, False]:.1f}x faster than recomputing "
               f"(same {sentences[m, False]} sentences)")
     print(f"with the cache, beam 4 is {rate['greedy', True] / rate['beam 4', True]:.2f}x slower than greedy")
+    for m in methods:
+        own = seconds[m, True] - forward[m]
+        print(f"{m}, with the cache: the decoder's forward passes {forward[m]:.1f} s ({rows[m]} rows), "
+              f"the search's own work {own:.1f} s ({own / seconds[m, True]:.0%})")
+    print(f"the forward passes alone: beam 4 {forward['beam 4'] / forward['greedy']:.2f}x greedy's on "
+          f"{rows['beam 4'] / rows['greedy']:.2f}x its rows; were beam search's own work free, it would be "
+          f"{forward['beam 4'] / seconds['greedy', True]:.2f}x slower than greedy (the floor for these rows)")
 
 if __name__ == "__main__":
     main()
