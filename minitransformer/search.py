@@ -166,15 +166,15 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
         a sentence keeps its k best;
       * the first k that do not end in </s> are the new alive beams (2k candidates always hold k:
         each beam gives at most one </s>).
-    A sentence is done when it has k finished hypotheses and no alive prefix can beat the worst of
-    them: log p only falls as a prefix grows, so the best an alive prefix can reach is its log_prob
-    divided by the largest lp over the lengths still open (stop="exact", as tensor2tensor). stop="fast"
-    divides by the next length's lp, as if the prefix ended there (Hugging Face's default): sooner done,
-    but with alpha > 0 it can miss a longer, better hypothesis (lesson 10). At max_len, </s> is forced.
+    A sentence is done when no alive prefix can enter its `nbest` best finished hypotheses (the list
+    returned; a later tie goes after them): log p only falls as a prefix grows, so an alive prefix can
+    reach at best its log_prob over the largest lp of the lengths still open (stop="exact": tensor2tensor's
+    bound, the list is final). stop="fast" waits for k finished and divides by the next length's lp, as if
+    the prefix ended there (Hugging Face's way): sooner done, but with alpha > 0 it can miss a longer,
+    better hypothesis (lesson 10). At max_len, </s> is forced.
     Step 0 runs one row per sentence (its k beams would all be <s>), later steps k rows per sentence.
-    Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer
-    output could score better under lp. return_attention=True adds the cross-attention of each
-    sentence's best hypothesis (collect_attention).
+    Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer output
+    could score better under lp. return_attention=True adds each best hypothesis's cross-attention.
     """
     check_search_args("beam_search", beam_size, nbest, alpha, max_len_a, max_len_b, stop=stop)
     config, k = model.config, beam_size
@@ -198,7 +198,7 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
             # the alive beams: the first k candidates that do not end in </s>
             pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
             alive, beam, token = (np.take_along_axis(a, pick, 1) for a in (scores, beam, token))
-            done = _done(finished, active, alive[:, 0], t, max_len, alpha, k, stop == "exact")
+            done = _done(finished, active, alive[:, 0], t, max_len, alpha, nbest if stop == "exact" else k, stop == "exact")
             if done.all():
                 break
             # open sentences keep their rows; those past the new end move into the rows of sentences done
@@ -261,13 +261,13 @@ def _finish(finished, active, prefix, n, scores, beam, token, length, alpha, k, 
         del hyps[k:]
 
 
-def _done(finished, active, best_alive, t, max_len, alpha, k, exact=True):
-    """(Ba,) bool: at the maximum length, out of alive beams, or k finished that no alive one can beat
-    (exact: at any length still open; else ending at the next one, as beam_search's stop="fast")."""
-    worst = np.array([h[-1].score if len(h) == k else -np.inf for h in (finished[s] for s in active)])
+def _done(finished, active, best_alive, t, max_len, alpha, n, exact=True):
+    """(Ba,) bool: at the maximum length, out of alive beams, or n finished hypotheses that no alive one
+    can beat (exact: at any length still open; else ending at the next one, as beam_search's stop="fast")."""
+    nth = np.array([h[n - 1].score if len(h) >= n else -np.inf for h in (finished[s] for s in active)])
     lp_max = np.maximum(length_penalty(t + 2, alpha), length_penalty(max_len[active] + 1, alpha) if exact else 0)
     best_possible = best_alive / lp_max                 # best_alive <= 0: a larger lp only raises it
-    return (t >= max_len[active]) | ~np.isfinite(best_alive) | (best_possible <= worst)
+    return (t >= max_len[active]) | ~np.isfinite(best_alive) | (best_possible <= nth)
 
 
 def collect_attention(model, src_ids, tgt_ids):

@@ -324,27 +324,47 @@ def test_wide_beam_finds_the_best_of_all_outputs(alpha):
     assert [b[0].tokens for b in best32] == [b[0].tokens for b in beams]
 
 
-@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_early_stopping_loses_nothing(alpha, monkeypatch):
-    """Stopping a sentence once k finished hypotheses cannot be beaten returns what searching on to
-    the maximum length would: the finished set is final. (A bound using only the next length's lp,
-    instead of the largest lp still reachable, fails this test for alpha > 0.)"""
-    model = make_model(vocab_size=8, seed=5, scale=4.0, dropout=0.0)
+def eos_likelier(model, rows, monkeypatch, boost=1.5):
+    """Raise the </s> logit of `model` by `boost` (a random model rarely ends an output, so nothing
+    would stop early) and append the rows of every decoder call to `rows`."""
+    decode = model.decode
+
+    def decode_(tgt_in, *args, **kwargs):
+        rows.append(len(tgt_in))
+        logits = decode(tgt_in, *args, **kwargs)
+        logits.data[..., EOS] += boost
+        return logits
+    monkeypatch.setattr(model, "decode", decode_)
+
+
+@pytest.mark.parametrize("nbest", [1, 3])
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_early_stopping_loses_nothing(alpha, nbest, monkeypatch):
+    """Stopping a sentence once no alive prefix can enter its nbest best finished hypotheses returns
+    what searching on to the maximum length would: the list returned is final. (A bound using only the
+    next length's lp, instead of the largest lp still reachable, fails this test for alpha > 0.) With
+    nbest = 1 < k the search stops sooner, on fewer decoded rows, and its best is the same."""
+    model = make_model(vocab_size=8, seed=5, dropout=0.0)
     src = random_sources(np.random.default_rng(5), 8, 8, hi=4)
-    steps = []
-    done = search._done
+    rows, stopped, done = [], [], search._done
+    eos_likelier(model, rows, monkeypatch)
 
-    def counting(finished, active, best_alive, t, max_len, alpha_, k, exact):
-        steps.append(t)
-        return done(finished, active, best_alive, t, max_len, alpha_, k, exact)
+    def counting(finished, active, best_alive, t, max_len, alpha_, n, exact):
+        d = done(finished, active, best_alive, t, max_len, alpha_, n, exact)
+        stopped.append(int((d & (t < max_len[active]) & np.isfinite(best_alive)).sum()))  # by the bound
+        return d
     monkeypatch.setattr(search, "_done", counting)
-    early = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
-    assert max(steps) < 2 * 4 + 6, "no sentence stopped early: the test would prove nothing"
+    run = lambda n: beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=n)
+    early, early_rows = run(nbest), sum(rows)
+    assert sum(stopped) >= 4, "few sentences stopped early by the bound: the test would prove little"
+    if nbest < 3:
+        rows.clear()
+        run(3)
+        assert early_rows < sum(rows), "the n-best criterion stopped no sentence sooner than the k-best one"
 
-    def never_early(finished, active, best_alive, t, max_len, alpha_, k, exact):
-        return (t >= max_len[active]) | ~np.isfinite(best_alive)
-    monkeypatch.setattr(search, "_done", never_early)
-    full = beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
+    monkeypatch.setattr(search, "_done", lambda finished, active, best_alive, t, max_len, *rest:
+                        (t >= max_len[active]) | ~np.isfinite(best_alive))    # never early
+    full = [hs[:nbest] for hs in run(3)]
     assert [[h.tokens for h in hs] for hs in early] == [[h.tokens for h in hs] for hs in full]
     # sentences leave the batch at other steps: the others' later steps run in other batch shapes
     np.testing.assert_allclose([h.score for hs in early for h in hs], [h.score for hs in full for h in hs], rtol=0,
@@ -432,24 +452,42 @@ def test_fast_stop_judges_a_prefix_as_if_it_ended_next():
     assert model.calls == 1                                               # done after one decoder step
 
 
+def likely_eos(prefix):
+    """</s> at once has p = 0.9; after that, words 3 and 4 go on with 0.05 each, then </s> for sure."""
+    return {EOS: 0.9, 3: 0.05, 4: 0.05} if not prefix else {EOS: 1.0}
+
+
+def test_a_sentence_stops_once_its_best_is_final_with_fewer_than_k_finished():
+    """With nbest = 1, "</s>" (log p -0.11) is final after step 0: the alive "3" and "4" (log p -3.0)
+    can end no better than -3.0 (alpha 0). Waiting for k = 2 finished hypotheses takes a second step."""
+    model = TableModel(likely_eos)
+    best = beam_search(model, [[3]], beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8)
+    assert model.calls == 1 and [h.tokens for h in best[0]] == [[]]
+    model.calls = 0
+    both = beam_search(model, [[3]], beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8, nbest=2)
+    assert model.calls == 2 and [h.tokens for h in both[0]] == [[], [3]]
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_fast_stop_takes_no_more_steps_and_equals_exact_without_length_penalty(alpha, monkeypatch):
-    """The fast bound is never looser than the exact one, so it never decodes longer; with alpha = 0
-    (lp = 1 at every length) the two bounds are one and the outputs must be identical."""
-    model = make_model(vocab_size=8, seed=5, scale=4.0, dropout=0.0)
+    """The fast bound is never looser than the exact one, so with nbest = k it never decodes longer (here,
+    with alpha > 0, shorter); with alpha = 0 (lp = 1 at every length) the two bounds are one and the
+    outputs must be identical."""
+    model = make_model(vocab_size=8, seed=5, dropout=0.0)
     src = random_sources(np.random.default_rng(7), 12, 8, hi=5)
     rows = []
-    decode = model.decode
-    monkeypatch.setattr(model, "decode", lambda tgt_in, *a, **kw: rows.append(len(tgt_in)) or decode(tgt_in, *a, **kw))
+    eos_likelier(model, rows, monkeypatch)
     out = {}
     for stop in search.STOPS:
         rows.clear()
         out[stop] = (beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3, stop=stop),
                      sum(rows))
-    assert out["fast"][1] <= out["exact"][1]
+    assert out["fast"][1] < out["exact"][1] if alpha > 0 else out["fast"][1] == out["exact"][1]
+    rows.clear()                                # the fast stop waits for k finished, whatever nbest asks
+    assert [hs[0].tokens for hs in beam_search(model, src, 3, alpha, 2, 6, nbest=1, stop="fast")] == \
+        [hs[0].tokens for hs in out["fast"][0]] and sum(rows) == out["fast"][1]
     if alpha == 0.0:
         assert [[h.tokens for h in hs] for hs in out["fast"][0]] == [[h.tokens for h in hs] for hs in out["exact"][0]]
-        assert out["fast"][1] == out["exact"][1]
     with pytest.raises(ValueError, match="beam_search: stop must be one of 'exact', 'fast', not 'soon'"):
         beam_search(model, src, stop="soon")
 
