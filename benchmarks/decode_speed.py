@@ -14,7 +14,7 @@ length and cut into batches of --batch-size sentences; every batch is decoded by
 (so that a change in the machine's load touches all methods alike); the time covers encoding and
 search, not tokenization. Recomputation is slow: it runs on --recompute-n sentences (whole batches
 spread over all lengths), and its speed-up is measured against the cache on those same sentences.
-Use --n to run on fewer sentences for a quick check. With the cache, the decoder's forward passes are
+Use --n to run on fewer sentences for a quick check. With the cache, the model's forward passes are
 timed apart from the rest (the search's own work), so the floor of beam / greedy is printed too.
 --stop fast: beam search's sooner stop (search.py); it changes nothing on the random model, whose
 outputs all run to the maximum length. On a busy machine, OPENBLAS_NUM_THREADS=1 gives steadier
@@ -56,9 +56,10 @@ class NoEOS:
 
 
 class ForwardTimer:
-    """The model, timing its decoder's forward passes (model.decode: the layers and the output projection,
-    with the device synchronised around each) and counting the rows they run. What any search must pay;
-    the rest of a search's time is its own work (log-softmax, selection, cache reorders, bookkeeping)."""
+    """The model, timing its forward passes (model.encode, and model.decode: the decoder's layers and the
+    output projection; the device synchronised around each) and counting the decoder rows. What any
+    search must pay; the rest of a search's time is its own work (log-softmax, selection, cache
+    reorders, bookkeeping)."""
 
     def __init__(self, model):
         self.model, self.seconds, self.rows = model, 0.0, 0
@@ -66,14 +67,20 @@ class ForwardTimer:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def decode(self, tgt_in, *args, **kwargs):
+    def _timed(self, fn, *args, **kwargs):
         backend.synchronize()
         start = time.perf_counter()
-        out = self.model.decode(tgt_in, *args, **kwargs)
+        out = fn(*args, **kwargs)
         backend.synchronize()
         self.seconds += time.perf_counter() - start
-        self.rows += len(tgt_in)
         return out
+
+    def encode(self, *args, **kwargs):
+        return self._timed(self.model.encode, *args, **kwargs)
+
+    def decode(self, tgt_in, *args, **kwargs):
+        self.rows += len(tgt_in)
+        return self._timed(self.model.decode, tgt_in, *args, **kwargs)
 
 
 def hash_ids(line, vocab_size):
@@ -161,7 +168,7 @@ def main():
     print(f"with the cache, beam 4 is {rate['greedy', True] / rate['beam 4', True]:.2f}x slower than greedy")
     for m in methods:
         own = seconds[m, True] - forward[m]
-        print(f"{m}, with the cache: the decoder's forward passes {forward[m]:.1f} s ({rows[m]} rows), "
+        print(f"{m}, with the cache: the model's forward passes {forward[m]:.1f} s ({rows[m]} decoder rows), "
               f"the search's own work {own:.1f} s ({own / seconds[m, True]:.0%})")
     print(f"the forward passes alone: beam 4 {forward['beam 4'] / forward['greedy']:.2f}x greedy's on "
           f"{rows['beam 4'] / rows['greedy']:.2f}x its rows; were beam search's own work free, it would be "

@@ -52,9 +52,8 @@ class _DecoderState:
     """The decoder side of a search: rows of prefixes (<s> y_1 .. y_t), their memory, and the cache;
     next_logits() for every row, select_rows() to reorder / drop rows, append() to extend each prefix.
 
-    With the cache, memory and src_mask hold one row per sentence, shared by that sentence's rows
-    (its beams: consecutive rows, as many for each sentence; cache.DecoderCache); without it, one
-    row per prefix row, as model.decode then needs."""
+    With the cache, memory and src_mask hold one row per sentence, shared by that sentence's rows (its
+    beams: consecutive rows, as many for each sentence; cache.DecoderCache); without it, one per row."""
 
     def __init__(self, model, src, use_cache, max_len):
         c = model.config
@@ -243,8 +242,9 @@ def _top_candidates(z, lse, zmax, alive, width):
     top = xp.take_along_axis(top, xp.argsort(-xp.take_along_axis(cand, top, 1), axis=1, kind="stable"), 1)
     scores = backend.to_numpy(xp.take_along_axis(cand, top, 1))                        # (Ba, ww)
     idx = backend.to_numpy(xp.take_along_axis(keep, top // bs, 1) * bs + top % bs)    # beam * V + token
-    pad = ((0, 0), (0, width - ww))                              # too few candidates: -inf, beam 0, <pad>
-    scores, idx = np.pad(scores, pad, constant_values=-np.inf), np.pad(idx, pad)
+    if ww < width:                                               # too few candidates: -inf, beam 0, <pad>
+        pad = ((0, 0), (0, width - ww))
+        scores, idx = np.pad(scores, pad, constant_values=-np.inf), np.pad(idx, pad)
     return scores, idx // V, idx % V
 
 
