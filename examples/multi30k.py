@@ -1,7 +1,7 @@
 """German -> English on Multi30k (Elliott et al., 2016): learn a joint BPE, train, average the last
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
-    python examples/multi30k.py                      # the CPU recipe: about 106 minutes on 2 cores, BLEU 41.3
+    python examples/multi30k.py                      # the CPU recipe: 67-106 minutes on 2 cores, BLEU 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset: about 8 minutes, BLEU 36.5
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
     python examples/multi30k.py --download --data-dir data/multi30k --device gpu --steps 20000 --max-tokens 4096 --accum 6 --warmup 4000
@@ -12,11 +12,12 @@ Measured with the defaults (small preset with pre-LN, dropout 0.3, label smoothi
 2,048-token batches at 1.0 x eq. (3), warmup 400, seed 0, about 25 epochs; chosen on the validation set),
 the last 5 checkpoints averaged and beam 4, alpha 1.0: test_2016_flickr sacreBLEU 41.33
 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), lowercased 41.56, chrF 60.37, in 106.3 minutes
-from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per update; the same machine
-has run 3,600 updates in 41.6 min on a faster day, so expect 70-110). The recipe's first run, trained in
-two pieces, scored 41.93 (lowercased 42.17): the difference is run-to-run noise. Why pre-LN (Note: the
-paper is post-LN), dropout 0.3, label smoothing 0.2 (Note: the paper's is 0.1) and every run:
-docs/experiments.md; logs and curves: results/multi30k-cpu-onepiece/ and results/multi30k-cpu/.
+from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per update); on another
+2-core machine 66.6 minutes (0.66-0.71 s per update) and 41.51 (lowercased 41.74, chrF 60.49). The
+recipe's first run, trained in two pieces, scored 41.93 (lowercased 42.17): the differences are
+run-to-run noise. Why pre-LN (Note: the paper is post-LN), dropout 0.3, label smoothing 0.2 (Note: the
+paper's is 0.1) and every run: docs/experiments.md; logs and curves: results/multi30k-cpu-onepiece/,
+results/multi30k-cpu-session9/ and results/multi30k-cpu/.
 
 Expects train / val / test_2016_flickr .de.gz and .en.gz (29,000 / 1,014 / 1,000 lines) in --data-dir;
 --download fetches them from the dataset's public repository (needs internet).
