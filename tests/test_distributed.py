@@ -253,6 +253,7 @@ def test_train_under_mpiexec_rank_0_alone_writes_and_a_run_resumes(corpus):
 def rank_pid(marker, rank, timeout=60):
     """The pid of the rank `rank` process whose command line holds `marker` (read from /proc)."""
     deadline = time.monotonic() + timeout
+    ranks = {f"{name}={rank}".encode() for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK")}  # MPICH, Open MPI
     while time.monotonic() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -260,7 +261,6 @@ def rank_pid(marker, rank, timeout=60):
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            ranks = {f"{name}={rank}".encode() for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK")}  # MPICH, Open MPI
             if marker.encode() in cmdline and ranks & set(environ.split(b"\0")):
                 return int(pid)
         time.sleep(0.2)
