@@ -341,9 +341,10 @@ def eos_likelier(model, rows, monkeypatch, boost=1.5):
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 def test_early_stopping_loses_nothing(alpha, nbest, monkeypatch):
     """Stopping a sentence once no alive prefix can enter its nbest best finished hypotheses returns
-    what searching on to the maximum length would: the list returned is final. (A bound using only the
-    next length's lp, instead of the largest lp still reachable, fails this test for alpha > 0.) With
-    nbest = 1 < k the search stops sooner, on fewer decoded rows, and its best is the same."""
+    what searching on to the maximum length would: the list returned is final. With nbest = 1 < k the
+    search stops sooner, on fewer decoded rows, and its best is the same. (That the bound needs the
+    largest lp still reachable, not the next length's, shows on the hand-made model below: on these
+    random ones a longer, better hypothesis after such a stop does not occur.)"""
     model = make_model(vocab_size=8, seed=5, dropout=0.0)
     src = random_sources(np.random.default_rng(5), 8, 8, hi=4)
     rows, stopped, done = [], [], search._done
