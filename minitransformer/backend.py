@@ -38,7 +38,7 @@ def _import_cupy():
         import cupy
     except ImportError as e:
         raise RuntimeError(
-            f"use('gpu') needs CuPy, which is not installed ({e}). Install it with "
+            f"running on the GPU needs CuPy, which is not installed ({e}). Install it with "
             f"{INSTALL_HINT}, or stay on the CPU with use('cpu')."
         ) from None
     try:

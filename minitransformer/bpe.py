@@ -94,7 +94,7 @@ class BPE:
             raise ValueError(f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens "
                              f"and 256 bytes already take {tok.vocab_size} ids")
         words = tok.count_words(lines_or_paths)
-        if not words:
+        if all(w.isspace() for w in words):  # nothing, or blank lines only
             items = [lines_or_paths] if isinstance(lines_or_paths, os.PathLike) else lines_or_paths
             files = [os.fspath(p) for p in items if isinstance(p, os.PathLike)] if isinstance(items, list) else []
             what = (f"{', '.join(files)} hold{'s' * (len(files) == 1)} no text to learn merges from" if files

@@ -65,6 +65,11 @@ def load(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint not found: {path}")
+    with open(path, "rb") as f:  # np.load reads any other file as a pickle, and refuses it as one
+        head = f.read(6)
+    if not head.startswith(b"PK") and head != b"\x93NUMPY":
+        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): it is "
+                              f"not a zip archive")
     try:
         loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:

@@ -10,7 +10,7 @@ import os
 
 from . import backend, distributed
 from .bpe import BPE
-from .checkpoint import list_checkpoints
+from .checkpoint import RunDirectory, list_checkpoints
 from .data import encode_pairs
 from .training import Trainer
 from .translation import encode_lines
@@ -59,6 +59,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     elif distributed.thread_warning():
         log(f"warning: {distributed.thread_warning()}")
     if out_dir is not None and here.is_main:
+        if resume is None:  # another run's checkpoints: refused before a new tokenizer.json replaces theirs
+            RunDirectory(out_dir, training_config.keep).check_start(0)
         os.makedirs(out_dir, exist_ok=True)
     tokenizer_path = None
     if here.is_main:
@@ -93,13 +95,17 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
 
 
 def check_valid_lines(valid, names):
-    """The validation lines: as many sources as references, and at least one (BLEU needs a sentence)."""
+    """The validation lines: as many sources as references, and at least one pair of non-blank lines
+    (BLEU needs a sentence)."""
     src, ref = valid
     if len(src) != len(ref):
         raise ValueError(f"{names[0]} has {len(src):,} lines but {names[1]} has {len(ref):,}; "
                          f"line i of one must translate line i of the other")
     if not src:
         raise ValueError(f"{names[0]} and {names[1]} are empty: there is nothing to evaluate on")
+    if not any(s.strip() and r.strip() for s, r in zip(src, ref)):
+        raise ValueError(f"no sentence pairs to evaluate on: {names[0]} and {names[1]} hold no line pair with "
+                         f"both sides non-empty")
 
 
 def check_valid_lengths(valid, names, tokenizer, longest):

@@ -7,10 +7,12 @@ Row: (id, argv, stdin bytes or None, files to create in the working directory, e
 "{D}" in argv stands for the module's directory of shared files: a tiny corpus (train.src/.tgt,
 valid.src/.tgt), config.json (tiny, d_model 32, max_len 32: positions for 31 tokens and </s>), a
 checkpoint trained 2 steps (model.npz, run/), its tokenizer (tok.json) and a foreign one (other_tok.json).
-A file entry's value is its bytes, or READ_ONLY_DIR for an empty directory without write permission.
+A file entry's value is its bytes, READ_ONLY_DIR for an empty directory without write permission, or
+TO_DEV_NULL for a symbolic link to /dev/null (a device: replacing it would lose what is written there).
 """
 import contextlib
 import errno
+import importlib.util
 import io
 import json
 import os
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from minitransformer import backend
 from minitransformer import checkpoint as ckpt
 from minitransformer import cli
 from minitransformer.bpe import BPE
@@ -34,8 +37,12 @@ TARGETS = ["twelve", "three , forty five", "sixty seven , eight", "nine", "ten ,
            "five , sixty seven", "eighty nine , one"]
 LONG = " ".join(["7"] * 60) + "\n"           # more tokens than the model's 31 positions
 READ_ONLY_DIR = object()
+TO_DEV_NULL = object()
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root writes anywhere: no permission to test
 NEEDS_USER = pytest.mark.skipif(AS_ROOT, reason="root may write in a directory without write permission")
+NEEDS_NO_GPU = pytest.mark.skipif(backend.gpu_available(), reason="--device gpu works on this machine")
+NEEDS_MATPLOTLIB = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                                      reason="--attention is checked against matplotlib's formats")
 
 
 def npy_bytes():
@@ -132,6 +139,8 @@ ROWS = [
     ("train-out-is-a-file", train("--out", "taken"), None, {"taken": b"a file\n"}, 2, r"--out taken is a file"),
     ("train-out-under-a-file", train("--out", "taken/run"), None, {"taken": b"a file\n"}, 2,
      r"--out taken/run cannot be written: .*taken is a file"),
+    ("train-out-holds-an-earlier-run", train("--out", "{D}/run"), None, {}, 2,
+     r"--out .*run already holds checkpoint_0000002\.npz of an earlier run: continue that run \(--resume auto\)"),
     pytest.param("train-out-no-permission", train("--out", "locked/run"), None, {"locked": READ_ONLY_DIR}, 2,
                  r"--out locked/run cannot be written: no permission to write in .*locked", marks=NEEDS_USER),
     # ---- train: the files (exit 1), before the model is built
@@ -150,6 +159,9 @@ ROWS = [
      r"v\.src: line 2 has \d+ tokens, but the model's positions hold at most 31"),
     ("train-valid-empty", train("--valid-src", "v.src", "--valid-tgt", "v.tgt"), None,
      {"v.src": b"", "v.tgt": b""}, 1, r"v\.src and v\.tgt are empty"),
+    ("train-valid-blank-lines", train("--valid-src", "v.src", "--valid-tgt", "v.tgt"), None,
+     {"v.src": b"\n \n", "v.tgt": b"\n\n"}, 1,
+     r"no sentence pairs to evaluate on: v\.src and v\.tgt hold no line pair with both sides non-empty"),
     ("train-parallel-lengths-differ", train("--train-tgt", "short.tgt"), None, {"short.tgt": b"one\n"}, 1,
      r"train\.src has 8 lines but short\.tgt has 1"),
     ("train-train-src-invalid-utf8", train("--train-src", "bad.src", "--train-tgt", "bad.tgt"), None,
@@ -175,6 +187,12 @@ ROWS = [
      r"--nbest \(3\) cannot exceed --beam \(2\)"),
     ("translate-alpha-negative", TRANSLATE + ["--alpha", "-0.5"], None, OLD, 2, r"--alpha must be .*got -0\.5"),
     ("translate-alpha-inf", TRANSLATE + ["--alpha", "inf"], None, OLD, 2, r"--alpha must be a finite .*got inf"),
+    ("translate-alpha-huge", TRANSLATE + ["--alpha", "1e308"], None, OLD, 2,
+     r"--alpha must be at most 10, got 1e\+308"),
+    ("translate-max-len-a-huge", TRANSLATE + ["--max-len-a", "1e30"], None, OLD, 2,
+     r"--max-len-a must be at most 1,000, got 1e\+30"),
+    ("translate-max-len-b-huge", TRANSLATE + ["--max-len-b", "10000000000000000000"], None, OLD, 2,
+     r"--max-len-b must be at most 1,000,000, got 10000000000000000000"),
     ("translate-line-too-long-file", TRANSLATE, None, {**OLD, "in.txt": b"1 2\n" + LONG.encode()}, 1,
      r"in\.txt: line 2 has \d+ tokens, but the model's positions hold at most 31"),
     ("translate-line-too-long-stdin", TRANSLATE + ["--input", "-"], b"1 2\n3\n" + LONG.encode(), OLD, 1,
@@ -202,6 +220,22 @@ ROWS = [
                  marks=NEEDS_USER),
     ("translate-attention-under-a-file", TRANSLATE + ["--attention", "taken/a.png"], None, {**OLD, "taken": b"x"}, 2,
      r"--attention taken/a\.png cannot be written"),
+    ("translate-output-is-the-input", TRANSLATE + ["--output", "in.txt"], None, OLD, 2,
+     r"--output in\.txt is also the --input file in\.txt; writing it would destroy that file"),
+    ("translate-output-is-the-checkpoint", TRANSLATE + ["--checkpoint", "m.npz", "--output", "./m.npz"], None,
+     {**OLD, "m.npz": b"a checkpoint"}, 2, r"--output \./m\.npz is also the --checkpoint file m\.npz"),
+    ("translate-output-is-the-tokenizer", TRANSLATE + ["--tokenizer", "t.json", "--output", "t.json"], None,
+     {**OLD, "t.json": b"a tokenizer"}, 2, r"--output t\.json is also the --tokenizer file t\.json"),
+    ("translate-output-is-a-device", TRANSLATE + ["--output", "null"], None, {**OLD, "null": TO_DEV_NULL}, 2,
+     r"--output null is not a regular file \(a device or a pipe\)"),
+    ("translate-attention-is-the-output", TRANSLATE + ["--attention", "out.txt"], None, OLD, 2,
+     r"--attention out\.txt is also the --output file out\.txt"),
+    pytest.param("translate-attention-unknown-format", TRANSLATE + ["--attention", "a.txt"], None, OLD, 2,
+                 r"--attention a\.txt must end in a format matplotlib writes: .*\.png", marks=NEEDS_MATPLOTLIB),
+    pytest.param("translate-attention-no-extension", TRANSLATE + ["--attention", "attn"], None, OLD, 2,
+                 r"--attention attn must end in a format matplotlib writes", marks=NEEDS_MATPLOTLIB),
+    pytest.param("translate-attention-empty-input", TRANSLATE + ["--attention", "a.png"], None,
+                 {**OLD, "in.txt": b""}, 1, r"--attention: in\.txt holds no line to draw", marks=NEEDS_MATPLOTLIB),
     # ---- bpe: every option before reading; --output before learning
     ("bpe-vocab-size-huge", BPE_ARGS + ["--vocab-size", "2000000"], None, OLD_TOK, 2,
      r"--vocab-size must be between 259 .* and 1,114,112, got 2,000,000"),
@@ -224,6 +258,10 @@ ROWS = [
     pytest.param("bpe-output-no-permission", BPE_ARGS + ["--vocab-size", "300", "--output", "locked/tok.json"], None,
                  {"locked": READ_ONLY_DIR}, 2, r"--output locked/tok\.json cannot be written: no permission",
                  marks=NEEDS_USER),
+    ("bpe-output-is-the-input", BPE_ARGS + ["--vocab-size", "300", "--input", "c.txt", "--output", "c.txt"], None,
+     {"c.txt": b"a b\n"}, 2, r"--output c\.txt is also the --input file c\.txt"),
+    ("bpe-output-stdout", BPE_ARGS + ["--vocab-size", "300", "--output", "-"], None, OLD_TOK, 2,
+     r"--output takes a file name, not stdout \('-'\)"),
     ("bpe-input-stdin", BPE_ARGS + ["--vocab-size", "300", "--input", "-"], b"a b\n", OLD_TOK, 2,
      r"--input takes files, not stdin"),
     ("bpe-input-missing", BPE_ARGS + ["--vocab-size", "300", "--input", "nope.txt"], None, OLD_TOK, 2,
@@ -234,6 +272,8 @@ ROWS = [
      r"the training corpus is empty: e\.txt holds no text to learn merges from"),
     ("bpe-empty-corpus-two-files", BPE_ARGS + ["--vocab-size", "300", "--input", "e.txt", "f.txt"], None,
      {**OLD_TOK, "e.txt": b"", "f.txt": b"<pad>"}, 1, r"the training corpus is empty: e\.txt, f\.txt hold no text"),
+    ("bpe-blank-corpus", BPE_ARGS + ["--vocab-size", "300", "--input", "b.txt"], None,
+     {**OLD_TOK, "b.txt": b"\n  \n\t\n"}, 1, r"the training corpus is empty: b\.txt holds no text"),
     ("bpe-input-invalid-utf8", BPE_ARGS + ["--vocab-size", "300", "--input", "bad.txt"], None,
      {**OLD_TOK, "bad.txt": b"good\nb\xe4d\n"}, 1, r"bad\.txt: line 2 is not valid UTF-8"),
     # ---- bleu
@@ -262,12 +302,20 @@ ROWS = [
      {**OLD_AVG, "fake.npz": npy_bytes()}, 1, r"fake\.npz holds a single array \(\.npy\)"),
     ("average-checkpoint-missing", ["average", "nope.npz", "--output", "avg.npz"], None, OLD_AVG, 2,
      r"checkpoint not found: nope\.npz"),
+    ("average-output-is-an-input", ["average", "{D}/model.npz", "a.npz", "--output", "a.npz"], None,
+     {**OLD_AVG, "a.npz": b"x"}, 2, r"--output a\.npz is also the checkpoint to average a\.npz"),
+    ("average-output-stdout", AVERAGE + ["--output", "-"], None, OLD_AVG, 2,
+     r"--output takes a file name, not stdout \('-'\)"),
     ("average-output-under-a-file", AVERAGE + ["--output", "taken/avg.npz"], None, {"taken": b"x"}, 2,
      r"--output taken/avg\.npz cannot be written: .*taken is a file"),
     # ---- demo
     ("demo-steps-zero", ["demo", "--steps", "0"], None, {}, 2, r"--steps must be at least 1, got 0"),
     ("demo-seed-negative", ["demo", "--seed", "-1"], None, {}, 2, r"--seed must be at least 0, got -1"),
     ("demo-out-is-a-file", ["demo", "--quick", "--out", "taken"], None, {"taken": b"x"}, 2, r"--out taken is a file"),
+    pytest.param("demo-device-gpu-without-one", ["demo", "--quick", "--device", "gpu"], None, {}, 1,
+                 r"--device gpu: .*GPU.* or stay on the CPU with --device cpu", marks=NEEDS_NO_GPU),
+    ("demo-out-holds-an-earlier-run", ["demo", "--quick", "--out", "{D}/run"], None, {}, 2,
+     r"--out .*run already holds checkpoint_0000002\.npz of an earlier run: move its checkpoints away"),
 ]
 
 
@@ -318,6 +366,8 @@ def test_bad_input(row_id, argv, stdin, files, code, message, shared, tmp_path, 
             path.mkdir()
             path.chmod(0o555)
             locked.append(path)
+        elif content is TO_DEV_NULL:
+            path.symlink_to(os.devnull)
         else:
             path.write_bytes(content)
     monkeypatch.chdir(work)

@@ -3,6 +3,7 @@ with the tokenizer learned, given, or reused when resuming."""
 import pytest
 
 from minitransformer.bpe import BPE
+from minitransformer.checkpoint import CheckpointError
 from minitransformer.pipeline import prepare_training
 from minitransformer.training import Trainer, TrainingConfig
 from minitransformer.transformer import TransformerConfig
@@ -54,6 +55,16 @@ def test_resume_reuses_the_learned_tokenizer(tmp_path, monkeypatch):
                                        resume="auto", log=messages.append)
     assert reused.merges == tokenizer.merges and resumed.step == 2
     assert any("using the tokenizer learned before" in m for m in messages)
+
+
+def test_a_new_run_into_an_earlier_runs_directory_is_refused_before_it_writes(tmp_path, monkeypatch):
+    first, _ = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280)
+    first.train()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.setattr(BPE, "train", None)                  # the refusal comes before a tokenizer is learned
+    with pytest.raises(CheckpointError, match=r"already holds checkpoint_0*2\.npz.*--resume auto"):
+        prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=300)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before     # tokenizer.json, log.jsonl kept
 
 
 def test_needs_a_tokenizer_or_a_vocab_size(tmp_path):

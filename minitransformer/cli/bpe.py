@@ -10,7 +10,7 @@ from pathlib import Path
 from minitransformer.bpe import BPE
 from minitransformer.fileio import read_text
 
-from .common import UsageError, examples, existing, help_formatter, writable_file, writing
+from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file, writing
 
 MAX_VOCAB = 0x110000  # BPE.train's limit
 
@@ -56,7 +56,9 @@ def run_bpe(args):
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
     if args.min_frequency < 1:
         raise UsageError(f"--min-frequency must be at least 1, got {args.min_frequency}")
-    writable_file(args.output, "--output")
+    if args.output == "-":
+        raise UsageError("--output takes a file name, not stdout ('-')")
+    not_an_input(writable_file(args.output, "--output"), "--output", [("the --input file", p) for p in args.input])
     start = time.perf_counter()
     tokenizer = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
                           args.special_tokens, progress=not args.quiet)

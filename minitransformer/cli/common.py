@@ -13,6 +13,7 @@ import sys
 import re
 
 from minitransformer import backend, distributed
+from minitransformer.checkpoint import list_checkpoints
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -48,7 +49,24 @@ def writable_file(path, option):
         return path
     if os.path.isdir(path):
         raise UsageError(f"{option} {path} is a directory; give a file name")
+    if os.path.exists(path) and not os.path.isfile(path):  # replaced by a plain file, not written into
+        raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
     _check_creatable(os.path.dirname(os.path.normpath(path)), option, path)
+    return path
+
+
+def not_an_input(path, option, inputs):
+    """path itself unless it is one of `inputs`, (what, path) pairs such as ("the --input file", "in.txt"),
+    that writing it would destroy; a UsageError naming `option` and the input otherwise."""
+    if path is None or path == "-":
+        return path
+    for what, other in inputs:
+        if other is None or other == "-":
+            continue
+        if os.path.realpath(path) == os.path.realpath(other) or (
+                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other)):
+            raise UsageError(f"{option} {path} is also {what} {other}; writing it would destroy that file: "
+                             f"give another file name")
     return path
 
 
@@ -58,6 +76,16 @@ def writable_dir(path, option):
     if os.path.lexists(path) and not os.path.isdir(path):
         raise UsageError(f"{option} {path} is a file, not a directory")
     _check_creatable(os.path.normpath(path), option, path)
+    return path
+
+
+def no_earlier_run(path, option, hint=""):
+    """path itself when it holds no step checkpoint; a UsageError naming `option` otherwise, before a
+    new run mixes its checkpoints with them and replaces the tokenizer.json and log.jsonl beside them."""
+    found = list_checkpoints(path) if os.path.isdir(path) else []
+    if found:
+        raise UsageError(f"{option} {path} already holds {os.path.basename(found[-1])} of an earlier run: "
+                         f"{hint}move its checkpoints away, or choose another output directory")
     return path
 
 
@@ -91,8 +119,12 @@ def option_error(error, options):
 
 
 def use_device(name):
-    """Run everything after this on "cpu" or "gpu"; a RuntimeError with the reason when no GPU is usable."""
-    backend.use(name)
+    """Run everything after this on "cpu" or "gpu"; a RuntimeError naming --device and the reason when
+    no GPU is usable."""
+    try:
+        backend.use(name)
+    except RuntimeError as e:
+        raise RuntimeError(f"--device {name}: {e}".replace("use('cpu')", "--device cpu")) from None
 
 
 def report_stop(command, summary, hint=""):

@@ -20,7 +20,8 @@ from minitransformer.translation import translate_lines
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
-from .common import PROG, UsageError, examples, help_formatter, report_stop, use_device, writable_dir
+from .common import (PROG, UsageError, examples, help_formatter, no_earlier_run, report_stop, use_device,
+                     writable_dir)
 
 # The demo's task and settings, tuned to reach >= 95% exact match on held-out lines in a few
 # minutes on a 2-core CPU (measured: 100% after 1,000 steps, 124 s in all when idle, 243 s under load). Note: not the
@@ -65,6 +66,7 @@ def run_demo(args):
         raise UsageError(f"--seed must be at least 0, got {args.seed}")
     if args.out is not None:
         writable_dir(args.out, "--out")
+        no_earlier_run(args.out, "--out")
     training = TrainingConfig(steps=steps, max_tokens=settings["max_tokens"], warmup_steps=settings["warmup_steps"],
                               lr_scale=settings["lr_scale"], eval_every=settings["eval_every"], save_every=0, keep=1,
                               seed=args.seed, eval_sentences=100, progress=not args.no_progress)

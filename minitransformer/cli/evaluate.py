@@ -10,7 +10,7 @@ from minitransformer.checkpoint import average_files, list_checkpoints
 from minitransformer.fileio import read_lines
 from minitransformer.metrics import corpus_bleu
 
-from .common import UsageError, examples, existing, help_formatter, writable_file
+from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file
 
 
 def add_parser(subparsers):
@@ -64,6 +64,8 @@ def run_average(args):
     """Average the checkpoints given (or a directory's last --last) into --output; the exit code."""
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
+    if args.output == "-":
+        raise UsageError("--output takes a file name, not stdout ('-')")
     writable_file(args.output, "--output")
     paths = args.inputs
     if len(paths) == 1 and os.path.isdir(paths[0]):
@@ -77,6 +79,7 @@ def run_average(args):
         raise UsageError("--last goes with a directory, not with a list of files")
     for path in paths:
         existing(path, "checkpoint")
+    not_an_input(args.output, "--output", [("the checkpoint to average", p) for p in paths])
     average_files(paths, args.output)
     print(f"averaged {len(paths)} checkpoints into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
     return 0

@@ -23,6 +23,7 @@ from .common import (
     examples,
     existing,
     help_formatter,
+    no_earlier_run,
     report_stop,
     option_error,
     use_device,
@@ -42,8 +43,8 @@ def add_parser(subparsers):
             "train --config small --train-src train.de --train-tgt train.en \\\n"
             "      --valid-src val.de --valid-tgt val.en --vocab-size 8000 --out runs/de-en --steps 20000",
             "train --config my_config.json ... --tokenizer bpe.json --max-tokens 4096 --accum 6",
-            "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out",
-            "mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel"))
+            "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out")
+        + "\n  mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel")
     p.add_argument("--config", default="small", help="a preset (tiny, small, base, big) or a JSON file of "
                    "TransformerConfig fields (default: small)")
     p.add_argument("--train-src", required=True, metavar="FILE")
@@ -157,6 +158,8 @@ def check_args(args):
         raise UsageError(f"--max-len must be between 1 and {longest} (the model's max_len {config.max_len} "
                          f"holds <s> or </s> too), got {max_len}")
     writable_dir(args.out, "--out")
+    if args.resume is None:
+        no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ")
     return settings, max_len
 
 

@@ -7,6 +7,7 @@ one line per sentence (or i<TAB>text lines for --nbest > 1), and with --attentio
 encoder-decoder attention of the first line's translation.
 Left out on purpose: streaming (the input is read whole), serving, ensembles of checkpoints.
 """
+import os
 import sys
 
 from minitransformer import viz
@@ -15,7 +16,17 @@ from minitransformer.fileio import atomic_write, read_lines
 from minitransformer.search import STOPS, beam_search, check_search_args
 from minitransformer.translation import translate_lines
 
-from .common import examples, existing, help_formatter, option_error, use_device, writable_file, writing
+from .common import (
+    UsageError,
+    examples,
+    existing,
+    help_formatter,
+    not_an_input,
+    option_error,
+    use_device,
+    writable_file,
+    writing,
+)
 
 
 def add_parser(subparsers):
@@ -55,6 +66,9 @@ def add_parser(subparsers):
 # search.check_search_args' arguments -> the options that set them
 OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
            "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
+# Beyond these, the length penalty ((5 + |Y|) / 6) ** alpha overflows a float, and a * len(x) + b an int64 (every
+# output is cut at the model's positions anyway; the paper: --alpha 0.6 --max-len-a 1 --max-len-b 50)
+LIMITS = {"--alpha": 10, "--max-len-a": 1000, "--max-len-b": 1_000_000}
 
 
 def run_translate(args):
@@ -69,11 +83,21 @@ def run_translate(args):
                           args.batch_size, args.stop)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
-    writable_file(args.output, "--output")
-    writable_file(args.attention, "--attention")
+    for option, value in zip(LIMITS, (args.alpha, args.max_len_a, args.max_len_b)):
+        if value > LIMITS[option]:
+            raise UsageError(f"{option} must be at most {LIMITS[option]:,}, got {value}")
+    inputs = [("the --input file", args.input), ("the --checkpoint file", args.checkpoint),
+              ("the --tokenizer file", args.tokenizer)]
+    not_an_input(writable_file(args.output, "--output"), "--output", inputs)
+    not_an_input(writable_file(args.attention, "--attention"), "--attention",
+                 inputs + [("the --output file", args.output)])
+    if args.attention:
+        check_attention_format(args.attention)
     use_device(args.device)
     model, tokenizer, _ = load_model(args.checkpoint, args.tokenizer)
     lines = read_lines(args.input)  # stdin is read once the checkpoint is known to be good
+    if args.attention and not lines:
+        raise ValueError(f"--attention: {'stdin' if args.input == '-' else args.input} holds no line to draw")
     try:
         translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha,
                                        nbest=args.nbest, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
@@ -94,6 +118,19 @@ def run_translate(args):
     if args.attention and lines:
         draw_attention(model, tokenizer, lines[0], args)
     return 0
+
+
+def check_attention_format(path):
+    """Before any work: matplotlib is installed and writes the format of path's extension (a file name
+    without one would get .png added: the picture would not be where it is said to be)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise RuntimeError(f"--attention: {viz.MISSING_MATPLOTLIB}") from None
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    if os.path.splitext(path)[1][1:].lower() not in formats:
+        raise UsageError(f"--attention {path} must end in a format matplotlib writes: "
+                         f"{', '.join('.' + f for f in formats)}")
 
 
 def draw_attention(model, tokenizer, line, args):
