@@ -56,15 +56,17 @@ def read_lines(path):
 
 
 def atomic_write(path, write, mode="wb"):
-    """Call write(file) on a temporary file in path's directory, then rename it to path.
+    """Call write(file) on a temporary file in path's directory, then rename it to path (to the file
+    a symbolic link points to, so that the link stays).
 
     mode is "wb" (write gets a binary file) or "w" (text, UTF-8). Returns path.
     atomic_write("tok.json", lambda f: f.write(text), mode="w")
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.realpath(path)
+    directory = os.path.dirname(target)
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX, suffix="-" + os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX, suffix="-" + os.path.basename(target))
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
@@ -73,7 +75,7 @@ def atomic_write(path, write, mode="wb"):
         umask = os.umask(0o22)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a plain file's mode
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

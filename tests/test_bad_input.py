@@ -304,6 +304,8 @@ ROWS = [
      r"checkpoint not found: nope\.npz"),
     ("average-output-is-an-input", ["average", "{D}/model.npz", "a.npz", "--output", "a.npz"], None,
      {**OLD_AVG, "a.npz": b"x"}, 2, r"--output a\.npz is also the checkpoint to average a\.npz"),
+    ("average-checkpoint-twice", ["average", "{D}/model.npz", "{D}/../{D_NAME}/model.npz", "--output", "avg.npz"],
+     None, OLD_AVG, 2, r"checkpoint .*model\.npz is given twice; it would weigh twice in the average"),
     ("average-output-stdout", AVERAGE + ["--output", "-"], None, OLD_AVG, 2,
      r"--output takes a file name, not stdout \('-'\)"),
     ("average-output-under-a-file", AVERAGE + ["--output", "taken/avg.npz"], None, {"taken": b"x"}, 2,
@@ -374,7 +376,7 @@ def test_bad_input(row_id, argv, stdin, files, code, message, shared, tmp_path, 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8"))
     before = snapshot(work, shared)
     try:
-        got = cli.main([a.replace("{D}", str(shared)) for a in argv])
+        got = cli.main([a.replace("{D_NAME}", shared.name).replace("{D}", str(shared)) for a in argv])
     finally:
         for path in locked:
             path.chmod(0o755)
@@ -390,6 +392,17 @@ def test_bad_input(row_id, argv, stdin, files, code, message, shared, tmp_path, 
     assert not changed, f"changed or removed: {changed}"
     if code == 2:  # a refused argument: nothing written, no directory made
         assert sorted(after) == sorted(before), f"created: {sorted(set(after) - set(before))}"
+
+
+def test_a_read_only_output_is_refused_not_replaced(tmp_path, monkeypatch):
+    """Renaming over a read-only file succeeds in a writable directory: writable_file refuses it first.
+    (os.access is stood in for: as root every file is writable, and the suite may run as root.)"""
+    from minitransformer.cli.common import UsageError, writable_file
+    (tmp_path / "out.txt").write_text("keep me")
+    monkeypatch.setattr(os, "access", lambda path, mode: not str(path).endswith("out.txt"))
+    with pytest.raises(UsageError, match=r"--output .*out\.txt is read-only"):
+        writable_file(str(tmp_path / "out.txt"), "--output")
+    assert writable_file(str(tmp_path / "new.txt"), "--output") == str(tmp_path / "new.txt")
 
 
 @pytest.mark.parametrize("signum, code, word",

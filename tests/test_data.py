@@ -258,6 +258,17 @@ def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path)
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
 
 
+def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_and_keeps_the_link(tmp_path):
+    from minitransformer.fileio import atomic_write
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "out.txt").write_text("old")
+    link = tmp_path / "out.txt"
+    link.symlink_to(tmp_path / "real" / "out.txt")
+    assert atomic_write(link, lambda f: f.write("new"), mode="w") == str(link)
+    assert link.is_symlink() and (tmp_path / "real" / "out.txt").read_text() == "new"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.txt"]   # no temporary left
+
+
 @pytest.mark.skipif(not (DATA / "multi30k").exists(), reason="../shared/data/multi30k is not present")
 def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
     """Each results table row of the README that links a results/ folder holding test translations:

@@ -56,9 +56,7 @@ def run_bpe(args):
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
     if args.min_frequency < 1:
         raise UsageError(f"--min-frequency must be at least 1, got {args.min_frequency}")
-    if args.output == "-":
-        raise UsageError("--output takes a file name, not stdout ('-')")
-    not_an_input(writable_file(args.output, "--output"), "--output", [("the --input file", p) for p in args.input])
+    not_an_input(writable_file(args.output, "--output", stdout=False), "--output", [("the --input file", p) for p in args.input])
     start = time.perf_counter()
     tokenizer = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
                           args.special_tokens, progress=not args.quiet)

@@ -42,15 +42,20 @@ def existing(path, what):
     return path
 
 
-def writable_file(path, option):
-    """path itself when it is None, "-" (stdout) or a file that can be written (its directory
-    existing or creatable, and writable); a UsageError naming `option` otherwise. Creates nothing."""
+def writable_file(path, option, stdout=True):
+    """path itself when it is None, "-" (stdout, where `stdout` allows it) or a file that can be written
+    (its directory existing or creatable, and writable); a UsageError naming `option` otherwise.
+    Creates nothing."""
+    if path == "-" and not stdout:
+        raise UsageError(f"{option} takes a file name, not stdout ('-')")
     if path is None or path == "-":
         return path
     if os.path.isdir(path):
         raise UsageError(f"{option} {path} is a directory; give a file name")
     if os.path.exists(path) and not os.path.isfile(path):  # replaced by a plain file, not written into
         raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
+    if os.path.isfile(path) and not os.access(path, os.W_OK):
+        raise UsageError(f"{option} {path} is read-only; make it writable or give another file name")
     _check_creatable(os.path.dirname(os.path.normpath(path)), option, path)
     return path
 

@@ -64,9 +64,7 @@ def run_average(args):
     """Average the checkpoints given (or a directory's last --last) into --output; the exit code."""
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
-    if args.output == "-":
-        raise UsageError("--output takes a file name, not stdout ('-')")
-    writable_file(args.output, "--output")
+    writable_file(args.output, "--output", stdout=False)
     paths = args.inputs
     if len(paths) == 1 and os.path.isdir(paths[0]):
         found = list_checkpoints(paths[0])
@@ -77,8 +75,10 @@ def run_average(args):
         paths = found[-args.last:] if args.last else found
     elif args.last is not None:
         raise UsageError("--last goes with a directory, not with a list of files")
-    for path in paths:
+    for n, path in enumerate(paths):
         existing(path, "checkpoint")
+        if any(os.path.realpath(path) == os.path.realpath(p) for p in paths[:n]):
+            raise UsageError(f"checkpoint {path} is given twice; it would weigh twice in the average")
     not_an_input(args.output, "--output", [("the checkpoint to average", p) for p in paths])
     average_files(paths, args.output)
     print(f"averaged {len(paths)} checkpoints into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
