@@ -79,11 +79,14 @@ def grade(lesson, path, only=()):
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"lesson {lesson}: {shown}")
     try:
-        module = load(path)
-    except Exception as e:
+        with time_limit(Grade(path)):            # top-level code runs too: an endless loop there fails
+            module = load(path)
+    except (Exception, SystemExit) as e:         # exit() in the file would end the grader, status 0
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path]
         where = f" (line {lines[-1]})" if lines and not isinstance(e, SyntaxError) else ""  # (says its line)
-        module, broken = None, f"the file does not load: {type(e).__name__}: {e}{where}"
+        why = (str(e) if isinstance(e, Fail) else "it calls exit()" if isinstance(e, SystemExit) else
+               f"{type(e).__name__}: {e}")
+        module, broken = None, f"the file does not load: {why}{where}"
     passed = 0
     for name, check in items:
         g = Grade(path)
@@ -103,7 +106,7 @@ def grade(lesson, path, only=()):
                                                            ("", name, "__init__", "forward") else "")
         except Fail as e:
             status, text = "FAIL", str(e)
-        except Exception as e:                   # an answer of a shape the checker could not even read
+        except (Exception, SystemExit) as e:     # an answer of a shape the checker could not even read
             status, text = "FAIL", f"{g.case}: the grader could not use your answer: {type(e).__name__}: {e}"
         finally:
             mt.use("cpu")

@@ -276,6 +276,88 @@ def test_a_wrong_answer_fails_with_its_hint(lesson, name, tmp_path, capsys):
     assert result == "FAIL" and hint in text, out
 
 
+# Answers of the wrong kind, and where a message once misled: (lesson, function, code, words of its line).
+ODD = [
+    ("04", "softmax", """
+        def softmax(x, axis=-1):                    # right values, but the caller's logits are gone
+            x -= x.max(axis=axis, keepdims=True)
+            np.exp(x, out=x)
+            x /= x.sum(axis=axis, keepdims=True)
+            return x
+        """, "changed its input x in place"),
+    ("04", "cross_entropy_backward", """
+        def softmax(x, axis=-1):                    # caught by the gradcheck after the cases: named as such
+            x -= x.max(axis=axis, keepdims=True)
+            np.exp(x, out=x)
+            x /= x.sum(axis=axis, keepdims=True)
+            return x
+        """, "mt.gradcheck, logits (3, 4)"),
+    ("04", "layer_norm_backward", """
+        def layer_norm_backward(x, gamma, dy, eps=1e-6, _right=layer_norm_backward):
+            return _right(x, gamma, dy, eps)[:2]
+        """, "got tuple of 2"),
+    ("06", "causal_mask", """
+        def causal_mask(T):                         # exit() used to end the grader
+            raise SystemExit("done")
+        """, "called exit()"),
+    ("06", "attention_forward", """
+        def attention_forward(q, k, v, mask=None):  # -inf: NaN where every key is masked
+            s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                s = np.where(mask, s, -np.inf)
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p /= p.sum(axis=-1, keepdims=True)
+            return p @ v, p
+        """, "not -inf"),
+    ("08", "merge", """
+        def merge(ids, pair, new_id):               # no return
+            out = list(ids)
+        """, "return a list of ids, got NoneType"),
+    ("08", "learn_merges", """
+        def learn_merges(word_counts, num_merges, min_frequency=2, offset=3, _right=learn_merges):
+            merges = _right(word_counts, num_merges, min_frequency, offset)    # new ids 256 + k
+            return [tuple(i - offset if i >= offset + 256 else i for i in pair) for pair in merges]
+        """, "merge j makes id offset + 256 + j"),
+    ("09", "noam_lr", """
+        def noam_lr(step, d_model, warmup_steps=4000, _right=noam_lr):     # text: "1.7e-07" read as a number
+            return str(_right(step, d_model, warmup_steps))
+        """, "got str"),
+    ("09", "noam_lr", """
+        def noam_lr(step, d_model, warmup_steps=4000, _right=noam_lr):
+            return 0.0 if step == 0 else _right(step, d_model, warmup_steps)
+        """, "step 0 counts as step 1"),
+    ("10", "length_penalty", """
+        def length_penalty(length, alpha):          # no return: None, once read as NaN
+            lp = ((5.0 + length) / 6.0) ** alpha
+        """, "holding NoneType"),
+    ("10", "beam_search", """
+        def beam_search(step, beam_size, max_len, alpha=0.0, _right=beam_search):   # "23" once read as [2, 3]
+            tokens, log_prob = _right(step, beam_size, max_len, alpha)
+            return "".join(map(str, tokens)), log_prob
+        """, "tokens should be a list of token ids"),
+]
+
+
+@pytest.mark.parametrize("lesson, name, code, words", ODD, ids=lambda x: x if len(x) < 30 else "")
+def test_an_answer_of_the_wrong_kind_fails_with_a_clear_line(lesson, name, code, words, tmp_path, capsys):
+    path = tmp_path / f"{stem(lesson)}.py"
+    path.write_text((LESSONS / "solutions" / f"{stem(lesson)}.py").read_text() + textwrap.dedent(code))
+    status, lines, out = grade(capsys, lesson, name, "--module", path)
+    assert status == 1 and "Traceback" not in out
+    result, text = lines[name]
+    assert result == "FAIL" and words in text, out
+
+
+def test_top_level_code_that_exits_or_never_ends_fails_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(check.time_limit.__wrapped__, "__defaults__", (1,))      # 1 s, not 30
+    path = tmp_path / "mine.py"
+    for code, why in (("exit()", "it calls exit()"), ("while True:\n    pass", "still running after 1 s: an endless loop?")):
+        path.write_text("import numpy as np\n" + code + "\n")
+        status, lines, out = grade(capsys, "04", "--module", path)
+        assert status == 1 and len(lines) == 4, out
+        assert set(lines.values()) == {("FAIL", f"the file does not load: {why} (line 2)")}, out
+
+
 def test_every_exercise_has_a_wrong_answer():
     assert sorted(WRONG) == sorted(ITEMS)
 

@@ -15,9 +15,11 @@ def check_softmax(fn, g):
              ("logits near 1000", 1000 + r((2, 4)), -1), ("shape (6,)", r(6), -1)]
     for case, x, axis in cases:
         g.start(case)
-        ref = F.softmax(mt.tensor(x), axis=axis).numpy()
-        g.cmp("softmax", g.call(fn, x.copy(), axis=axis), ref,
+        ref, mine = F.softmax(mt.tensor(x), axis=axis).numpy(), x.copy()
+        g.cmp("softmax", g.call(fn, mine, axis=axis), ref,
               nan_hint="exp(1000) overflows: subtract the maximum along the axis first (it cancels)")
+        if not np.array_equal(mine, x):          # cross_entropy_backward calls it on the caller's logits
+            g.fail("softmax changed its input x in place: compute into a new array (x - x.max(...) makes one)")
 
 
 def check_softmax_backward(fn, g):
@@ -31,7 +33,7 @@ def check_softmax_backward(fn, g):
         y = y.numpy()
         g.cmp("dx", g.call(fn, y.copy(), dy.copy(), axis=axis), x.grad, known=softmax_backward_mistakes(y, dy, axis))
     g.gradcheck(lambda x: with_your_backward(F.softmax, lambda gr: (fn(F.softmax(x.detach()).data, gr),), [x]),
-                leaf(r((3, 4))))
+                leaf(r((3, 4))), case="mt.gradcheck, x (3, 4)")
 
 
 def check_cross_entropy_backward(fn, g):
@@ -54,7 +56,7 @@ def check_cross_entropy_backward(fn, g):
     def ce(z):
         return with_your_backward(lambda z: F.cross_entropy(z, t, ignore_index=0, label_smoothing=0.1),
                                   lambda gr: (gr * fn(z.data, t, label_smoothing=0.1, ignore_index=0),), [z])
-    g.gradcheck(ce, leaf(z))
+    g.gradcheck(ce, leaf(z), case="mt.gradcheck, logits (3, 4), label_smoothing=0.1, ignore_index=0")
 
 
 def check_layer_norm_backward(fn, g):
@@ -72,7 +74,7 @@ def check_layer_norm_backward(fn, g):
         g.cmp("dbeta", dbeta, leaves[2].grad, shape_hint="sum dy over every leading axis: beta is shared")
     g.gradcheck(lambda x, gm, bt: with_your_backward(F.layer_norm, lambda gy: tuple(fn(x.data, gm.data, gy)),
                                                      [x, gm, bt]),
-                leaf(r((2, 5))), leaf(r(5)), leaf(r(5)))
+                leaf(r((2, 5))), leaf(r(5)), leaf(r(5)), case="mt.gradcheck, x (2, 5)")
 
 
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]

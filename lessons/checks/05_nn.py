@@ -31,7 +31,7 @@ def check_linear_backward(fn, g):
               shape_hint="dweight has weight's shape (d_in, d_out): x^T dy, with x flattened to (N, d_in)")
         g.cmp("dbias", db, leaves[2].grad, shape_hint="dbias has shape (d_out,): sum dy over every leading axis")
     g.gradcheck(lambda x, w, b: with_your_backward(F.linear, lambda gr: tuple(fn(x.data, w.data, gr)), [x, w, b]),
-                leaf(r((2, 3, 4))), leaf(r((4, 2))), leaf(r(2)))
+                leaf(r((2, 3, 4))), leaf(r((4, 2))), leaf(r(2)), case="mt.gradcheck, x (2, 3, 4), weight (4, 2)")
 
 
 def check_feedforward(cls, g):

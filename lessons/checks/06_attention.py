@@ -38,8 +38,9 @@ def check_attention_forward(fn, g):
                                               return_weights=True)
         got_out, got_p = g.unpack(g.call(fn, q.copy(), k.copy(), v.copy(), mask), ["out", "weights"])
         wrong = attention_forward_mistakes(q, k, v, mask)
-        g.cmp("the weights", got_p, p, known=[(wrong_p, hint) for _, wrong_p, hint in wrong])
-        g.cmp("the output", got_out, out.numpy(), known=[(wrong_out, hint) for wrong_out, _, hint in wrong])
+        g.cmp("the weights", got_p, p, known=[(wrong_p, hint) for _, wrong_p, hint in wrong], nan_hint=NAN_HINT)
+        g.cmp("the output", got_out, out.numpy(), known=[(wrong_out, hint) for wrong_out, _, hint in wrong],
+              nan_hint=NAN_HINT)
 
 
 def check_attention_backward(fn, g):
@@ -63,10 +64,14 @@ def check_attention_backward(fn, g):
                                             return_weights=True)
         return with_your_backward(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, training=False),
                                   lambda gr: tuple(fn(q.data, k.data, v.data, p, gr)), [q, k, v])
-    g.gradcheck(attention, leaf(q), leaf(k), leaf(v))
+    g.gradcheck(attention, leaf(q), leaf(k), leaf(v), case="mt.gradcheck, q, k, v (1, 2, 3, 4), causal mask")
 
 
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
+NAN_HINT = ("set masked scores to -1e9, not -inf: a query whose keys are all masked gets exp(-inf + inf) = NaN "
+            "(lesson 06, Masks); its weights are 0")
+
+
 def causal_mask_mistakes(ref, T):
     return [(np.swapaxes(ref, -1, -2), "True where key j <= query i: row i is query i, so the LOWER triangle"),
             (np.tril(np.ones((T, T), bool), -1)[None, None], "a query may attend to itself: the diagonal is True")]

@@ -16,7 +16,7 @@ def check_merge(fn, g):
         got = g.call(fn, ids, pair, new)
         if ids != before:
             g.fail("ids was changed: build and return a new list")
-        g.same("it", [int(i) for i in got], bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
+        g.same("it", id_list(g, got), bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
 
 
 def corpus_words(n_lines=200, seed=0):
@@ -61,7 +61,18 @@ def check_encode(fn, g):
             ref, chars = (bpe_learn.merge(ids, pair, 3 + 256 + k) for ids in (ref, chars))
         got = g.call(fn, word, merges, offset=3)
         hint = encode_hint(got, chars)
-        g.same(f"encode({word!r})", [int(i) for i in got], ref, hint=hint)
+        g.same(f"encode({word!r})", id_list(g, got), ref, hint=hint)
+
+
+def id_list(g, got):
+    """Your answer as a list of ints, or fail saying what to return."""
+    try:
+        if isinstance(got, (str, bytes)):
+            raise TypeError
+        return [int(i) for i in got]
+    except (TypeError, ValueError):
+        g.fail(f"return a list of ids, got {type(got).__name__}" +
+               (" (a function without return gives None)" if got is None else ""))
 
 
 # -------------------------------------------------------------- known mistakes, and their hints
@@ -98,6 +109,9 @@ def learn_merges_hint(word_counts, yours, ref, min_frequency, offset):
         return (f"{k} merges expected: stop when the best pair occurs fewer than min_frequency ({min_frequency}) "
                 f"times (here {best}) or no pair is left")
     mine, right = yours[k], ref[k]
+    if all(a in (b, b - offset) for a, b in zip(mine, right)):   # an offset left out
+        which = "merge j makes id offset + 256 + j" if max(right) >= offset + 256 else "byte b has id b + offset"
+        return f"merge {k} is {mine}, expected {right}: {which} (offset {offset})"
     if any(i >= offset + 256 + k or i < offset for i in mine):
         return (f"merge {k} is {mine}, but only ids {offset} .. {offset + 255 + k} exist yet: "
                 f"the k-th merge (from 0) makes id offset + 256 + k")

@@ -18,7 +18,7 @@ def check_noam_lr(fn, g):
         for step in (0, 1, 2, 10, 999, 1000, 1001, 3999, 4000, 4001, 16000, 100000):
             s = max(step, 1)
             g.cmp(f"noam_lr({step}, {d}, {w})", g.call(fn, step, d, w), optim.noam_schedule(step, d, w),
-                  known=noam_lr_mistakes(s, d, w),
+                  known=noam_lr_mistakes(s, d, w) + ([(0.0, g.error_hint)] if step == 0 else []),
                   otherwise="during warmup the rate is d_model^-0.5 * step * warmup_steps^-1.5 (a straight line)"
                   if s < w else "after warmup it is d_model^-0.5 * step^-0.5")
 

@@ -34,6 +34,8 @@ def check_beam_search(fn, g):
         got = g.call(fn, watched, k, max_len, alpha=alpha)
         tokens, log_prob = g.unpack(got, ["tokens", "log_prob"])
         try:
+            if isinstance(tokens, (str, bytes)):     # "23" would read as [2, 3]
+                raise TypeError
             tokens = [int(t) for t in tokens]
         except (TypeError, ValueError):
             g.fail(f"tokens should be a list of token ids, got {tokens!r}")

@@ -87,9 +87,10 @@ class Grade:
             raise
         except mt.GradcheckError as e:
             self.fail(f"mt.gradcheck with your backward: {e}")
-        except Exception as e:
+        except (Exception, SystemExit) as e:     # exit() too: it would end the grader
             hint = f"; {self.error_hint}" if self.error_hint else ""
-            self.fail(f"raised {type(e).__name__}: {e}{self.where(e)}{hint}")
+            what = "called exit()" if isinstance(e, SystemExit) else f"raised {type(e).__name__}: {e}"
+            self.fail(f"{what}{self.where(e)}{hint}")
 
     def where(self, error, what="line"):
         """The line of the graded file that raised (or the function's name), or ''."""
@@ -98,8 +99,11 @@ class Grade:
             return ""
         return frames[-1].name if what == "name" else f" (line {frames[-1].lineno} of {self.path.name})"
 
-    def gradcheck(self, fn, *inputs):
-        """mt.gradcheck (float64, central differences) of an op whose backward is yours."""
+    def gradcheck(self, fn, *inputs, case=None):
+        """mt.gradcheck (float64, central differences) of an op whose backward is yours; `case` names it
+        when it is not part of the case last started."""
+        if case is not None:
+            self.case = case
         self.call(mt.gradcheck, fn, *inputs)
         if "mt.gradcheck passed" not in self.notes:
             self.notes.append("mt.gradcheck passed")
@@ -110,12 +114,15 @@ class Grade:
         ref = np.asarray(ref, dtype=np.float64)
         if isinstance(yours, Tensor):
             yours = yours.numpy()
+        want = "a number" if ref.ndim == 0 else f"numbers of shape {ref.shape}"
         if yours is None:
-            self.fail(f"{what} is None; expected an array of shape {ref.shape}")
+            self.fail(f"{what} is None (a function without return gives None); expected {want}")
         try:
-            y = np.asarray(yours, dtype=np.float64)
+            y, kind = np.asarray(yours, dtype=np.float64), np.asarray(yours).dtype.kind
         except (TypeError, ValueError):
-            self.fail(f"{what} should be numbers of shape {ref.shape}, got {type(yours).__name__}")
+            self.fail(f"{what} should be {want}, got {held(yours)}")
+        if kind not in "biuf":                   # text ("1.5" converts to a number) or None (to NaN)
+            self.fail(f"{what} should be {want}, got {held(yours)}")
         if y.shape != ref.shape:
             self.fail(f"{what} has shape {y.shape}, expected {ref.shape}" + (f": {shape_hint}" if shape_hint else ""))
         if np.array_equal(y, ref):
@@ -144,13 +151,24 @@ class Grade:
     def unpack(self, result, names):
         """A tuple of len(names) results, or fail saying what to return."""
         if not isinstance(result, (tuple, list)) or len(result) != len(names):
-            self.fail(f"return the tuple ({', '.join(names)}), got {type(result).__name__}")
+            got = f" of {len(result)}" if isinstance(result, (tuple, list)) else ""
+            self.fail(f"return the tuple ({', '.join(names)}), got {type(result).__name__}{got}")
         return result
 
     def summary(self):
         how = "exact" if self.exact else f"within round-off, max diff {self.worst:.1e}"
         cases = f"{self.cases} case" + ("s" if self.cases != 1 else "")
         return f"{how} on {cases}" + "".join(f"; {n}" for n in self.notes)
+
+
+def held(value):
+    """What an answer that is not numbers is, for a message: 'str', 'NoneType', 'a list holding NoneType'."""
+    if isinstance(value, (list, tuple)):
+        odd = [v for v in value if not isinstance(v, (int, float, np.number))]
+        if odd:
+            return f"a {type(value).__name__} holding {type(odd[0]).__name__}" + \
+                (" (a function without return gives None)" if odd[0] is None else "")
+    return type(value).__name__
 
 
 def leaf(a):
