@@ -247,7 +247,8 @@ def linear(x, weight, bias=None):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
         dx = (g @ weight.data.T).reshape(x.shape) if x.requires_grad else None
         dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
-        db = g.sum(axis=0) if bias is not None and bias.requires_grad else None
-        return dx, dw, db
+        if bias is None:
+            return dx, dw
+        return dx, dw, g.sum(axis=0) if bias.requires_grad else None
     parents = (x, weight) if bias is None else (x, weight, bias)
     return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

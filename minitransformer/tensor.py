@@ -133,9 +133,13 @@ class Tensor:
                 start = _profiler.now()
                 pgrads = node._backward(g)
                 _profiler.record(node._op, "backward", _profiler.now() - start)
+            if not isinstance(pgrads, (tuple, list)) or len(pgrads) != len(node._parents):
+                _bad_backward(node, pgrads)
             for p, pg in zip(node._parents, pgrads):
                 if pg is None or not p.requires_grad:
                     continue
+                if not hasattr(pg, "shape"):
+                    _bad_backward(node, pgrads)
                 if pg.shape != p.data.shape:
                     pg = unbroadcast(pg, p.data.shape)
                 prev = grads.get(p)
@@ -243,6 +247,16 @@ def traced(fn):
         prof.record(out._op if made else fn.__name__, "forward", prof.now() - start)
         return out
     return op
+
+
+def _bad_backward(node, pgrads):
+    """A TypeError naming the op whose backward returned something else than one array (or None) per parent."""
+    n = len(node._parents)
+    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: "
+           + ", ".join(type(g).__name__ for g in pgrads) if isinstance(pgrads, (tuple, list))
+           else type(pgrads).__name__)
+    raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
+                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the parent's")
 
 
 def make_node(data, parents, backward, op):

@@ -247,3 +247,19 @@ def test_reduction_over_a_missing_axis_is_an_error_as_in_numpy():
         with pytest.raises(ValueError, match="out of range for a tensor of 2 dimensions"):
             reduce(x)
     assert x.sum(axis=-1).shape == (2,)
+
+
+@pytest.mark.parametrize("returned, got", [
+    (lambda g: g * 2, "returned ndarray"),                          # the array itself, not a tuple of one
+    (lambda g: None, "returned NoneType"),                          # a backward without return
+    (lambda g: (g, g), "returned a tuple of 2: ndarray, ndarray"),  # one gradient too many
+    (lambda g: ([1.0, 2.0, 3.0],), "returned a tuple of 1: list"),  # not an array
+])
+def test_a_custom_backward_that_returns_the_wrong_thing_is_named(returned, got):
+    """make_node is how a user builds an op (lesson 02): its backward must return one array (or None)
+    per parent; anything else is a TypeError naming the op, not a failure deep in the engine."""
+    from minitransformer.tensor import make_node
+    x = mt.tensor(np.ones(3, np.float32), requires_grad=True)
+    y = make_node(x.data * 2, (x,), returned, "double")
+    with pytest.raises(TypeError, match=rf"the backward of 'double' {got}; it must return a tuple of 1 array "):
+        y.sum().backward()
