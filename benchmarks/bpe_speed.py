@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,17 +29,17 @@ TOOLS = {"ours": "minitransformer.bpe (pure Python)", "naive": "minitransformer.
          "hf": "HF tokenizers, ByteLevelBPETokenizer", "spm": "sentencepiece, model_type=bpe",
          "subword-nmt": "subword-nmt learn_bpe (total_symbols)"}
 MODULES = {"hf": "tokenizers", "spm": "sentencepiece", "subword-nmt": "subword_nmt"}
+MIN_VOCAB = 259  # <pad> <s> </s> and the 256 bytes of a byte-level BPE
 
 
 def load_bpe():
-    """bpe.py by its path: it imports nothing of the package, so the engine is not loaded."""
-    if "bpe" in sys.modules:
-        return sys.modules["bpe"]
-    spec = importlib.util.spec_from_file_location("bpe", ROOT / "minitransformer" / "bpe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules["bpe"] = module
-    return module
+    """minitransformer.bpe without the package's __init__ (which loads the engine): a bare package over
+    the same folder, so that bpe.py's relative imports (bpe_learn, fileio) alone are loaded."""
+    if "minitransformer" not in sys.modules:
+        package = types.ModuleType("minitransformer")
+        package.__path__ = [str(ROOT / "minitransformer")]
+        sys.modules["minitransformer"] = package
+    return importlib.import_module("minitransformer.bpe")
 
 
 def learn_and_count(tool, files, vocab_size, val_lines, workdir):
@@ -105,12 +106,11 @@ def measure(tool, files, vocab_size, val_path, repeats):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"),
                    help="folder holding multi30k/ and english_mono/ (default: ../shared/data from the repo)")
-    p.add_argument("--vocab-size", type=int, default=10000)
-    p.add_argument("--repeats", type=int, default=1, help="runs per measure; the fastest is kept")
+    p.add_argument("--vocab-size", type=int, default=10000, help=f"{MIN_VOCAB} to 1,114,112 (default: 10000)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per measure; the fastest is kept (default: 1)")
     p.add_argument("--corpora", nargs="+", default=["multi30k", "english_mono"],
                    choices=["multi30k", "english_mono"])
     p.add_argument("--tools", nargs="+", default=["ours", "hf", "spm", "subword-nmt"], choices=list(TOOLS),
@@ -122,15 +122,30 @@ def main():
     if args.worker:
         return worker(args)
 
+    if not MIN_VOCAB <= args.vocab_size <= 0x110000:
+        p.error(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and 1,114,112, "
+                f"got {args.vocab_size:,}")
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
     data = Path(args.data_dir)
-    corpora = {"multi30k": [data / "multi30k" / "train.de.gz", data / "multi30k" / "train.en.gz"],
+    if not data.is_dir():
+        p.error(f"--data-dir {data} {'is a file' if data.exists() else 'does not exist'}: give the folder holding "
+                f"multi30k/ and english_mono/")
+    corpora = {"multi30k": [data / "multi30k" / f for f in ("train.de.gz", "train.en.gz", "val.de.gz", "val.en.gz")],
                "english_mono": sorted((data / "english_mono").glob("*.gz"))}
     for name in args.corpora:
-        if not all(f.exists() for f in corpora[name]) or not corpora[name]:
-            sys.exit(f"bpe_speed.py: no .gz files for {name} under {data}; pass --data-dir")
-    val_files = [data / "multi30k" / "val.de.gz", data / "multi30k" / "val.en.gz"]
-    val_lines = [line.rstrip("\n") for f in val_files for line in gzip.open(f, "rt", encoding="utf-8")]
+        if not all(f.is_file() for f in corpora[name]) or not corpora[name]:
+            p.error(f"no .gz files for {name} under {data} (multi30k: train and val .de.gz and .en.gz); "
+                    f"pass --data-dir")
+    val_files, corpora["multi30k"] = corpora["multi30k"][2:], corpora["multi30k"][:2]
+    try:  # validation lines: for the vocabularies learned on multi30k only
+        val_lines = [line.rstrip("\n") for f in val_files if "multi30k" in args.corpora
+                     for line in gzip.open(f, "rt", encoding="utf-8")]
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        sys.exit(f"bpe_speed.py: error: the validation files {', '.join(map(str, val_files))} are not gzip-compressed "
+                 f"UTF-8 text ({e})")
     val_words = sum(len(line.split()) for line in val_lines)
+    failed = 0
 
     with tempfile.TemporaryDirectory() as tmp:
         val_path = os.path.join(tmp, "val.json")
@@ -139,7 +154,10 @@ def main():
             plain = []  # every tool reads the same decompressed text
             for f in corpora[name]:
                 plain.append(os.path.join(tmp, f.name[:-3]))
-                Path(plain[-1]).write_bytes(gzip.open(f).read())
+                try:
+                    Path(plain[-1]).write_bytes(gzip.open(f).read())
+                except (OSError, EOFError) as e:
+                    sys.exit(f"bpe_speed.py: error: {f} is not a gzip-compressed file ({e})")
             size = sum(os.path.getsize(f) for f in plain) / 1e6
             print(f"\n{name}: {', '.join(f.name for f in corpora[name])} ({size:.1f} MB), "
                   f"vocab size {args.vocab_size}, best of {args.repeats}")
@@ -150,11 +168,14 @@ def main():
                 r = measure(tool, plain, args.vocab_size, val_path if name == "multi30k" else None, args.repeats)
                 if isinstance(r, str):
                     print(f"{TOOLS[tool]:42s} {r}")
+                    failed += r.startswith("failed")
                     continue
                 tokens = f"{r['val_tokens']:>11,d} {r['val_tokens'] / val_words:>8.3f}" if r["val_tokens"] else ""
                 print(f"{TOOLS[tool]:42s} {r['seconds']:>8.2f} {r['cpu_seconds']:>7.2f} "
                       f"{r['peak_mib']:>9.0f} {tokens}", flush=True)
 
+    return 1 if failed else 0  # a tool that is not installed is skipped, one that failed is an error
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

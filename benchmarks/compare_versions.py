@@ -34,8 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def import_revision(rev, where):
     """The package as of git revision `rev`, imported as minitransformer_base."""
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minitransformer"],
-                         check=True, capture_output=True).stdout
+    run = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minitransformer"], capture_output=True)
+    if run.returncode != 0:
+        reason = (run.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        raise SystemExit(f"compare_versions.py: error: --base {rev}: git archive cannot export minitransformer/ "
+                         f"from it ({reason})")
+    tar = run.stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(where, filter="data")
     (Path(where) / "minitransformer").rename(Path(where) / "minitransformer_base")
@@ -152,10 +156,15 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=10, help="timed rounds per workload (default: 10)")
     p.add_argument("--only", default="", help="only the workloads whose name contains this text, e.g. 'beam'")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, got {args.repeats}")
+    check = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}"],
+                           capture_output=True)
+    if check.returncode != 0 or args.base.startswith("-"):
+        p.error(f"--base {args.base!r} is not a commit of the repository at {ROOT}")
     sys.path.insert(0, str(ROOT))
     import minitransformer as new
     with tempfile.TemporaryDirectory() as tmp:
-        old = import_revision(args.base, tmp)
         shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]  # (sentences, source length, target length)
         workloads = {
             f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
@@ -165,6 +174,9 @@ def main(argv=None):
             f"greedy, 64 sentences ({args.preset})": lambda m: decoding(m, args.preset, 8000, 1),
             f"beam 4, 64 sentences ({args.preset})": lambda m: decoding(m, args.preset, 8000, 4),
         }
+        if not any(args.only in name for name in workloads):
+            p.error(f"--only {args.only!r} is in no workload's name: {'; '.join(workloads)}")
+        old = import_revision(args.base, tmp)
         print(f"working tree (B) vs {args.base} (A), interleaved, {args.repeats} rounds; median [min, max]")
         for name, make in workloads.items():
             if args.only not in name:

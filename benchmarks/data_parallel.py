@@ -106,17 +106,22 @@ def run(cmd, threads):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="small", choices=("tiny", "small", "base"))
-    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--preset", default="small", choices=("tiny", "small", "base"), help="default: small")
+    p.add_argument("--ranks", type=int, default=2, help="N, at least 2 (default: 2)")
     p.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch and side (default: 2048)")
     p.add_argument("--steps", type=int, default=10, help="timed updates per run (default: 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed updates first (default: 2)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="medians over this many (default: 3)")
     p.add_argument("--accum", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    for option, value, low in (("--ranks", args.ranks, 2), ("--max-tokens", args.max_tokens, 1),
+                               ("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--rounds", args.rounds, 1)):
+        if value < low:
+            why = " (1 rank is the baseline itself)" if option == "--ranks" else ""
+            p.error(f"{option} must be at least {low}{why}, got {value}")
     mpiexec = shutil.which("mpiexec", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     if mpiexec is None:
         raise SystemExit('mpiexec not found: pip install -e ".[mpi]"')

@@ -31,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import backend  # noqa: E402
+from minitransformer.checkpoint import CheckpointError  # noqa: E402
+from minitransformer.cli.common import existing, option_error, use_device, UsageError  # noqa: E402
 from minitransformer.data import read_lines  # noqa: E402
-from minitransformer.search import STOPS, beam_search, greedy_search  # noqa: E402
+from minitransformer.search import STOPS, beam_search, check_search_args, greedy_search  # noqa: E402
 from minitransformer.tensor import Tensor  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
@@ -104,21 +106,43 @@ def main():
     p.add_argument("--recompute-n", type=int, help="sentences for the slow runs without cache (default: --n)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     p.add_argument("--checkpoint", help="a trained checkpoint (default: a random small model)")
-    p.add_argument("--vocab", type=int, default=8000, help="vocabulary of the random model (default: 8000)")
-    p.add_argument("--max-len-b", type=int, default=50)
+    p.add_argument("--vocab", type=int, help="vocabulary of the random model (default: 8000)")
+    p.add_argument("--max-len-b", type=int, default=50, help="outputs run to len(x) + this (default: 50)")
     p.add_argument("--alpha", type=float, default=0.6, help="beam search's length penalty (default: 0.6)")
     p.add_argument("--stop", choices=STOPS, default="exact", help="beam search's stop (default: exact)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--data", default=str(TEST), help="source sentences (default: Multi30k test 2016, German)")
     args = p.parse_args()
     if not Path(args.data).exists():
-        raise SystemExit(f"{args.data} not found (the shared data directory is ../shared/data beside the repo)")
-    mt.use(args.device)
+        p.error(f"--data {args.data} not found (the shared data directory is ../shared/data beside the repo)")
+    for option, value, low in (("--n", args.n, 1), ("--recompute-n", args.recompute_n, 1),
+                               ("--vocab", args.vocab, 4)):
+        if value is not None and value < low:
+            p.error(f"{option} must be at least {low}, got {value}")
+    if args.checkpoint and args.vocab is not None:
+        p.error("--vocab sets the random model's vocabulary; a --checkpoint brings its own: give one or the other")
+    args.vocab = args.vocab or 8000
+    try:
+        existing(args.data, "--data file")
+        existing(args.checkpoint, "--checkpoint file")
+        check_search_args("decode_speed", beam_size=4, alpha=args.alpha, max_len_b=args.max_len_b,
+                          batch_size=args.batch_size, stop=args.stop)
+    except UsageError as e:
+        p.error(str(e))
+    except ValueError as e:
+        p.error(str(option_error(e, {"alpha": "--alpha", "max_len_b": "--max-len-b", "batch_size": "--batch-size"})))
+    try:
+        use_device(args.device)
+        lines = read_lines(args.data)[:args.n]
+        if not lines:
+            raise ValueError(f"--data {args.data} holds no line to translate")
+        if args.checkpoint:
+            from minitransformer.checkpoint import load_model
+            model, tok, _ = load_model(args.checkpoint)
+    except (ValueError, RuntimeError, CheckpointError) as e:  # a device, a file or a checkpoint that will not do
+        raise SystemExit(f"{p.prog}: error: {e}") from None
     mt.seed(0)
-    lines = read_lines(args.data)[:args.n]
     if args.checkpoint:
-        from minitransformer.checkpoint import load_model
-        model, tok, _ = load_model(args.checkpoint)
         sources = [[i for i in tok.encode(s) if i > 2] for s in lines]
         what = f"checkpoint {args.checkpoint}"
     else:
@@ -132,7 +156,7 @@ def main():
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batches = [[sources[j] for j in order[i:i + args.batch_size]] for i in range(0, len(order), args.batch_size)]
     # recomputation is slow: run it on every stride-th batch (all lengths represented)
-    n_slow = -(-(args.recompute_n or args.n) // args.batch_size)
+    n_slow = -(-(args.n if args.recompute_n is None else args.recompute_n) // args.batch_size)
     stride = max(1, len(batches) // max(1, n_slow))
     slow = set(range(0, len(batches), stride)[:n_slow])
     print(f"{what}; {len(sources)} sentences, {sum(map(len, sources)) / len(sources):.1f} source tokens "

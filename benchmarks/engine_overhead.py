@@ -7,6 +7,7 @@ hand-written backward), and vs PyTorch's eager autograd when PyTorch is installe
 The graph: h = x; `depth` times h = relu(h * w + b); loss = sum(h): 3 * depth + 1 nodes.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -69,10 +70,18 @@ def torch_eager(x0, w0, b0, depth):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=16, help="tensors are (size, size) float32")
-    p.add_argument("--depth", type=int, default=100, help="blocks of (mul, add, relu)")
-    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--size", type=int, default=16, help="tensors are (size, size) float32 (default: 16)")
+    p.add_argument("--depth", type=int, default=100, help="blocks of (mul, add, relu) (default: 100)")
+    p.add_argument("--repeats", type=int, default=30, help="the median is reported (default: 30)")
     args = p.parse_args()
+    for option, value in (("--size", args.size), ("--depth", args.depth), ("--repeats", args.repeats)):
+        if value < 1:
+            p.error(f"{option} must be at least 1, got {value}")
+    need = 2 * 3 * args.depth * args.size ** 2 * 4  # every node's (size, size) float32 output and its gradient
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > memory / 2:
+        p.error(f"--size {args.size} with --depth {args.depth} needs about {need / 2 ** 30:,.1f} GiB, more than half "
+                f"of this machine's {memory / 2 ** 30:.0f} GiB: use a smaller --size or --depth")
     rng = np.random.default_rng(0)
     x0, b0 = (rng.standard_normal((args.size, args.size)).astype(np.float32) for _ in range(2))
     w0 = rng.uniform(0.5, 1.0, (args.size, args.size)).astype(np.float32)  # |w| < 1: no overflow at depth

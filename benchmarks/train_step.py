@@ -220,16 +220,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", nargs="+", default=["small"], choices=["tiny", "small", "base", "big"])
     p.add_argument("--torch", action="store_true", help="also run the PyTorch eager reference, if installed")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    p.add_argument("--max-tokens", type=int, default=4096, help="padded target tokens per batch at most")
+    p.add_argument("--steps", type=int, default=10, help="timed steps, median reported (default: 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: 2)")
+    p.add_argument("--max-tokens", type=int, default=4096,
+                   help="padded target tokens per batch at most (default: 4096)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         args.preset = args.preset[0]
         return worker(args)
-    results = []
+    for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
+                               ("--max-tokens", args.max_tokens, 1)):
+        if value < low:
+            p.error(f"{option} must be at least {low}, got {value}")
+    results, failed = [], 0
     for preset in args.preset:
         for fw in ["ours"] + (["torch"] if args.torch else []):
             cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
@@ -241,6 +246,7 @@ def main():
                     print("PyTorch is not installed: skipping the side-by-side run")
                     continue
                 print(f"{fw} {preset} failed: {tail[0]}")
+                failed += 1
                 continue
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = results[-1]
@@ -256,7 +262,8 @@ def main():
     if results:
         print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
               f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}")
+    return 1 if failed else 0  # PyTorch not installed is skipped; a run that failed is an error
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,15 +33,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import minitransformer as mt  # noqa: E402
 from minitransformer import checkpoint as ckpt  # noqa: E402
 from minitransformer import distributed  # noqa: E402
+from minitransformer.bpe import BPE  # noqa: E402
 from minitransformer.checkpoint import list_checkpoints  # noqa: E402
+from minitransformer.cli.common import UsageError, no_earlier_run, option_error, use_device, writable_dir  # noqa: E402
+from minitransformer.cli.train import MAX_VOCAB, MIN_VOCAB  # noqa: E402
+from minitransformer.cli.translate import LIMITS  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
+from minitransformer.search import check_search_args  # noqa: E402
 from minitransformer.translation import translate_lines  # noqa: E402
-from minitransformer.training import TrainingConfig  # noqa: E402
+from minitransformer.training import TrainingConfig, TrainingError  # noqa: E402
 from minitransformer.transformer import TransformerConfig  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
@@ -53,6 +57,11 @@ QUICK = {"config": "tiny", "steps": 1200, "dropout": 0.1, "label_smoothing": 0.1
 QUICK_BLEU = "36.5"                   # measured with the defaults: test BLEU 36.50 (chosen on val: 36.07)
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
+# TrainingConfig's and TransformerConfig's fields, search.check_search_args' arguments -> the options that set them
+OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps", "warmup_steps": "--warmup",
+           "lr_scale": "--lr-scale", "eval_every": "--eval-every", "save_every": "--save-every", "keep": "--average",
+           "seed": "--seed", "dropout": "--dropout", "label_smoothing": "--label-smoothing", "beam_size": "--beam",
+           "alpha": "--alpha"}
 
 
 def count_lines(path):
@@ -96,12 +105,59 @@ def download(data_dir):
 
 
 def find_files(data_dir):
+    if data_dir.exists() and not data_dir.is_dir():
+        raise UsageError(f"--data-dir {data_dir} is a file, not a directory")
     files = {f"{s}.{l}": data_dir / f"{s}.{l}.gz" for s in SPLITS for l in ("de", "en")}
-    missing = [str(p) for p in files.values() if not p.exists()]
+    missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
-        raise SystemExit(f"Multi30k files missing: {', '.join(missing)}. Run with --download (needs "
-                         f"internet) or point --data-dir at a directory that holds them.")
+        raise UsageError(f"Multi30k files missing: {', '.join(missing)}; run with --download (needs "
+                         f"internet) or point --data-dir at a directory that holds them")
     return files
+
+
+def model_config(args, vocab_size):
+    return getattr(TransformerConfig, args.config)(vocab_size=vocab_size, norm_first=args.layer_norm == "pre",
+                                                   dropout=args.dropout, label_smoothing=args.label_smoothing)
+
+
+def check_args(args):
+    """Every option, before any work (only a tokenizer.json in --out is read, nothing is written): the
+    TrainingConfig, or a UsageError naming the option of the first bad one. (A checkpoint to resume is
+    checked by prepare_training: the same model, not past --steps.)"""
+    if not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
+        raise UsageError(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and "
+                         f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
+    if args.average < 1:
+        raise UsageError(f"--average must be at least 1 (1: the last checkpoint alone), got {args.average}")
+    try:
+        training = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum,
+                                  warmup_steps=args.warmup, lr_scale=args.lr_scale, eval_every=args.eval_every,
+                                  save_every=args.save_every, keep=args.average, seed=args.seed,
+                                  eval_sentences=300, progress=not args.no_progress)
+        model_config(args, args.vocab_size)
+        check_search_args("translate_lines", beam_size=args.beam, alpha=args.alpha)
+    except ValueError as e:
+        raise option_error(e, OPTIONS) from None
+    if args.alpha > LIMITS["--alpha"]:
+        raise UsageError(f"--alpha must be at most {LIMITS['--alpha']}, got {args.alpha}")
+    if args.download:
+        writable_dir(args.data_dir, "--data-dir")
+    else:
+        find_files(args.data_dir)
+    writable_dir(args.out, "--out")
+    if not args.resume:
+        no_earlier_run(args.out, "--out", "continue that run (--resume), or ")
+    tokenizer_file = args.out / "tokenizer.json"
+    if tokenizer_file.exists():  # learned by an earlier run: used again, so it must be the one asked for
+        try:
+            ids = BPE.load(tokenizer_file).vocab_size
+        except (ValueError, OSError) as e:
+            raise UsageError(f"--out: {e}") from None
+        if ids != args.vocab_size:
+            raise UsageError(f"--out {args.out} holds the tokenizer.json of an earlier run, {ids:,} ids, but "
+                             f"--vocab-size is {args.vocab_size:,}: give --vocab-size {ids} to use it, or move it "
+                             f"away to learn a new one")
+    return training
 
 
 def main(argv=None):
@@ -146,28 +202,37 @@ def main(argv=None):
     for name, default in (QUICK if args.quick else RECIPE).items():  # what the command line left unset
         if getattr(args, name) is None:
             setattr(args, name, default)
-    mt.use(args.device)
+    try:
+        training = check_args(args)
+        use_device(args.device)
+    except UsageError as e:
+        p.error(str(e))
+    except RuntimeError as e:  # --device gpu without a usable GPU
+        raise SystemExit(f"{p.prog}: error: {e}") from None
+    try:
+        return run(args, training)
+    except (UsageError, ckpt.CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)  # a damaged data file, a full disk: one line
+        return 1
+    except KeyboardInterrupt:
+        print(f"{p.prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def run(args, training):
+    """Download (with --download), train, average, translate and score; the exit code."""
     start = time.perf_counter()
     if args.download:  # data parallel: rank 0 fetches, the others wait for the files
         if distributed.world().is_main:
             download(args.data_dir)
         distributed.world().barrier()
-    files = find_files(args.data_dir)
-    args.out.mkdir(parents=True, exist_ok=True)
+    files = find_files(args.data_dir)  # --out is made by prepare_training, once the training files are read
 
     # 1. a joint BPE over German and English training text (learned once, then reused from --out),
     # 2. the model and the Trainer, resumed from the latest checkpoint with --resume
     tokenizer_file = args.out / "tokenizer.json"
-    training = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum, warmup_steps=args.warmup,
-                              lr_scale=args.lr_scale, eval_every=args.eval_every, save_every=args.save_every,
-                              keep=max(args.average, 1), seed=args.seed, eval_sentences=300,
-                              progress=not args.no_progress)
     trainer, tokenizer = prepare_training(
-        *read_parallel(files["train.de"], files["train.en"]),
-        lambda vocab_size: getattr(TransformerConfig, args.config)(vocab_size=vocab_size,
-                                                                   norm_first=args.layer_norm == "pre",
-                                                                   dropout=args.dropout,
-                                                                   label_smoothing=args.label_smoothing),
+        *read_parallel(files["train.de"], files["train.en"]), lambda vocab_size: model_config(args, vocab_size),
         training, str(args.out),
         tokenizer=tokenizer_file if tokenizer_file.exists() else None, vocab_size=args.vocab_size,
         valid=read_parallel(files["val.de"], files["val.en"]), max_len=256, resume="auto" if args.resume else None)

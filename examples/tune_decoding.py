@@ -31,12 +31,24 @@ def main(argv=None):
     p.add_argument("run", type=Path, help="the --out directory of a training run")
     p.add_argument("--data-dir", type=Path, default=SHARED if SHARED.exists() else Path("data/multi30k"),
                    help="where val.de.gz and val.en.gz are")
-    p.add_argument("--average", type=int, nargs="+", default=[1, 5, 10])
-    p.add_argument("--beam", type=int, nargs="+", default=[1, 4, 8])
-    p.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0])
+    p.add_argument("--average", type=int, nargs="+", default=[1, 5, 10], help="default: 1 5 10")
+    p.add_argument("--beam", type=int, nargs="+", default=[1, 4, 8], help="default: 1 4 8")
+    p.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0], help="0 to 10 (default: 0.6 1.0)")
     p.add_argument("--sentences", type=int, help="only the first N validation sentences (a quick check)")
-    p.add_argument("--base", type=float, nargs=3, default=[5, 4, 0.6], metavar=("AVERAGE", "BEAM", "ALPHA"))
+    p.add_argument("--base", type=float, nargs=3, default=[5, 4, 0.6], metavar=("AVERAGE", "BEAM", "ALPHA"),
+                   help="the setting each axis starts from (default: 5 4 0.6)")
     args = p.parse_args(argv)
+    base = (int(args.base[0]), int(args.base[1]), args.base[2])
+    if min(args.average + [base[0]]) < 1:
+        p.error(f"--average (and --base's) must be at least 1, got {min(args.average + [base[0]])}")
+    if min(args.beam + [base[1]]) < 1:
+        p.error(f"--beam (and --base's) must be at least 1, got {min(args.beam + [base[1]])}")
+    if not all(0 <= a <= 10 for a in args.alpha + [base[2]]):  # nan fails too
+        p.error(f"--alpha (and --base's) must be between 0 and 10, got {args.alpha + [base[2]]}")
+    if args.sentences is not None and args.sentences < 1:
+        p.error(f"--sentences must be at least 1, got {args.sentences}")
+    if not args.run.is_dir():
+        p.error(f"{args.run} is not a directory: give the --out directory of a training run")
     found = ckpt.list_checkpoints(str(args.run))
     need = max(args.average + [int(args.base[0])])
     if len(found) < need:
@@ -46,7 +58,6 @@ def main(argv=None):
             p.error(f"--data-dir: {args.data_dir / name} not found")
     src, ref = read_parallel(args.data_dir / "val.de.gz", args.data_dir / "val.en.gz")
     src, ref = src[:args.sentences], ref[:args.sentences]
-    base = (int(args.base[0]), int(args.base[1]), args.base[2])
     settings = [base] + [(a, base[1], base[2]) for a in args.average] + [(base[0], b, base[2]) for b in args.beam] \
         + [(base[0], base[1], al) for al in args.alpha]
     settings = list(dict.fromkeys(settings))             # each once, the base first

@@ -89,11 +89,14 @@ def main(argv=None):
     p.add_argument("--data-dir", type=Path, default=DATA)
     p.add_argument("--out", type=Path, default=Path("runs/warmup_study"))
     args = p.parse_args(argv)
-    if args.steps < 1:
-        p.error("--steps must be at least 1")
+    for option, value in (("--steps", args.steps), ("--max-tokens", args.max_tokens)):
+        if value < 1:
+            p.error(f"{option} must be at least 1, got {value}")
     files = [args.data_dir / f"train.{lang}.gz" for lang in ("de", "en")]
-    if not all(f.exists() for f in files):
+    if not all(f.is_file() for f in files):
         p.error(f"Multi30k training files not found in {args.data_dir}")
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out {args.out} is a file, not a directory")
     args.out.mkdir(parents=True, exist_ok=True)
     tok_path = args.out / "tokenizer.json"
     tok = BPE.load(tok_path) if tok_path.exists() else BPE.train(files, 8000)

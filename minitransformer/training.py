@@ -297,6 +297,9 @@ class Trainer:
         """Continue from a checkpoint: model, optimizer, step, batch-stream position, best BLEU."""
         tokenizer_json = None if self.tokenizer is None else ckpt.tokenizer_to_json(self.tokenizer)
         ck = ckpt.load_resumable(path, self.model.config.to_dict(), tokenizer_json)
+        if int(ck.meta["step"]) > self.total_steps:  # training nothing, it would only write that step again
+            raise ckpt.CheckpointError(f"{path} is at step {int(ck.meta['step']):,}, past the {self.total_steps:,} "
+                                       f"steps of this run: ask for {int(ck.meta['step']):,} steps or more (--steps)")
         self.model.load_state_dict(ck.model)
         self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
         self.iterator.load_state_dict(ck.meta["iterator"])

@@ -253,6 +253,19 @@ def test_resume_refuses_another_tokenizer(task, tmp_path):
         again.resume(trainer.last_checkpoint)
 
 
+def test_resume_refuses_a_checkpoint_past_the_steps_asked_for(task, tmp_path):
+    """Resuming step 2 with steps=1 would train nothing and write step 2 again with the new settings."""
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, config(steps=2), str(tmp_path), log=quiet)
+    trainer.train()
+    saved = open(trainer.last_checkpoint, "rb").read()
+    again = Trainer(tiny_model(tok), tok, pairs, None, config(steps=1), str(tmp_path), log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match=r"is at step 2, past the 1 steps of this run: ask for 2 steps"):
+        again.resume(trainer.last_checkpoint)
+    assert again.step == 0 and open(trainer.last_checkpoint, "rb").read() == saved
+    Trainer(tiny_model(tok), tok, pairs, None, config(steps=2), str(tmp_path), log=quiet).resume(trainer.last_checkpoint)
+
+
 # ---------------------------------------------------------------- faults that must not lose or poison work
 @pytest.mark.parametrize("lr_scale", [1e6, 1e7])
 def test_divergence_stops_and_names_a_finite_checkpoint(task, tmp_path, lr_scale):

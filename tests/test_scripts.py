@@ -1,0 +1,68 @@
+"""The scripts in examples/ and benchmarks/: each shows --help, and refuses a bad option before any work
+with one line naming it (exit 2, no traceback, nothing written). They are run as a user runs them, in a
+subprocess from the repository's root."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).glob("*.py")
+                 if p.name != "torch_reference.py")  # a module that the benchmarks import, not a script
+
+# (script, arguments, a pattern of the one error line)
+BAD = [
+    ("examples/copy_task.py", ["--steps", "0"], r"--steps must be an integer of at least 1, got 0"),
+    ("examples/copy_task.py", ["--vocab-size", "3"], r"--vocab-size must be between 4 .*got 3"),
+    ("examples/copy_task.py", ["--max-len", "5000"], r"--max-len must be between 1 and 1023 .*got 5000"),
+    ("examples/multi30k.py", ["--steps", "0"], r"--steps must be an integer of at least 1, got 0"),
+    ("examples/multi30k.py", ["--beam", "0"], r"--beam must be an integer of at least 1, got 0"),
+    ("examples/multi30k.py", ["--data-dir", "{tmp}", "--out", "{tmp}/run"], r"Multi30k files missing: .*train\.de\.gz"),
+    ("examples/tune_decoding.py", ["{tmp}/run"], r"run is not a directory: give the --out directory of a training run"),
+    ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam \(and --base's\) must be at least 1, got 0"),
+    ("examples/warmup_study.py", ["--max-tokens", "0", "--out", "{tmp}/ws"], r"--max-tokens must be at least 1, got 0"),
+    ("benchmarks/bpe_speed.py", ["--vocab-size", "100"], r"--vocab-size must be between 259 .*got 100"),
+    ("benchmarks/compare_versions.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),
+    ("benchmarks/data_parallel.py", ["--ranks", "1"], r"--ranks must be at least 2 .*got 1"),
+    ("benchmarks/decode_speed.py", ["--n", "0"], r"--n must be at least 1, got 0"),
+    ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),
+    ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+]
+
+
+def run(script, args):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_has_help_with_its_defaults(script):
+    done = run(script, ["--help"])
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "--" in done.stdout
+
+
+def test_every_script_has_a_bad_input_case():
+    assert {script for script, _, _ in BAD} == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script, args, message", BAD, ids=[f"{s}{' '.join(a)}" for s, a, _ in BAD])
+def test_a_bad_option_is_one_line_before_any_work(script, args, message, tmp_path):
+    done = run(script, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith(f"{Path(script).name}: error: "), done.stderr
+    assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), done.stderr  # argparse's usage first
+    assert re.search(message, lines[-1]), lines[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing is written"
+
+
+def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
+    """bpe_speed.py times minitransformer.bpe alone (a package import would load the engine too); once
+    bpe.py used relative imports, loading it by its path failed and every run said 'failed'."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import bpe_speed; bpe = bpe_speed.load_bpe(); "
+            "assert bpe.BPE.train(['low lower lowest'], 260, min_frequency=1).merges == [(111, 114)]; "
+            "assert 'minitransformer.tensor' not in sys.modules; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
