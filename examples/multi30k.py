@@ -255,7 +255,8 @@ def run(args, training):
     split = "test_2016_flickr" if args.score_on == "test" else "val"
     sources, references = read_parallel(files[f"{split}.de"], files[f"{split}.en"])
     t0 = time.perf_counter()
-    hyps = translate_lines(model, tokenizer, sources, beam_size=args.beam, alpha=args.alpha)
+    hyps = translate_lines(model, tokenizer, sources, beam_size=args.beam, alpha=args.alpha,
+                           progress=not args.no_progress)
     bleu, signature = corpus_bleu(hyps, [references])
     (args.out / f"{split}.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     for source, reference, hypothesis in list(zip(sources, references, hyps))[:3]:

@@ -2,6 +2,8 @@
 (search.py), decode. What evaluation, the translate subcommand and the examples call.
 Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode.
 """
+from tqdm import tqdm
+
 from .search import beam_search, check_search_args, greedy_search
 
 
@@ -12,12 +14,13 @@ def encode_lines(tokenizer, lines):
 
 
 def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
-                    batch_size=64, stop="exact"):
+                    batch_size=64, stop="exact", progress=False):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search, tokenizer.decode. Returns a list of strings in the order
     of `lines`, or with nbest > 1 a list of n-best lists of strings. beam_size=1 with nbest=1 is
     greedy_search. Every argument and every line is checked before any search: a line longer than
-    the model's positions is a ValueError naming it (1-based). stop: beam_search's.
+    the model's positions is a ValueError naming it (1-based). stop: beam_search's. progress: a bar
+    of the sentences translated (tqdm, on stderr).
     """
     check_search_args("translate_lines", beam_size, nbest, alpha, max_len_a, max_len_b, batch_size, stop)
     ids = encode_lines(tokenizer, lines)
@@ -28,6 +31,7 @@ def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1
                              f"{longest:,} (max_len {model.config.max_len} with </s>): shorten or split it")
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [None] * len(ids)
+    bar = tqdm(total=len(ids), disable=not progress, unit="sent", desc="translating", dynamic_ncols=True)
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         batch = [ids[i] for i in chunk]
@@ -38,4 +42,6 @@ def translate_lines(model, tokenizer, lines, beam_size=4, alpha=0.6, max_len_a=1
         for i, hs in zip(chunk, hyps):
             texts = [tokenizer.decode(h.tokens) for h in hs]
             out[i] = texts[0] if nbest == 1 else texts
+        bar.update(len(chunk))
+    bar.close()
     return out

@@ -593,3 +593,13 @@ def test_translate_lines_keeps_the_order_and_matches_beam_search():
     assert [n[0] for n in nbest] == want and all(len(n) == 3 for n in nbest)
     greedy = [tok.decode(h.tokens) for h in greedy_search(model, ids, 1, 5)]
     assert translate_lines(model, tok, lines, beam_size=1, max_len_b=5) == greedy
+
+
+def test_translate_lines_progress_counts_every_sentence_on_stderr(capsys):
+    model, tok = make_model(seed=10, scale=3.0), WordTokenizer()
+    lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q"]
+    translate_lines(model, tok, lines, max_len_b=5, batch_size=2)
+    assert capsys.readouterr().err == ""                                        # off by default
+    translate_lines(model, tok, lines, max_len_b=5, batch_size=2, progress=True)
+    err = capsys.readouterr().err
+    assert "translating" in err and "5/5" in err

@@ -57,6 +57,8 @@ def add_parser(subparsers):
                         "(default: exact)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
     p.add_argument("--attention", metavar="PNG", help="also draw the encoder-decoder attention of the first line's "
                    "translation, every head of the last layer (needs matplotlib: pip install -e .[plot])")
     p.set_defaults(func=run_translate)
@@ -101,7 +103,8 @@ def run_translate(args):
     try:
         translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha,
                                        nbest=args.nbest, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                                       batch_size=args.batch_size, stop=args.stop)
+                                       batch_size=args.batch_size, stop=args.stop,
+                                       progress=not args.no_progress and sys.stderr.isatty())
     except ValueError as e:  # a line too long for the model's positions, found before any decoding
         if str(e).startswith("line "):
             raise ValueError(f"{'stdin' if args.input == '-' else args.input}: {e}") from None
