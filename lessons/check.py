@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import importlib.util
 import itertools
+import re
 import signal
 import sys
 import threading
@@ -119,7 +120,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python lessons/check.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.split("\n\n")[1].splitlines()))
-    parser.add_argument("lesson", nargs="?", help=f"the lesson's number, {min(LESSON_ITEMS)} to {max(LESSON_ITEMS)} (all lessons when left out)")
+    parser.add_argument("lesson", nargs="?", help=f"the lesson's number, {min(LESSON_ITEMS)} to {max(LESSON_ITEMS)}, or its "
+                        "file's name (all lessons when left out)")
     parser.add_argument("items", nargs="*", help="grade only these functions")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--solutions", action="store_true", help="grade lessons/solutions/ instead of your files")
@@ -127,7 +129,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     lessons = sorted(LESSON_ITEMS)
     if args.lesson is not None:
-        number = f"{int(args.lesson):02d}" if args.lesson.isdigit() else args.lesson
+        digits = re.match(r"(?:.*/)?(\d+)", args.lesson)     # 4, 04, 04_functional, exercises/04_functional.py
+        number = f"{int(digits[1]):02d}" if digits else args.lesson
         if number not in LESSON_ITEMS:
             parser.error(f"no exercises for lesson {args.lesson!r}; lessons with exercises: {', '.join(lessons)}")
         lessons = [number]

@@ -216,8 +216,8 @@ class Trainer:
             stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
             self.iterator.load_state_dict(self._iter_state)
             self.optimizer.zero_grad()
-            self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) at step {self.step}: "
-                     f"saving a checkpoint")
+            self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) at step {self.step}"
+                     + (": saving a checkpoint" if self.run_dir is not None else ""))
         finally:
             bar.close()
             for s, handler in previous.items():

@@ -300,6 +300,10 @@ ODD = [
         def causal_mask(T):                         # exit() used to end the grader
             raise SystemExit("done")
         """, "called exit()"),
+    ("06", "causal_mask", """
+        def causal_mask(T):                         # an additive mask: the right triangle, the wrong kind
+            return np.where(np.tril(np.ones((T, T), bool)), 0.0, -1e9)[None, None]
+        """, "make it boolean"),
     ("06", "attention_forward", """
         def attention_forward(q, k, v, mask=None):  # -inf: NaN where every key is masked
             s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
@@ -403,6 +407,8 @@ def test_the_command_line(tmp_path):
     assert status == 1 and "Traceback" not in out and out.count("not implemented yet") == 4
     status, out = run("4", "softmax", "--solutions")
     assert status == 0 and "PASS  softmax" in out and "cross_entropy" not in out
+    status, out = run("exercises/04_functional.py", "softmax", "--solutions")   # a file's name works too
+    assert status == 0 and "PASS  softmax" in out
     broken = tmp_path / "broken.py"
     broken.write_text("def softmax(x, axis=-1):\n    return x +\n")
     status, out = run("04", "--module", str(broken))

@@ -15,10 +15,11 @@ def check_causal_mask(fn, g):
     for T in (1, 3, 5):
         g.start(f"T={T}")
         got, ref = g.call(fn, T), causal_mask(T)
+        if got is not None and np.asarray(got).dtype.kind in "iuf":   # 0/1, or 0/-1e9 to add to the scores
+            g.fail(f"the mask has dtype {np.asarray(got).dtype}: make it boolean (True = may attend; the scores "
+                   f"get -1e9 where it is False)")
         g.cmp("the mask", got, ref, known=causal_mask_mistakes(ref, T),
               shape_hint="(1, 1, T, T), to broadcast over batch and heads")
-        if np.asarray(got).dtype != bool:
-            g.fail(f"the mask has dtype {np.asarray(got).dtype}: make it boolean (True = may attend)")
 
 
 def attention_cases():
