@@ -40,6 +40,8 @@ def causal_mask(T, offset=0):
 def _attention_forward(q, k, v, mask, dropout_p, training):
     """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None)."""
     xp = backend.xp
+    if mask is not None:
+        _check_mask(mask, q.shape[:-1] + k.shape[-2:-1])
     s = xp.matmul(q, xp.swapaxes(k, -1, -2))        # (B, H, Tq, Tk)
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
@@ -58,6 +60,16 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
     else:
         pd = p
     return xp.matmul(pd, v), p, kept                 # (B, H, Tq, K)
+
+
+def _check_mask(mask, scores):
+    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying what it is."""
+    if mask.dtype != bool:
+        raise TypeError(f"attention: the mask must be boolean, True where attention is allowed, got dtype {mask.dtype}"
+                        + (" (for an additive mask of 0 and -inf, pass mask == 0)" if mask.dtype.kind == "f" else ""))
+    if len(mask.shape) > len(scores) or any(n not in (1, m) for n, m in zip(mask.shape[::-1], scores[::-1])):
+        raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+                         f"(B, H, Tq, Tk) = {tuple(scores)}")
 
 
 def _attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
@@ -190,7 +202,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):
         super().__init__()
-        if d_model % n_heads:
+        ints = isinstance(n_heads, (int, np.integer)) and isinstance(d_model, (int, np.integer))
+        if not (ints and n_heads >= 1) or d_model % n_heads:
             raise ValueError(f"MultiHeadAttention: d_model={d_model} must split evenly across n_heads={n_heads}")
         self.d_model, self.n_heads = d_model, n_heads
         self.dropout_p, self.self_attention = dropout, self_attention
@@ -218,6 +231,11 @@ class MultiHeadAttention(nn.Module):
         """
         k = q if k is None else k
         v = k if v is None else v
+        shapes = [x.shape if isinstance(x, Tensor) else type(x).__name__ for x in (q, k, v)]
+        if any(not isinstance(x, Tensor) or x.ndim != 3 for x in (q, k, v)) or (cache is None and (
+                len({s[0] for s in shapes}) > 1 or shapes[1][1] != shapes[2][1])):
+            raise ValueError(f"MultiHeadAttention: q, k and v must be Tensors (batch, length, d_model={self.d_model})"
+                             f" of one batch size, k and v of one length, got {', '.join(map(str, shapes))}")
         if cache is not None:
             out, p = self._forward_cached(q, k, v, mask, cache)
         else:

@@ -7,6 +7,7 @@ Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, p
 Imports only bpe_learn and fileio of the package (lesson 08).
 """
 import json
+import operator
 import os
 from collections import Counter
 
@@ -165,6 +166,10 @@ class BPE:
 
         encode("<s>hi", special=True) -> [1, id of "hi"]  (after enough merges)
         """
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes one str, got {type(text).__name__}" + (
+                " (decode bytes first: text.decode('utf-8'))" if isinstance(text, bytes) else
+                " (encode_batch takes a list of them)" if isinstance(text, (list, tuple)) else ""))
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
         for k, part in enumerate(parts):
@@ -179,6 +184,8 @@ class BPE:
 
     def encode_batch(self, texts, **kwargs):
         """encode() each text: encode_batch(["a", "b"]) -> [[ids of "a"], [ids of "b"]]."""
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a list of texts, not one str (that would encode each character apart)")
         return [self.encode(t, **kwargs) for t in texts]
 
     def decode(self, ids, skip_special=False):
@@ -186,7 +193,10 @@ class BPE:
 
         decode(encode(s)) == s for every str s that UTF-8 can encode.
         """
-        ids = list(ids)
+        try:
+            ids = list(map(operator.index, ids))                      # 3.0 or "3" is no id
+        except TypeError:
+            raise TypeError(f"decode takes one sequence of integer ids, got {str(ids)[:60]}") from None
         if ids and not 0 <= min(ids) <= max(ids) < len(self.vocab):
             raise ValueError(f"ids must lie in 0..{len(self.vocab) - 1}; got {min(ids)}..{max(ids)}")
         if skip_special:

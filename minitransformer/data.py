@@ -6,6 +6,7 @@ The batch order is a pure function of (seed, epoch), so training resumes exactly
 (epoch, index). Left out on purpose: streaming corpora larger than memory, multiple workers.
 """
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,7 +102,14 @@ def encode_sources(src, pad_id, eos_id):
     """
     if isinstance(src, np.ndarray) and src.ndim == 2 or hasattr(src, "__cuda_array_interface__"):
         raise TypeError("search takes a list of source id lists (no padding, no </s>), not a padded array")
-    src = [list(map(int, s)) for s in src]
+    src = [src] if isinstance(src, str) else list(src)
+    if any(isinstance(s, str) for s in src):
+        raise TypeError("search takes token ids, not text: encode each sentence first (BPE.encode)")
+    try:
+        src = [list(map(operator.index, s)) for s in src]     # 3.0 or "3" is no token id
+    except TypeError:
+        raise TypeError(f"search takes a list of sentences, each a list of integer token ids ([[5, 6, 7], [8]]), "
+                        f"got {str(src)[:60]}") from None
     for i, s in enumerate(src):
         if pad_id in s or eos_id in s:
             raise ValueError(f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the "
@@ -207,6 +215,12 @@ class BatchIterator:
     def __init__(self, pairs, max_tokens, pad_id, bos_id, eos_id, seed=0, shuffle=True):
         if not pairs:
             raise ValueError("no sentence pairs to train on: the corpus is empty, or every pair was empty or too long")
+        first = pairs[0]
+        if not (isinstance(first, (tuple, list)) and len(first) == 2 and not any(isinstance(s, str) for s in first)):
+            raise TypeError(f"pairs must be (source ids, target ids) pairs of token id lists, as encode_pairs "
+                            f"makes them; the first is {str(first)[:60]}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer of at least 1, got {max_tokens!r}")
         self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.epoch, self.index = 0, 0        # the position of the next batch

@@ -12,7 +12,17 @@ import numpy as np
 
 from . import backend, kernels
 from .ops import transpose_matmul
-from .tensor import data_of, make_node, traced
+from .tensor import Tensor, data_of, make_node, traced
+
+
+def _check_input(x, op, axis=None, name="input"):
+    """x is a floating Tensor (with `axis`, one of its axes): else one sentence naming the op."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: the {name} must be a Tensor, got {type(x).__name__} (wrap an array: mt.tensor(a))")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{op}: the {name} must hold floating-point numbers, got dtype {x.dtype}")
+    if isinstance(axis, int) and not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{op}: axis {axis} is out of range for a tensor of {x.ndim} dimensions")
 
 
 # -------------------------------------------------------------------- softmax
@@ -23,6 +33,7 @@ def softmax(x, axis=-1):
     y_i = exp(x_i - m) / sum_j exp(x_j - m), m = max(x) (the shift cancels; it keeps exp from overflowing).
     dy_j/dx_i = y_j (delta_ij - y_i), so dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
     """
+    _check_input(x, "softmax", axis)
     if kernels.active(x) and axis in (-1, x.ndim - 1):
         return kernels.softmax(x)                                     # the fused CUDA kernel (GPU only)
     xp = backend.xp
@@ -46,6 +57,7 @@ def log_softmax(x, axis=-1):
     y_i = x_i - logsumexp(x) and d logsumexp(x) / dx_j = softmax(x)_j = exp(y_j), so
     dy_i/dx_j = delta_ij - exp(y_j) and dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
     """
+    _check_input(x, "log_softmax", axis)
     if kernels.active(x) and axis in (-1, x.ndim - 1):
         return kernels.log_softmax(x)                                 # the fused CUDA kernel (GPU only)
     xp = backend.xp
@@ -90,6 +102,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     return_count=True returns (loss, n_tokens) with n_tokens an int (for logging and per-token averages).
     """
     xp = backend.xp
+    _check_input(logits, "cross_entropy", -1, "logits")
     V = logits.shape[-1]
     eps = float(label_smoothing)
     if not 0.0 <= eps <= 1.0:
@@ -139,6 +152,10 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     dgamma and dbeta are summed over all leading axes (every position shares gamma and beta).
     Note: the paper does not give eps; 1e-6 as in the tensor2tensor reference code.
     """
+    _check_input(x, "layer_norm")
+    if x.shape[-1:] != gamma.shape:
+        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end in d={gamma.shape[0]} "
+                         f"(gamma shape {gamma.shape})")
     if kernels.active(x, gamma, beta):
         return kernels.layer_norm(x, gamma, beta, eps)                # the fused CUDA kernels (GPU only)
     xp = backend.xp
@@ -179,6 +196,7 @@ def dropout(x, p, training=True):
     Inverted dropout: survivors are scaled by 1/(1-p) at training time, so E[y] = x and evaluation
     needs no rescaling. The identity (the same Tensor) when not training or p == 0.
     """
+    _check_input(x, "dropout")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
     if not training or p == 0:
@@ -214,11 +232,17 @@ def embedding(weight, ids):
     """dweight[v] = sum of dy over the positions whose id is v (a scatter-add; repeated ids add up).
 
     weight: (V, D); ids: integer array or Tensor (...); returns weight[ids]: (..., D).
+    Ids are range-checked when they are on the host (a device array is not: that would sync).
     """
-    ids = backend.asarray(data_of(ids))
+    ids = data_of(ids)
+    ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids  # lists, numbers: checked on the host
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding: ids must be integers, got dtype {ids.dtype}")
     V, D = weight.shape
+    if backend.device_of(ids) == "cpu" and ids.size and (ids.min() < 0 or ids.max() >= V):  # no GPU sync
+        bad = ids[(ids < 0) | (ids >= V)][0]
+        raise ValueError(f"embedding: id {int(bad)} is out of range for {V} embeddings (ids must lie in [0, {V}))")
+    ids = backend.asarray(ids)
 
     def backward(g):
         return (_scatter_rows((V, D), ids.reshape(-1), g.reshape(-1, D)),)
@@ -234,6 +258,7 @@ def linear(x, weight, bias=None):
     column sum, with no broadcast for the engine to undo.
     """
     d_in, d_out = weight.shape
+    _check_input(x, "linear")
     if x.shape[-1:] != (d_in,):
         raise ValueError(f"linear: input of shape {tuple(x.shape)} does not end in d_in={d_in} "
                          f"(weight shape {tuple(weight.shape)})")

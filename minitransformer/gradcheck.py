@@ -54,9 +54,14 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
     is reduced with a fixed random projection. mode: "elementwise", "directional" or "auto" (element-
     wise when the checked inputs have at most `max_elements` elements in all).
     """
+    if mode not in ("auto", "elementwise", "directional"):
+        raise ValueError(f"gradcheck: unknown mode {mode!r} (use 'auto', 'elementwise' or 'directional')")
     checked = [(i, t) for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check")
+    for i, t in checked:
+        if t.dtype.kind != "f":
+            raise TypeError(f"gradcheck: input {i} holds {t.dtype}; only floating-point inputs have gradients to check")
     tensors = [t for t in inputs if isinstance(t, Tensor)]
     saved = [(t.data, t.grad) for t in tensors]  # the very arrays, restored afterwards: no trace left
     for t in tensors:
@@ -72,10 +77,8 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
             mode = "elementwise" if sum(t.size for _, t in checked) <= max_elements else "directional"
         if mode == "elementwise":
             _elementwise(fn, inputs, projection, checked, analytic, eps, atol, rtol)
-        elif mode == "directional":
-            _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_directions, seed)
         else:
-            raise ValueError(f"gradcheck: unknown mode {mode!r} (use 'auto', 'elementwise' or 'directional')")
+            _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_directions, seed)
     finally:
         for t, (data, grad) in zip(tensors, saved):
             t.data, t.grad = data, grad

@@ -7,6 +7,7 @@ load_state_dict puts weights on the current backend) and dtype conversion.
 """
 import contextlib
 import math
+import numbers
 
 import numpy as np
 
@@ -177,6 +178,13 @@ class Module:
         return head + ("\n" + "\n".join(lines) + "\n)" if lines else ")")
 
 
+def _check_sizes(owner, **sizes):
+    """Each size is an integer of at least 1 (Linear(d / 2, ...) gives a float), or one sentence naming it."""
+    for name, n in sizes.items():
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{owner}: {name} must be an integer of at least 1, got {n!r}")
+
+
 class Linear(Module):
     """y = x W + b, W: (d_in, d_out), one GEMM over the flattened leading axes (F.linear).
 
@@ -186,6 +194,7 @@ class Linear(Module):
 
     def __init__(self, d_in, d_out, bias=True):
         super().__init__()
+        _check_sizes("Linear", d_in=d_in, d_out=d_out)
         self.d_in, self.d_out = d_in, d_out
         a = math.sqrt(6.0 / (d_in + d_out))
         self.weight = Parameter(backend.host_rng().uniform(-a, a, (d_in, d_out)))
@@ -205,6 +214,7 @@ class Embedding(Module):
 
     def __init__(self, num_embeddings, d):
         super().__init__()
+        _check_sizes("Embedding", num_embeddings=num_embeddings, d=d)
         self.num_embeddings, self.d = num_embeddings, d
         self.weight = Parameter(backend.host_rng().normal(0.0, d ** -0.5, (num_embeddings, d)))
 
@@ -221,6 +231,9 @@ class LayerNorm(Module):
 
     def __init__(self, d, eps=1e-6):
         super().__init__()
+        _check_sizes("LayerNorm", d=d)
+        if not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be above 0, got {eps!r}")
         self.d, self.eps = d, eps
         self.gamma = Parameter(np.ones(d))
         self.beta = Parameter(np.zeros(d))
@@ -237,6 +250,8 @@ class Dropout(Module):
 
     def __init__(self, p):
         super().__init__()
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p must be a number in [0, 1), got {p!r}")
         self.p = p
 
     def forward(self, x):

@@ -108,6 +108,9 @@ def matmul(a, b):
         # drop the lifted axes again: a tuple times a bool is the tuple (True) or () (False)
         shape = out.shape[:-2] + out.shape[-2:-1] * (A.ndim > 1) + out.shape[-1:] * (B.ndim > 1)
         return reshape(out, shape)
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(f"matmul: shapes {tuple(A.shape)} and {tuple(B.shape)} do not fit: the last axis of the first "
+                         f"({A.shape[-1]}) must equal the second-to-last of the second ({B.shape[-2]})")
     xp = backend.xp
     return make_node(xp.matmul(A, B), (a, b),
                 lambda g: (xp.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,

@@ -6,10 +6,12 @@ splits into JSON-able scalars and named arrays, so a checkpoint stores it withou
 purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
 """
 import math
+import numbers
 
 import numpy as np
 
 from . import backend, kernels
+from .tensor import Tensor
 
 
 class Adam:
@@ -30,11 +32,22 @@ class Adam:
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0):
+        if hasattr(params, "parameters"):
+            raise TypeError("Adam takes the parameters, not the model: Adam(model.parameters())")
         self.params = list(params)
         if not self.params:
             raise ValueError("Adam got an empty parameter list")
-        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
-            raise ValueError(f"Adam: betas must lie in [0, 1), got {betas}")
+        first = {}                            # id -> index: a shared weight listed twice would be updated twice
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Tensor) or p.dtype.kind != "f":
+                raise TypeError(f"Adam: parameter {i} must be a floating-point Tensor, got {type(p).__name__}"
+                                + (f" of dtype {p.dtype}" if isinstance(p, Tensor) else ""))
+            if first.setdefault(id(p), i) != i:
+                raise ValueError(f"Adam: parameter {i} is parameter {first[id(p)]} again; list each parameter once "
+                                 f"(model.parameters() does)")
+        _check_lr(lr)
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas)):
+            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
         if not (eps >= 0.0 and weight_decay >= 0.0):
             raise ValueError(f"Adam: eps and weight_decay must be non-negative, got {eps}, {weight_decay}")
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
@@ -76,7 +89,7 @@ class Adam:
     def step(self, lr=None):
         """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr."""
         if lr is not None:
-            self.lr = float(lr)
+            self.lr = _check_lr(lr)
         runs = []                             # (dtype, start, stop, t): neighbours updated together
         for i, p in enumerate(self.params):
             if p.data is not self._views[i]:  # assigned anew by hand since: take it back into the buffer
@@ -175,6 +188,13 @@ class Adam:
                     if f"m.{i}" in arrays else 0
 
 
+def _check_lr(lr):
+    """lr as a float, if it is a finite number >= 0 (a negative rate climbs the loss, NaN ruins every weight)."""
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0.0 <= lr < math.inf:
+        raise ValueError(f"Adam: lr must be a finite number of at least 0, got {lr!r}")
+    return float(lr)
+
+
 def noam_schedule(step, d_model, warmup_steps=4000, scale=1.0):
     """The learning rate of eq. (3): scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
 
@@ -214,6 +234,8 @@ def clip_grad_norm(params, max_norm):
     Gradients are scaled by max_norm / (norm + 1e-6) only when norm > max_norm. A non-finite norm
     (inf or nan) is returned with the gradients left alone, so the caller can skip that step.
     """
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not 0.0 < max_norm < math.inf:
+        raise ValueError(f"clip_grad_norm: max_norm must be a finite number above 0, got {max_norm!r}")
     xp = backend.xp
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:

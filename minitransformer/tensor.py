@@ -40,6 +40,8 @@ def unbroadcast(g, shape):
     if g.shape == shape:
         return g
     extra = g.ndim - len(shape)
+    if extra < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[extra:])):
+        return None  # g does not broadcast from `shape`: the caller names the op
     axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
     return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
 
@@ -111,6 +113,13 @@ class Tensor:
             if self.size != 1:
                 raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {self.shape}")
             grad = backend.xp.ones_like(self.data)
+        else:
+            grad = data_of(grad)
+            if not hasattr(grad, "dtype"):  # a list or a number
+                grad = backend.asarray(grad, dtype=self.dtype)
+            if grad.shape != self.shape:
+                raise ValueError(f"backward(grad): grad has shape {tuple(grad.shape)}, "
+                                 f"but the tensor has shape {self.shape}")
         grads = {self: grad}  # tensors hash by identity
         for node in reversed(_topological_order(self)):
             g = grads.pop(node, None)
@@ -133,18 +142,19 @@ class Tensor:
                 start = _profiler.now()
                 pgrads = node._backward(g)
                 _profiler.record(node._op, "backward", _profiler.now() - start)
-            if not isinstance(pgrads, (tuple, list)) or len(pgrads) != len(node._parents):
+            if type(pgrads) is not tuple or len(pgrads) != len(node._parents):
                 _bad_backward(node, pgrads)
             for p, pg in zip(node._parents, pgrads):
                 if pg is None or not p.requires_grad:
                     continue
-                if not hasattr(pg, "shape"):
+                try:
+                    if pg.shape != p.data.shape and (pg := unbroadcast(pg, p.data.shape)) is None:
+                        _bad_backward(node, pgrads)       # a gradient that does not broadcast from the parent's
+                except AttributeError:                    # not an array
                     _bad_backward(node, pgrads)
-                if pg.shape != p.data.shape:
-                    pg = unbroadcast(pg, p.data.shape)
                 prev = grads.get(p)
                 grads[p] = pg if prev is None else prev + pg
-            node._parents, node._backward = (), None  # free the graph behind us
+            node._parents, node._backward = (), _freed  # free the graph behind us
 
     # ---------------------------------------------------------------- operators (ops.py)
     def __add__(self, o): return ops.add(self, o)
@@ -188,6 +198,9 @@ def _topological_order(root):
         if done:
             order.append(node)
         elif node not in seen:
+            if node._backward is _freed:
+                raise RuntimeError(f"backward() reached a {node._op!r} node whose graph an earlier backward() freed: "
+                                   "run the forward pass again, or add the losses up and call backward() once")
             seen.add(node)
             todo.append((node, True))
             for p in node._parents:
@@ -204,7 +217,14 @@ def tensor(data, requires_grad=False, dtype=None):
     if dtype is None and not hasattr(data, "dtype"):
         arr = np.asarray(data)
         dtype = backend.DEFAULT_DTYPE if arr.dtype.kind == "f" else None
-    return Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
+    t = Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
+    if t.dtype.kind not in "biuf":
+        raise TypeError(f"tensor: a Tensor holds real numbers or booleans, got dtype {t.dtype} "
+                        f"(text must become token ids first)")
+    if requires_grad and t.dtype.kind != "f":
+        raise TypeError(f"tensor: only floating-point tensors can require gradients, got dtype {t.dtype} "
+                        f"(write 1.0, not 1, or pass dtype=np.float32)")
+    return t
 
 
 def data_of(x):
@@ -249,14 +269,22 @@ def traced(fn):
     return op
 
 
+def _freed(g):
+    """The backward of a node whose graph backward() has already walked and freed (see _topological_order)."""
+    raise AssertionError("a freed node was reached")  # _topological_order refuses such a graph first
+
+
 def _bad_backward(node, pgrads):
     """A TypeError naming the op whose backward returned something else than one array (or None) per parent."""
     n = len(node._parents)
+    shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n  # then a wrong shape may be the fault
+    name = lambda g: type(g).__name__ + (f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
     got = (f"a {type(pgrads).__name__} of {len(pgrads)}: "
-           + ", ".join(type(g).__name__ for g in pgrads) if isinstance(pgrads, (tuple, list))
+           + ", ".join(map(name, pgrads)) if isinstance(pgrads, (tuple, list))
            else type(pgrads).__name__)
     raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
-                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the parent's")
+                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the "
+                    f"parent's (output {node.shape}; parents {', '.join(str(p.shape) for p in node._parents)})")
 
 
 def make_node(data, parents, backward, op):

@@ -212,6 +212,9 @@ class Transformer(nn.Module):
         cached position, and several new tokens get a causal mask offset by the cache.
         """
         tgt_in = _ids(tgt_in)
+        if cache is None and tgt_in.shape[0] != memory.shape[0]:  # with a cache, beams share a sentence's memory
+            raise ValueError(f"tgt_in has {tgt_in.shape[0]} sentences but the memory has {memory.shape[0]}: "
+                             f"each target must face its own source")
         T = tgt_in.shape[1]
         offset = 0 if cache is None else cache.length
         if tgt_mask is None:
@@ -231,7 +234,10 @@ class Transformer(nn.Module):
 
     def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
         """src (B, S), tgt_in (B, T) ids -> logits (B, T, V); masks from pad_id when not given."""
-        src = _ids(src)
+        src, tgt_in = _ids(src), _ids(tgt_in)
+        if src.shape[0] != tgt_in.shape[0]:
+            raise ValueError(f"src has {src.shape[0]} sentences but tgt_in has {tgt_in.shape[0]}: "
+                             f"each target must face its own source")
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
@@ -241,8 +247,12 @@ class Transformer(nn.Module):
         target tokens; eps_ls is the config's unless label_smoothing is given (0.0 for validation).
         return_count=True also gives that token count."""
         eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
+        tgt_in, tgt_out = _ids(tgt_in), _ids(tgt_out)
+        if tgt_out.shape != tgt_in.shape:
+            raise ValueError(f"tgt_out has shape {tuple(tgt_out.shape)} but tgt_in has {tuple(tgt_in.shape)}: "
+                             f"they are the same sentences, y </s> and <s> y")
         logits = self.forward(src, tgt_in, src_mask, tgt_mask)
-        return F.cross_entropy(logits, _ids(tgt_out), ignore_index=self.config.pad_id,
+        return F.cross_entropy(logits, tgt_out, ignore_index=self.config.pad_id,
                                label_smoothing=eps, return_count=return_count)
 
     def init_cache(self, capacity=0):
@@ -258,4 +268,6 @@ def _ids(x):
         raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
     if ids.ndim != 2:
         raise ValueError(f"token ids must have shape (batch, length), got {tuple(ids.shape)}")
+    if ids.shape[1] == 0:
+        raise ValueError(f"token ids must hold at least one position, got shape {tuple(ids.shape)}")
     return ids

@@ -344,3 +344,21 @@ def test_cache_with_grad_mode_on_raises():
     x = mt.tensor(np.zeros((1, 1, 8), np.float32))
     with pytest.raises(RuntimeError, match="no_grad"):
         m(x, cache=KVCache())
+
+
+def test_masks_of_the_wrong_kind_or_shape_and_inputs_of_the_wrong_shape_are_named(xp_backend):
+    m = MultiHeadAttention(8, 2)
+    x = mt.tensor(np.ones((2, 5, 8), np.float32))
+    causal = np.tril(np.ones((5, 5)))
+    with pytest.raises(TypeError, match="mask must be boolean, True where attention is allowed, got dtype int64"):
+        m(x, mask=causal.astype(np.int64))
+    with pytest.raises(TypeError, match="additive mask of 0 and -inf, pass mask == 0"):
+        m(x, mask=np.where(causal > 0, 0.0, -np.inf).astype(np.float32))   # PyTorch's kind of mask
+    with pytest.raises(ValueError, match=r"a mask of shape \(3, 1, 1, 5\) does not broadcast to .* \(2, 2, 5, 5\)"):
+        m(x, mask=np.ones((3, 1, 1, 5), bool))
+    for q, k in ((mt.tensor(np.ones((5, 8), np.float32)), None),                # no batch axis
+                 (x, mt.tensor(np.ones((3, 5, 8), np.float32)))):              # used to broadcast silently
+        with pytest.raises(ValueError, match="q, k and v must be Tensors \\(batch, length, d_model=8\\)"):
+            m(q, k)
+    with pytest.raises(ValueError, match="split evenly across n_heads=0"):
+        MultiHeadAttention(8, 0)

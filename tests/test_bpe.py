@@ -286,6 +286,18 @@ def test_decode_errors(tok):
         tok.decode([5, 400])
     with pytest.raises(ValueError, match="ids must lie in"):
         tok.decode([-1])
+    for bad in ([100.0], [[100, 101]], 100, "hi"):
+        with pytest.raises(TypeError, match="decode takes one sequence of integer ids"):
+            tok.decode(bad)
+
+
+def test_encode_takes_text(tok):
+    with pytest.raises(TypeError, match=r"encode takes one str, got bytes \(decode bytes first"):
+        tok.encode(b"hello")
+    with pytest.raises(TypeError, match=r"encode takes one str, got list \(encode_batch"):
+        tok.encode(["hello"])
+    with pytest.raises(TypeError, match="encode_batch takes a list of texts, not one str"):
+        tok.encode_batch("hello")                      # it encoded each character as a text of its own
 
 
 def test_progress_bar(capsys):

@@ -290,3 +290,11 @@ def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
                 assert f"{score:.2f}" in row, f"{folder}: {score:.2f} is not in its README row"
             checked += 1
     assert checked >= 2, "no README row links the recipe's results folders"
+
+
+def test_iterator_refuses_text_pairs_and_senseless_max_tokens():
+    with pytest.raises(TypeError, match=r"pairs must be \(source ids, target ids\) .* is \('ein', 'a'\)"):
+        BatchIterator([("ein", "a")], 100, PAD, BOS, EOS)     # text not encoded yet
+    for max_tokens in (0, 2.5, None):                          # 2.5 was cut to 2 without a word
+        with pytest.raises(ValueError, match="max_tokens must be an integer of at least 1"):
+            BatchIterator([([5], [6])], max_tokens, PAD, BOS, EOS)

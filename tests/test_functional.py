@@ -320,3 +320,27 @@ def test_float32_stays_float32(xp_backend):
         (y * 1.0).sum().backward()
     for t in (x, gamma, beta, w, b, table):
         assert t.grad is not None and t.grad.dtype == np.float32
+
+
+def test_fused_ops_refuse_arrays_integers_missing_axes_and_wrong_sizes_naming_the_op(xp_backend):
+    x, ints = randn(2, 4), mt.tensor(np.ones((2, 4), dtype=np.int64))
+    ops = {"softmax": F.softmax, "log_softmax": F.log_softmax, "dropout": lambda t: F.dropout(t, 0.1),
+           "layer_norm": lambda t: F.layer_norm(t, randn(4), randn(4)), "linear": lambda t: F.linear(t, randn(4, 3)),
+           "cross_entropy": lambda t: F.cross_entropy(t, np.zeros(2, int))}
+    for name, op in ops.items():
+        with pytest.raises(TypeError, match=rf"{name}: the (input|logits) must be a Tensor, got ndarray"):
+            op(np.ones((2, 4), np.float32))   # an ndarray's .data is a memoryview: no AttributeError deep inside
+        with pytest.raises(TypeError, match=rf"{name}: the (input|logits) must hold floating-point numbers"):
+            op(ints)
+    for op in (F.softmax, F.log_softmax):
+        with pytest.raises(ValueError, match="axis 2 is out of range for a tensor of 2 dimensions"):
+            op(x, axis=2)
+    with pytest.raises(ValueError, match=r"layer_norm: input of shape \(2, 4\) does not end in d=5"):
+        F.layer_norm(x, randn(5), randn(5))
+
+
+def test_embedding_refuses_ids_outside_the_table(xp_backend):
+    w = randn(5, 2)
+    for bad in (5, -1):                                   # -1 used to pick the last row silently
+        with pytest.raises(ValueError, match=rf"embedding: id {bad} is out of range for 5 embeddings"):
+            F.embedding(w, np.array([[0, bad]]))

@@ -60,3 +60,13 @@ def test_runs_on_each_backend(xp_backend):
     assert mt.gradcheck(lambda x: (x.T @ x).exp(), x)
     with pytest.raises(mt.GradcheckError):
         mt.gradcheck(wrong_square, x)
+
+
+def test_integer_inputs_and_unknown_modes_are_refused_before_any_work():
+    x = mt.Tensor(np.ones(3, np.int64), requires_grad=True)
+    with pytest.raises(TypeError, match="input 0 holds int64; only floating-point inputs"):
+        mt.gradcheck(lambda t: (t * t).sum(), x)
+    calls = []
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        mt.gradcheck(lambda t: calls.append(1) or (t * t).sum(), randn(3, requires_grad=True), mode="fast")
+    assert not calls

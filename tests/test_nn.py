@@ -277,3 +277,17 @@ def test_inference_mode_turns_dropout_and_grad_off_and_restores_each_flag():
         y = model[0](x) * 2.0
         assert not y.requires_grad and np.array_equal(y.numpy(), 2 * x.numpy())  # no graph, no dropout
     assert [m.training for m in model.modules()] == [True, True, False]
+
+
+def test_layers_refuse_senseless_sizes_and_rates_when_made():
+    for make, name in ((lambda: nn.Linear(8 / 2, 3), "Linear: d_in"),      # d_model / 2 is a float
+                       (lambda: nn.Linear(4, 0), "Linear: d_out"),
+                       (lambda: nn.Embedding(-1, 4), "Embedding: num_embeddings"),
+                       (lambda: nn.LayerNorm(4.0), "LayerNorm: d")):
+        with pytest.raises(ValueError, match=f"{name} must be an integer of at least 1"):
+            make()
+    with pytest.raises(ValueError, match="LayerNorm: eps must be above 0"):
+        nn.LayerNorm(4, eps=-1e-6)
+    for p in (1.5, "0.1", float("nan")):
+        with pytest.raises(ValueError, match="Dropout: p must be a number in \\[0, 1\\)"):
+            nn.Dropout(p)

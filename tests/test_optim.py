@@ -248,3 +248,27 @@ def test_backward_writes_gradients_straight_into_the_flat_buffer(xp_backend):
     np.testing.assert_array_equal(backend.to_numpy(model.bias.grad), np.full(3, 4.0))  # 2 rows x 2
     opt.zero_grad()
     assert model.weight.grad is None                                      # "no gradient" stays None
+
+
+def test_adam_and_clipping_refuse_senseless_arguments():
+    p = param([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"Adam takes the parameters, not the model: Adam\(model.parameters\(\)\)"):
+        Adam(mt.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="parameter 1 is parameter 0 again"):
+        Adam([p, p])                                  # a shared weight listed twice
+    with pytest.raises(TypeError, match="parameter 0 must be a floating-point Tensor, got ndarray"):
+        Adam([np.ones(2)])
+    for betas in (0.9, (0.9, 0.98, 0.5)):
+        with pytest.raises(ValueError, match="betas must be two numbers in"):
+            Adam([p], betas=betas)
+    for lr in (-1e-3, math.nan, None):
+        with pytest.raises(ValueError, match="lr must be a finite number of at least 0"):
+            Adam([p], lr=lr)
+    opt = Adam([p], lr=0.1)
+    set_grad(p, [1.0, 1.0])
+    with pytest.raises(ValueError, match="lr must be a finite number of at least 0, got -0.1"):
+        opt.step(lr=-0.1)
+    for max_norm in (0, -1.0, math.inf):             # a negative one used to flip every gradient
+        with pytest.raises(ValueError, match="max_norm must be a finite number above 0"):
+            clip_grad_norm([p], max_norm)
+    np.testing.assert_array_equal(backend.to_numpy(p.grad), [1.0, 1.0])

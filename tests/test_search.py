@@ -70,6 +70,12 @@ def test_length_penalty_and_source_encoding():
         encode_sources([[5, 2]], PAD, EOS)
     with pytest.raises(TypeError, match="list of source id lists"):
         encode_sources(np.array([[5, 2]]), PAD, EOS)
+    for bad in ([[5.7, 6.2]], [5, 6], [np.array([5.0])]):    # floats were truncated silently
+        with pytest.raises(TypeError, match="a list of sentences, each a list of integer token ids"):
+            encode_sources(bad, PAD, EOS)
+    for text in ("ein Hund", ["ein Hund"]):
+        with pytest.raises(TypeError, match="token ids, not text"):
+            encode_sources(text, PAD, EOS)
     assert greedy_search(make_model(), []) == [] and beam_search(make_model(), []) == []
 
 

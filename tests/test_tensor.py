@@ -263,3 +263,52 @@ def test_a_custom_backward_that_returns_the_wrong_thing_is_named(returned, got):
     y = make_node(x.data * 2, (x,), returned, "double")
     with pytest.raises(TypeError, match=rf"the backward of 'double' {got}; it must return a tuple of 1 array "):
         y.sum().backward()
+
+
+def test_a_second_backward_through_a_freed_graph_is_refused():
+    """backward() frees the graph as it walks it; walking it again would treat freed nodes as leaves
+    and leave x.grad silently wrong (2 instead of 6 below), so it is an error naming the node."""
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="an earlier backward\\(\\) freed"):
+        y.backward()
+    h = x * x
+    h.sum().backward()
+    with pytest.raises(RuntimeError, match="'mul' node whose graph an earlier backward"):
+        (h * 2).sum().backward()
+    x.grad = None
+    ((x * x).sum() + (x * x * 2).sum()).backward()      # the way: add the losses, one backward
+    np.testing.assert_array_equal(backend.to_numpy(x.grad), [6.0, 12.0])
+
+
+def test_backward_refuses_a_gradient_of_another_shape():
+    x = mt.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    with pytest.raises(ValueError, match=r"grad has shape \(3, 2\), but the tensor has shape \(2, 3\)"):
+        (x * 2).backward(np.ones((3, 2), np.float32))     # same size: it used to be reshaped silently
+    (x * 2).backward([[1.0] * 3] * 2)                      # a list of the right shape is fine
+    np.testing.assert_array_equal(backend.to_numpy(x.grad), np.full((2, 3), 2.0))
+
+
+def test_a_custom_backward_with_a_gradient_of_the_wrong_shape_is_named():
+    from minitransformer.tensor import make_node
+    x = mt.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    for wrong in ((3, 2), (4,)):
+        y = make_node(x.data * 2, (x,), lambda g, s=wrong: (np.ones(s, np.float32),), "double")
+        with pytest.raises(TypeError, match=rf"'double' returned a tuple of 1: ndarray of shape \({wrong[0]},"):
+            y.sum().backward()
+
+
+def test_integer_tensors_cannot_require_gradients_and_text_is_no_tensor():
+    with pytest.raises(TypeError, match="only floating-point tensors can require gradients, got dtype int"):
+        mt.tensor([1, 2, 3], requires_grad=True)          # its gradient would be cast to int: all zeros
+    with pytest.raises(TypeError, match="real numbers or booleans"):
+        mt.tensor("abc")
+    assert mt.tensor([1, 2, 3]).dtype.kind == "i" and mt.tensor([1.0, 2.0], requires_grad=True).dtype == np.float32
+
+
+def test_matmul_of_shapes_that_do_not_fit_is_named():
+    a = mt.tensor(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"matmul: shapes \(2, 3\) and \(2, 3\) do not fit: the last axis"):
+        a @ a
+    assert (a @ a.T).shape == (2, 2)

@@ -363,3 +363,19 @@ def test_cache_needs_no_grad():
     memory = model.encode(src)
     with pytest.raises(RuntimeError, match="no_grad"):
         model.decode(tgt, memory, padding_mask(src), cache=model.init_cache())
+
+
+def test_sources_and_targets_of_different_batches_or_shapes_are_refused():
+    """A target batch of 1 beside a source batch of 2 used to broadcast silently into logits (2, T, V)."""
+    model = Transformer(micro())
+    src, tgt = np.array([[3, 4, 2], [5, 2, 0]]), np.array([[1, 6, 7], [1, 8, 0]])
+    with pytest.raises(ValueError, match="src has 2 sentences but tgt_in has 1"):
+        model(src, tgt[:1])
+    with pytest.raises(ValueError, match="tgt_in has 1 sentences but the memory has 2"):
+        model.decode(tgt[:1], model.encode(src))
+    with pytest.raises(ValueError, match=r"tgt_out has shape \(2, 2\) but tgt_in has \(2, 3\)"):
+        model.loss(src, tgt, tgt[:, 1:])
+    with pytest.raises(ValueError, match="at least one position"):
+        model(np.zeros((2, 0), np.int64), tgt)
+    with pytest.raises(ValueError, match="embedding: id -1 is out of range for 11 embeddings"):
+        model(src - 1, tgt)
