@@ -5,7 +5,7 @@ Replace each `raise NotImplementedError` with your code, then grade it:
     python lessons/check.py 02
 
 An op reads its parents' arrays (`a.data`), computes the output array, defines `backward(g)` that
-returns one gradient per parent (g is dL/d(output), an array of the output's shape), and returns
+returns a tuple of one gradient per parent (g is dL/d(output), an array of the output's shape), and returns
 `make_node(output, parents, backward, name)`, as lesson 03's bad_square does. Two rules of the engine:
   * return gradients of the OUTPUT's shape when a parent was broadcast: the engine sums them down to
     the parent's shape (unbroadcast, lesson 02), so no op has to;
