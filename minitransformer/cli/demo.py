@@ -26,8 +26,8 @@ from .common import (PROG, UsageError, examples, help_formatter, no_earlier_run,
 # The demo's task and settings, tuned to reach >= 95% exact match on held-out lines in a few
 # minutes on a 2-core CPU (measured: 100% after 1,000 steps, 124 s in all when idle, 243 s under load;
 # 99.5% and 80 s on another CPU). Note: not the paper's settings: no dropout, and a warmup of 100
-# steps instead of 4,000, so the rate peaks at 0.4 * 128^-0.5 * 100^-0.5 = 0.0035 (the paper's base model peaks at 0.0007); this small,
-# noise-free task and the tiny model learn faster that way.
+# steps instead of 4,000, so the rate peaks at 0.4 * 128^-0.5 * 100^-0.5 = 0.0035 (the paper's base
+# model peaks at 0.0007); this small, noise-free task and the tiny model learn faster that way.
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
             max_tokens=1000, warmup_steps=100, lr_scale=0.4, dropout=0.0, eval_every=250, overrides={})
 QUICK = dict(DEMO, n_train=3000, n_test=40, steps=150, max_tokens=600, eval_every=0,
