@@ -112,15 +112,27 @@ def average(paths):
     """A Checkpoint whose model arrays are the element-wise mean of the inputs' (summed in float64,
     stored in the inputs' dtype), with the meta of the last input and no optimizer state.
 
-    Every parameter is averaged once: state_dict() lists a shared matrix under one name.
+    Every parameter is averaged once: state_dict() lists a shared matrix under one name. Refused
+    (CheckpointError): checkpoints of another model configuration or tokenizer, two of the same step.
     """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise TypeError(f"average takes a list of checkpoint files, got one: {os.fsdecode(paths)}")
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise CheckpointError("average needs at least one checkpoint")
     first = load(paths[0])
     total = {k: a.astype(np.float64) for k, a in first.model.items()}
+    steps = {first.meta.get("step"): paths[0]}
     for p in paths[1:]:
         ck = load(p)
+        for key, what in (("config", "model configurations"), ("tokenizer", "tokenizers")):
+            if ck.meta.get(key) != first.meta.get(key):
+                raise CheckpointError(f"cannot average {p} with {paths[0]}: their {what} differ")
+        step = ck.meta.get("step")
+        if step is not None and step in steps:
+            raise CheckpointError(f"{p} and {steps[step]} both hold step {step}: the same checkpoint twice "
+                                  f"(checkpoint_best.npz is a copy of one) would weigh twice in the average")
+        steps[step] = p
         if set(ck.model) != set(total):
             diff = sorted(set(ck.model) ^ set(total))
             raise CheckpointError(f"cannot average {p} with {paths[0]}: their parameters differ ({', '.join(diff[:5])})")
@@ -203,7 +215,8 @@ def step_of(path):
 
 def list_checkpoints(out_dir):
     """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
-    paths = [p for p in glob.glob(os.path.join(out_dir, "checkpoint_*.npz")) if re.search(r"_\d+\.npz$", p)]
+    paths = [p for p in glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
+             if re.fullmatch(r"checkpoint_\d+\.npz", os.path.basename(p))]   # not checkpoint_avg_5.npz
     return sorted(paths, key=step_of)
 
 
@@ -219,6 +232,8 @@ class RunDirectory:
     """
 
     def __init__(self, out_dir, keep):
+        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1:
+            raise ValueError(f"RunDirectory: keep must be an integer of at least 1, got {keep!r}")
         self.out_dir, self.keep = out_dir, int(keep)
         self.written = []  # step checkpoints this run wrote, oldest first
 

@@ -13,12 +13,23 @@ def validation_loss(model, batches):
         loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
         total += float(loss.data) * b.n_tgt_tokens
         count += b.n_tgt_tokens
+    if not count:
+        raise ValueError("validation_loss: the batches hold no target token: there is nothing to evaluate on")
     return total / count
 
 
 def evaluate(model, tokenizer, sources, references, batches=None, **search):
     """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature", "exact_match"}
     of the model in inference mode; `search`: translate_lines' beam_size, alpha, max_len_a, max_len_b."""
+    if isinstance(sources, str) or isinstance(references, str):
+        raise TypeError("evaluate: sources and references must be lists of sentences, not one string")
+    sources, references = list(sources), list(references)
+    if len(sources) != len(references):   # before translating: the lengths would only differ after it
+        raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references; they must pair up")
+    if not sources:
+        raise ValueError("evaluate: no sentences to evaluate on: sources and references are empty")
+    if search.get("nbest", 1) != 1:
+        raise ValueError(f"evaluate: BLEU scores one translation per sentence: nbest must be 1, got {search['nbest']}")
     result = {}
     with model.inference_mode():
         if batches is not None:

@@ -23,26 +23,46 @@ def corpus_bleu(hypotheses, references, lowercase=False):
 def corpus_chrf(hypotheses, references):
     """(score, signature) of sacreBLEU's chrF (character n-grams, default settings), as corpus_bleu."""
     import sacrebleu
-    hypotheses, references = _checked(hypotheses, references)
+    hypotheses, references = _checked(hypotheses, references, "chrF")
     chrf = sacrebleu.metrics.CHRF()
     score = chrf.corpus_score(hypotheses, references)
     return score.score, str(chrf.get_signature())
 
 
-def _checked(hypotheses, references):
-    """Lists of hypotheses and of reference lists, with a sentence when there is nothing to score
-    or a reference list has another length."""
-    hypotheses, references = list(hypotheses), [list(r) for r in references]
+def _checked(hypotheses, references, metric="BLEU"):
+    """Lists of hypotheses and of reference lists, with a sentence when there is nothing to score, a
+    reference list has another length, a single string stands where a list goes, or an entry is no string."""
+    call = f"(corpus_{metric.lower()}(hypotheses, [references]))"
+    if isinstance(hypotheses, str) or not hasattr(hypotheses, "__iter__"):
+        raise TypeError(f"{metric}: hypotheses must be a list of strings, got {type(hypotheses).__name__}")
+    if isinstance(references, str) or not hasattr(references, "__iter__"):
+        raise TypeError(f"{metric}: references must be a list of reference lists {call}, "
+                        f"got {type(references).__name__}")
+    hypotheses, references = list(hypotheses), list(references)
+    if any(isinstance(r, str) for r in references):
+        raise TypeError(f"{metric}: references must be a list of reference lists {call}, "
+                        f"not a list of strings")
+    references = [list(r) for r in references]
     if not hypotheses:
-        raise ValueError("BLEU of no sentences: the hypotheses are empty")
+        raise ValueError(f"{metric} of no sentences: the hypotheses are empty")
+    if not references:
+        raise ValueError(f"{metric}: no reference list is given {call}")
     for i, r in enumerate(references, 1):
         if len(r) != len(hypotheses):
-            raise ValueError(f"BLEU: reference list {i} has {len(r)} sentences but there are {len(hypotheses)} hypotheses")
+            raise ValueError(f"{metric}: reference list {i} has {len(r)} sentences but there are "
+                             f"{len(hypotheses)} hypotheses")
+    named = [("hypothesis", hypotheses)] + [(f"reference list {i}, sentence", r) for i, r in enumerate(references, 1)]
+    for what, sentences in named:
+        for n, text in enumerate(sentences, 1):
+            if not isinstance(text, str):
+                raise TypeError(f"{metric}: {what} {n} is {type(text).__name__}, not a string")
     return hypotheses, references
 
 
 def exact_match(hypotheses, references):
     """The fraction of hypotheses equal to their reference, as strings: exact_match(["a", "b"], ["a", "c"]) -> 0.5."""
+    if isinstance(hypotheses, str) or isinstance(references, str):
+        raise TypeError("exact_match: hypotheses and references must be lists of strings, not one string")
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
         raise ValueError(f"exact_match: {len(hypotheses)} hypotheses but {len(references)} references")

@@ -26,8 +26,9 @@ class profile:
         self.wall = 0.0
 
     def __enter__(self):
-        if set_profiler(self) is not None:
-            set_profiler(None)
+        previous = set_profiler(self)
+        if previous is not None:
+            set_profiler(previous)                       # the active profile goes on recording
             raise RuntimeError("mt.profile() is already active; profiles do not nest")
         self._start = time.perf_counter()
         return self

@@ -7,10 +7,12 @@ or `pip install -e .[plot]`), imported when a drawing function is called. Left o
 interactive views, attention rollout and other attribution methods.
 """
 import math
+import os
 
 import numpy as np
 
 from . import backend
+from .fileio import atomic_write
 from .search import collect_attention  # noqa: F401  (viz.collect_attention: what the drawings show)
 
 MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
@@ -32,18 +34,46 @@ def _figure():
     return Figure
 
 
+def check_path(path, name="path"):
+    """Before drawing: the format of the file to save, its extension. Refused (ValueError naming `name`)
+    when matplotlib writes no such format (without an extension it would add .png: the picture would not
+    be where it is said to be), when the path is a directory or lies under a file."""
+    _figure()                                                              # matplotlib is there, or say so
+    from matplotlib.backend_bases import FigureCanvasBase
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file name, got {type(path).__name__} (the Figure returned has savefig)")
+    path, formats = os.fspath(path), sorted(FigureCanvasBase.get_supported_filetypes())
+    if os.path.isdir(path):
+        raise ValueError(f"{name} {path} is a directory; give a file name such as attention.png")
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in formats:
+        raise ValueError(f"{name} {path} must end in a format matplotlib writes: "
+                         f"{', '.join('.' + f for f in formats)}")
+    nearest = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(nearest):                                     # atomic_write creates the rest
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise ValueError(f"{name} {path} cannot be written: {nearest} is a file, not a directory")
+    return ext
+
+
 def plot_attention(weights, src_tokens, tgt_tokens, path=None, title=None):
     """Draw attention weights (H, T, S), one panel per head in a grid (or (T, S), one panel), rows
     labelled by tgt_tokens (the queries), columns by src_tokens (the keys). Returns the matplotlib
-    Figure (a notebook shows it inline); saves it too when `path` is given (.png, .pdf, .svg).
+    Figure (a notebook shows it inline); saves it too when `path` is given (.png, .pdf, .svg: atomically,
+    a missing directory created).
     Each panel is scaled from 0 to its own largest weight.
     """
     Figure = _figure()
     w = np.asarray(backend.to_numpy(weights), dtype=np.float64)
+    shape = tuple(w.shape)                                                 # as given, for the messages
     w = w[None] if w.ndim == 2 else w                                      # (H, T, S)
     if w.ndim != 3 or w.shape[1:] != (len(tgt_tokens), len(src_tokens)):
-        raise ValueError(f"attention weights of shape {tuple(w.shape)} do not match {len(tgt_tokens)} query "
+        raise ValueError(f"attention weights of shape {shape} do not match {len(tgt_tokens)} query "
                          f"tokens by {len(src_tokens)} key tokens: expected (H, T, S) or (T, S)")
+    if 0 in w.shape:
+        raise ValueError(f"attention weights of shape {shape} are empty: there is nothing to draw")
+    ext = None if path is None else check_path(path)
     H = w.shape[0]
     cols = min(H, 4)
     rows = math.ceil(H / cols)
@@ -63,8 +93,8 @@ def plot_attention(weights, src_tokens, tgt_tokens, path=None, title=None):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
+    if path is not None:                                                   # whole or not at all
+        atomic_write(path, lambda f: fig.savefig(f, format=ext, dpi=120))
     return fig
 
 
@@ -72,10 +102,16 @@ def plot_sentence_attention(model, tokenizer, src_ids, tgt_ids, path=None, kind=
     """collect_attention, then plot_attention of one layer: kind "cross" (rows: the output tokens
     y </s>, columns: the source x </s>), "encoder" (x </s> by x </s>) or "decoder" (<s> y by <s> y).
     Returns the Figure, saved to `path` when one is given."""
-    attn = collect_attention(model, src_ids, tgt_ids)
     axes = {"cross": ("tgt_out", "src"), "encoder": ("src", "src"), "decoder": ("tgt_in", "tgt_in")}
     if kind not in axes:
         raise ValueError(f"kind must be one of {sorted(axes)}, got {kind!r}")
+    stack = "encoder" if kind == "encoder" else "decoder"
+    n = getattr(model.config, f"n_{stack}_layers")
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not -n <= layer < n:
+        raise ValueError(f"layer must be an integer in [{-n}, {n}) (the model has {n} {stack} layers), got {layer!r}")
+    if path is not None:
+        check_path(path)
+    attn = collect_attention(model, src_ids, tgt_ids)
     rows, cols = (token_labels(tokenizer, attn[a]) for a in axes[kind])
     n_layers = attn[kind].shape[0]
     name = {"cross": "encoder-decoder attention", "encoder": "encoder self-attention",

@@ -44,3 +44,13 @@ def test_profiles_do_not_nest_and_stop_on_exit():
         pass
     (mt.tensor([1.0], requires_grad=True) * 2).sum().backward()   # after exit: nothing recorded
     assert prof.totals() == {}
+
+
+def test_a_refused_nested_profile_leaves_the_outer_one_recording():
+    x = mt.tensor([1.0, 2.0], requires_grad=True)
+    with mt.profile() as outer:
+        with pytest.raises(RuntimeError, match="already active"):
+            with mt.profile():
+                pass
+        x.relu()                                                       # after the refusal: still recorded
+    assert set(outer.totals()) == {"relu"}

@@ -166,6 +166,39 @@ def test_average_is_the_mean(task, tmp_path):
     assert avg.meta["step"] == 2 and avg.meta["averaged_from"] == [str(p) for p in paths]
 
 
+def test_average_refuses_other_configurations_tokenizers_and_a_step_twice(task, tmp_path):
+    tok, _, _ = task
+
+    def save(name, step, tokenizer="t", **overrides):
+        model = tiny_model(tok, seed=step, **overrides)
+        meta = {"config": model.config.to_dict(), "step": step, "tokenizer": tokenizer}
+        return ckpt.save(tmp_path / name, model.state_dict(), meta)
+    a, b = save("a.npz", 1), save("b.npz", 2)
+    other = save("dropout.npz", 3, dropout=0.3)               # the same parameters: was averaged silently
+    with pytest.raises(ckpt.CheckpointError, match=r"dropout\.npz with .*a\.npz: their model configurations differ"):
+        ckpt.average([a, other])
+    with pytest.raises(ckpt.CheckpointError, match="their tokenizers differ"):
+        ckpt.average([a, save("other.npz", 4, tokenizer="u")])
+    best = tmp_path / "checkpoint_best.npz"
+    best.write_bytes(open(b, "rb").read())                     # the best copy of step 2
+    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint_best\.npz and .*b\.npz both hold step 2: the same "
+                                                    r"checkpoint twice .* would weigh twice"):
+        ckpt.average([a, b, best])
+    with pytest.raises(TypeError, match="average takes a list of checkpoint files, got one"):
+        ckpt.average(str(a))
+    assert ckpt.average([a, b]).meta["step"] == 2
+    for keep in (0, -1, None, 2.5):                           # keep=0 deleted each checkpoint it wrote
+        with pytest.raises(ValueError, match="RunDirectory: keep must be an integer of at least 1"):
+            ckpt.RunDirectory(str(tmp_path), keep)
+
+
+def test_list_checkpoints_skips_other_files_named_like_checkpoints(tmp_path):
+    for name in ("checkpoint_0000002.npz", "checkpoint_avg_5.npz", "checkpoint_best.npz", "checkpoint_0000010.npz"):
+        (tmp_path / name).write_bytes(b"")                     # checkpoint_avg_5.npz was an AttributeError
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == \
+        ["checkpoint_0000002.npz", "checkpoint_0000010.npz"]
+
+
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(xp_backend, task, tmp_path):
     tok, pairs, _ = task
 
@@ -378,6 +411,38 @@ def test_bleu_of_nothing_is_an_error_not_an_index_error():
         corpus_bleu([], [[]])
     with pytest.raises(ValueError, match="reference list 1 has 1 sentences but there are 2"):
         corpus_bleu(["a", "b"], [["a"]])
+
+
+def test_bleu_refuses_flat_references_single_strings_and_non_strings():
+    hyps = ["ab", "cd"]
+    for fn, metric in ((corpus_bleu, "BLEU"), (corpus_chrf, "chrF")):
+        with pytest.raises(TypeError, match=rf"{metric}: references must be a list of reference lists .*not a list of"):
+            fn(hyps, ["xy", "zw"])                                   # was scored against characters
+        with pytest.raises(TypeError, match=f"{metric}: hypotheses must be a list of strings, got str"):
+            fn("a b", [["a b"]])
+        with pytest.raises(ValueError, match=f"{metric}: no reference list is given"):
+            fn(hyps, [])
+        with pytest.raises(TypeError, match=f"{metric}: reference list 1, sentence 2 is NoneType, not a string"):
+            fn(hyps, [["ab", None]])
+        with pytest.raises(TypeError, match=f"{metric}: hypothesis 1 is int, not a string"):
+            fn([1, 2], [["1", "2"]])
+
+
+def test_evaluate_refuses_unpaired_sources_before_translating(task, monkeypatch):
+    from minitransformer import evaluation
+    tok, _, (src, ref) = task
+    model = tiny_model(tok)
+    monkeypatch.setattr(evaluation, "translate_lines", lambda *a, **k: pytest.fail("translated before the check"))
+    with pytest.raises(ValueError, match=f"evaluate: {len(src)} sources but 1 references"):
+        evaluation.evaluate(model, tok, src, ref[:1])
+    with pytest.raises(TypeError, match="evaluate: sources and references must be lists of sentences"):
+        evaluation.evaluate(model, tok, src[:1], ref[0])
+    with pytest.raises(ValueError, match="evaluate: BLEU scores one translation per sentence: nbest must be 1"):
+        evaluation.evaluate(model, tok, src, ref, beam_size=2, nbest=2)
+    with pytest.raises(ValueError, match="evaluate: no sentences to evaluate on"):
+        evaluation.evaluate(model, tok, [], [])
+    with pytest.raises(ValueError, match="validation_loss: the batches hold no target token"):
+        evaluation.validation_loss(model, [])
 
 
 def test_chrf_and_lowercased_bleu_come_with_their_signatures():

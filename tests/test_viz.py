@@ -96,3 +96,24 @@ def test_drawing_without_a_path_returns_the_figure_and_writes_nothing(tmp_path, 
     fig = viz.plot_sentence_attention(make_model(seed=3), NamedTokenizer(), SRC, TGT, kind="decoder")
     assert isinstance(fig, Figure) and fig.axes[0].get_title() == "head 1"
     assert list(tmp_path.iterdir()) == []                                  # nothing saved anywhere
+
+
+def test_bad_paths_shapes_and_layers_are_refused_before_drawing(tmp_path):
+    pytest.importorskip("matplotlib")
+    w, src, tgt = np.full((2, 3), 1 / 3), ["x", "y", "z"], ["u", "v"]
+    for path, message in ((tmp_path / "a.xyz", r"a\.xyz must end in a format matplotlib writes: .*\.png"),
+                          (tmp_path / "attn", r"attn must end in a format"),          # matplotlib would add .png
+                          (tmp_path, "is a directory; give a file name"),             # was written beside it
+                          (tmp_path / "f.txt" / "a.png", r"f\.txt is a file, not a directory")):
+        (tmp_path / "f.txt").write_text("x")
+        with pytest.raises(ValueError, match=message):
+            viz.plot_attention(w, src, tgt, path)
+    with pytest.raises(ValueError, match=r"shape \(0, 3\) are empty"):
+        viz.plot_attention(np.ones((0, 3)), src, [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
+    viz.plot_attention(w, src, tgt, tmp_path / "new" / "a.png")                 # a missing directory is made
+    assert (tmp_path / "new" / "a.png").read_bytes()[:4] == b"\x89PNG"
+    model = make_model(seed=3)
+    for layer in (2, -3, "1", 0.0, True):
+        with pytest.raises(ValueError, match=r"layer must be an integer in \[-2, 2\) \(the model has 2 decoder"):
+            viz.plot_sentence_attention(model, NamedTokenizer(), SRC, TGT, layer=layer)

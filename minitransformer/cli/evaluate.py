@@ -5,6 +5,7 @@ Left out on purpose: tokenized BLEU, chrF/TER (sacrebleu's own command line has 
 averages of checkpoints.
 """
 import os
+import re
 
 from minitransformer.checkpoint import average_files, list_checkpoints
 from minitransformer.fileio import read_lines
@@ -46,6 +47,14 @@ def run_bleu(args):
         existing(path, "reference file")
     if args.references.count("-") + (args.hypotheses == "-") > 1:
         raise UsageError("stdin ('-') can be read once: give it for the hypotheses or one reference file")
+    for n, path in enumerate(args.references):
+        if path == "-":
+            continue
+        if args.hypotheses != "-" and os.path.samefile(path, args.hypotheses):
+            raise UsageError(f"reference file {path} is the hypothesis file {args.hypotheses}: its BLEU would "
+                             f"be 100; give the reference translations")
+        if any(p != "-" and os.path.samefile(p, path) for p in args.references[:n]):
+            raise UsageError(f"reference file {path} is given twice; it would count as two references (nrefs:2)")
     hypotheses = read_lines(args.hypotheses)
     if not hypotheses:
         name = "stdin" if args.hypotheses == "-" else args.hypotheses
@@ -65,6 +74,9 @@ def run_average(args):
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     writable_file(args.output, "--output", stdout=False)
+    if re.fullmatch(r"checkpoint_(\d+|best)\.npz", os.path.basename(args.output)):
+        raise UsageError(f"--output {args.output} is named like a training run's checkpoint: it would replace or pass "
+                         f"for one; give another name, such as average.npz")
     paths = args.inputs
     if len(paths) == 1 and os.path.isdir(paths[0]):
         found = list_checkpoints(paths[0])

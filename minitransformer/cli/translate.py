@@ -7,7 +7,6 @@ one line per sentence (or i<TAB>text lines for --nbest > 1), and with --attentio
 encoder-decoder attention of the first line's translation.
 Left out on purpose: streaming (the input is read whole), serving, ensembles of checkpoints.
 """
-import os
 import sys
 
 from minitransformer import viz
@@ -94,7 +93,12 @@ def run_translate(args):
     not_an_input(writable_file(args.attention, "--attention"), "--attention",
                  inputs + [("the --output file", args.output)])
     if args.attention:
-        check_attention_format(args.attention)
+        try:
+            viz.check_path(args.attention, "--attention")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        except ImportError as e:  # no matplotlib: said before any work
+            raise RuntimeError(f"--attention: {e}") from None
     use_device(args.device)
     model, tokenizer, _ = load_model(args.checkpoint, args.tokenizer)
     lines = read_lines(args.input)  # stdin is read once the checkpoint is known to be good
@@ -121,19 +125,6 @@ def run_translate(args):
     if args.attention and lines:
         draw_attention(model, tokenizer, lines[0], args)
     return 0
-
-
-def check_attention_format(path):
-    """Before any work: matplotlib is installed and writes the format of path's extension (a file name
-    without one would get .png added: the picture would not be where it is said to be)."""
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise RuntimeError(f"--attention: {viz.MISSING_MATPLOTLIB}") from None
-    formats = sorted(FigureCanvasBase.get_supported_filetypes())
-    if os.path.splitext(path)[1][1:].lower() not in formats:
-        raise UsageError(f"--attention {path} must end in a format matplotlib writes: "
-                         f"{', '.join('.' + f for f in formats)}")
 
 
 def draw_attention(model, tokenizer, line, args):
