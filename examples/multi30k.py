@@ -251,7 +251,7 @@ def run(args, training):
     last = list_checkpoints(str(args.out))[-args.average:]
     averaged = ckpt.average(last)
     model.load_state_dict(averaged.model)
-    print(f"averaged {len(last)} checkpoints: " + ", ".join(os.path.basename(p) for p in last)
+    print(f"averaged {len(last)} checkpoint{'s' * (len(last) > 1)}: " + ", ".join(os.path.basename(p) for p in last)
           + (f" (fewer than --average {args.average}: only these are in {args.out})" if len(last) < args.average
              else ""))
     split = "test_2016_flickr" if args.score_on == "test" else "val"

@@ -53,7 +53,7 @@ def save(path, model_state, meta, optim_arrays=None):
     for k, a in arrays.items():
         if a.dtype.kind not in "biuf":
             raise TypeError(f"checkpoint entry {k} holds {a.dtype} values; only numeric arrays are stored")
-    meta = {"format": FORMAT, "version": VERSION, **meta}
+    meta = {**meta, "format": FORMAT, "version": VERSION}  # meta's own "format" never hides the real one
     text = json.dumps(meta, allow_nan=False, sort_keys=True)
     arrays[META_KEY] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     return atomic_write(path, lambda f: np.savez(f, **arrays))
@@ -64,7 +64,8 @@ def load(path):
     """Read a checkpoint into a Checkpoint; a missing or damaged file raises CheckpointError."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file" if os.path.isdir(path) else
+                              f"checkpoint not found: {path}")
     with open(path, "rb") as f:  # np.load reads any other file as a pickle, and refuses it as one
         head = f.read(6)
     if not head.startswith(b"PK") and head != b"\x93NUMPY":

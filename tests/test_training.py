@@ -386,6 +386,10 @@ def test_checkpoint_files_that_cannot_be_a_model_are_refused(tmp_path):
     os.rename(tmp_path / "weights.npy", tmp_path / "renamed.npz")
     with pytest.raises(ckpt.CheckpointError, match=r"renamed.npz holds a single array \(.npy\)"):
         ckpt.load(tmp_path / "renamed.npz")
+    with pytest.raises(ckpt.CheckpointError, match=r"is a directory, not a checkpoint file"):
+        ckpt.load(tmp_path)
+    ckpt.save(tmp_path / "meta.npz", {"w": np.ones(2, np.float32)}, {"format": "mine", "step": 1})
+    assert ckpt.load(tmp_path / "meta.npz").meta["step"] == 1       # the format marker is the checkpoint's own
     meta = {"config": TransformerConfig.tiny(vocab_size=300).to_dict(), "step": 1}
     for name, array, message in (("int.npz", np.ones(4, np.int32), "holds int32 values"),
                                  ("nan.npz", np.array([1.0, np.nan], np.float32), "holds NaN or infinity")):

@@ -93,5 +93,5 @@ def run_average(args):
             raise UsageError(f"checkpoint {path} is given twice; it would weigh twice in the average")
     not_an_input(args.output, "--output", [("the checkpoint to average", p) for p in paths])
     average_files(paths, args.output)
-    print(f"averaged {len(paths)} checkpoints into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
+    print(f"averaged {len(paths)} checkpoint{'s' * (len(paths) > 1)} into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
     return 0
