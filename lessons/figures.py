@@ -36,6 +36,7 @@ import minitransformer as mt  # noqa: E402
 import minitransformer.functional as F  # noqa: E402
 from minitransformer.attention import causal_mask, padding_mask  # noqa: E402
 from minitransformer.cli import demo  # noqa: E402  (the demo task: numbers in digits -> words)
+from minitransformer.fileio import atomic_write  # noqa: E402
 
 DPI = 100
 BLUE, ORANGE, GREEN, GREY = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f"
@@ -516,10 +517,8 @@ FIGURES = {
 def draw(name, out_dir=IMG):
     """Draw one figure and save it as out_dir/name.png; returns the path."""
     fig = FIGURES[name]()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.png"
-    fig.savefig(path, dpi=DPI, metadata={"Software": None})   # no version string: redraws diff cleanly
+    path = Path(out_dir) / f"{name}.png"   # written whole or not at all; no version string: redraws diff cleanly
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=DPI, metadata={"Software": None}))
     return path
 
 
@@ -543,7 +542,7 @@ def select(names):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="figures.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="figure names or lesson numbers (default: all)")
     parser.add_argument("--out", default=str(IMG), help="output folder (default: lessons/img)")
@@ -554,11 +553,18 @@ def main(argv=None):
             print(f"{name:26s} {fn.__doc__.splitlines()[0]}")
         return 0
     try:
+        names = select(args.names)
+    except SystemExit as e:
+        parser.error(str(e))
+    there = next(d for d in [Path(args.out), *Path(args.out).parents] if d.exists())   # checked before drawing
+    if not there.is_dir():
+        parser.error(f"--out {args.out} cannot be a folder: {there} is a file")
+    try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise SystemExit("the figures need matplotlib: pip install -e .[plot]  (or .[lessons])") from None
     start = time.perf_counter()
-    for name in select(args.names):
+    for name in names:
         t = time.perf_counter()
         path = draw(name, args.out)
         print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "

@@ -1,13 +1,15 @@
 """Run a lesson's ```python blocks in order, in one namespace, as the test suite does; or run the
 lesson as a Jupyter notebook.
 
-    python lessons/run.py 02                    # one lesson, by number
+    python lessons/run.py 02                    # one lesson, by number (or name: 02_autograd)
+    python lessons/run.py /tmp/my_02.md         # a copy of a lesson, to try things in
     python lessons/run.py                       # every lesson, in order
     python lessons/run.py --notebook 04         # as a notebook: jupytext converts, nbclient executes
     python lessons/run.py --notebook 04 --output 04.ipynb   # keep the executed notebook there
 
-An error names the lesson, the block and its first line in the Markdown file. The notebook route
-needs the `lessons` extra (pip install -e .[lessons]: jupytext, nbclient, ipykernel, matplotlib);
+An error names the lesson, the line that failed and the first line of its block in the Markdown file.
+The notebook route needs the `lessons` extra (pip install -e .[lessons]: jupytext, nbclient, ipykernel,
+matplotlib);
 each lesson starts with a jupytext header, inside an HTML comment so that GitHub does not show it,
 that names the kernel (python3). The kernel starts in the repository root, as the test suite runs.
 Fences in other languages (```bash: the exercises' grader) become %%bash cells, which a learner runs
@@ -16,10 +18,12 @@ A ```python fence may carry jupytext cell metadata after the language, e.g. an a
 Jupyter: ```python tags=["answer"] jupyter={"source_hidden": true}
 """
 import argparse
+import os
 import re
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 LESSONS = Path(__file__).resolve().parent
@@ -36,31 +40,42 @@ def blocks(path):
 
 
 def lesson_paths(number=None):
+    """Every lesson's Markdown file, in order; or the one `number` names: its number (4, "04"), its name
+    ("04_functional", "04_functional.md") or the path of a Markdown file (a copy to try things in)."""
     paths = sorted(LESSONS.glob("[0-9][0-9]_*.md"))
-    if number is not None:
-        paths = [p for p in paths if p.name.startswith(f"{int(number):02d}_")]
-        if not paths:
-            raise SystemExit(f"no lesson numbered {number} in {LESSONS}")
-    return paths
+    if number is None:
+        return paths
+    name = str(number)
+    if name.endswith(".md") and Path(name).is_file():   # a file there first: a copy named like the lesson
+        return [Path(name).resolve()]
+    chosen = [p for p in paths if name in (p.stem, p.name) or name.isdigit() and p.name.startswith(f"{int(name):02d}_")]
+    if not chosen:
+        raise ValueError(f"no lesson {name!r}: give a lesson's number ({paths[0].name[:2]} to {paths[-1].name[:2]}), "
+                         f"its name (04_functional) or the path of a .md file")
+    return chosen
 
 
 def run(path):
-    """Execute every block of one lesson in a fresh namespace; return that namespace."""
+    """Execute every block of one lesson in a fresh namespace; return that namespace. A failing block
+    raises RuntimeError naming the lesson, the line that failed and the block's first line."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     namespace = {"__name__": f"lesson_{Path(path).stem}"}
     for line, code in blocks(path):
-        try:
-            exec(compile(code, f"{path}:{line}", "exec"), namespace)
+        try:   # blank lines first, so that tracebacks give (and show) the line of the Markdown file
+            exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)
         except Exception as e:
-            raise RuntimeError(f"{Path(path).name}, block starting at line {line}: {type(e).__name__}: {e}") from e
+            at = [line] + [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(path)]
+            at = e.lineno if isinstance(e, SyntaxError) and e.filename == str(path) else at[-1]
+            raise RuntimeError(f"{Path(path).name}, line {at} (block starting at line {line}): "
+                               f"{type(e).__name__}: {e}") from e
     return namespace
 
 
 def notebook(path, output=None, kernel="python3", timeout=900):
     """Convert a lesson to a notebook (jupytext), execute it in a fresh `kernel` started in the
     repository root (nbclient), and write the executed notebook to `output` (default: a new temporary
-    folder). Returns the output path. A failing cell raises RuntimeError naming the lesson and the cell."""
+    folder). Returns the output path. A failing cell raises RuntimeError naming the lesson and the block."""
     try:
         import jupytext
         import nbformat
@@ -77,33 +92,51 @@ def notebook(path, output=None, kernel="python3", timeout=900):
     client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, resources={"metadata": {"path": str(ROOT)}})
     try:
         client.execute()
-    except CellExecutionError as e:
-        raise RuntimeError(f"{path.name} as a notebook: {e}") from None
+    except CellExecutionError as e:   # the failing cell is the last that ran; python cells are the blocks
+        ran = [c.get("execution_count") for c in nb.cells if c.cell_type == "code" and not c.source.startswith("%%")]
+        line = blocks(path)[max((i for i, n in enumerate(ran) if n), default=0)][0]
+        raise RuntimeError(f"{path.name} as a notebook: the block starting at line {line} failed: "
+                           f"{e.ename}: {e.evalue}") from e
     if output is None:
         output = Path(tempfile.mkdtemp(prefix="lesson-")) / f"{path.stem}.ipynb"
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(output))
     return Path(output)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("number", nargs="?", help="the lesson's number, e.g. 04 (default: every lesson)")
+    parser = argparse.ArgumentParser(prog="run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("number", nargs="?", help="the lesson's number (04), name (04_functional) "
+                        "or the path of a .md file (default: every lesson)")
     parser.add_argument("--notebook", action="store_true", help="run it as a Jupyter notebook (jupytext + nbclient)")
-    parser.add_argument("--output", help="with --notebook: where to write the executed notebook (.ipynb; "
-                        "a folder when several lessons run; default: a temporary folder)")
+    parser.add_argument("--output", help="with --notebook: where to write the executed notebook: a .ipynb file, "
+                        "or a folder (each lesson as NN_name.ipynb in it); default: a temporary folder")
     args = parser.parse_args(argv)
-    paths = lesson_paths(args.number)
+    try:
+        paths = lesson_paths(args.number)
+    except ValueError as e:
+        parser.error(str(e))
+    folder = args.output is not None and (Path(args.output).suffix != ".ipynb" or Path(args.output).is_dir())
+    if args.output is not None:   # checked before any lesson runs: a .ipynb file, or a folder for them
+        out = Path(args.output)
+        if not args.notebook:
+            parser.error(f"--output {out} is where --notebook writes the executed notebook; add --notebook")
+        if not folder and len(paths) > 1:
+            parser.error(f"--output {out} is one notebook but {len(paths)} lessons run: give a folder")
+        if folder and out.exists() and not out.is_dir():
+            parser.error(f"--output {out} is a file that is not a notebook: give a .ipynb file or a folder")
+        base = out if folder else out.parent
+        there = next(d for d in [base, *base.parents] if d.exists())
+        if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+            parser.error(f"--output {out} cannot be written: {there} is not a folder this user may write in")
     for p in paths:
         start = time.perf_counter()
         if args.notebook:
-            out = args.output
-            if out is not None and (len(paths) > 1 or Path(out).is_dir()):
-                Path(out).mkdir(parents=True, exist_ok=True)
-                out = Path(out) / f"{p.stem}.ipynb"
+            out = Path(args.output) / f"{p.stem}.ipynb" if folder else args.output
             try:
                 written = notebook(p, out)
             except ImportError as e:
-                raise SystemExit(str(e)) from None
+                raise SystemExit(f"{parser.prog}: error: {e}") from None
             print(f"{p.name}: executed as a notebook, every python cell ran ({time.perf_counter() - start:.1f} s): {written}")
         else:
             run(p)

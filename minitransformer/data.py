@@ -49,6 +49,10 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     Returns (pairs, report): pairs is a list of (src_ids, tgt_ids) lists of ints.
     encode_pairs(["a b", ""], ["x", "y"], tok) -> ([([a, b], [x])], "kept 1 of 2 pairs (1 empty)")
     """
+    if isinstance(src_lines, str) or isinstance(tgt_lines, str):
+        raise TypeError("encode_pairs takes lists of lines, not a string: split the text into lines first")
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1):
+        raise ValueError(f"encode_pairs: max_len must be None (no limit) or an integer of at least 1, got {max_len!r}")
     if len(src_lines) != len(tgt_lines):
         raise ValueError(f"encode_pairs got {len(src_lines):,} source lines but {len(tgt_lines):,} target lines")
     encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
@@ -62,8 +66,7 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
         else:
             pairs.append((list(s), list(t)))
             indices.append(i)
-    report = EncodeReport(len(src_ids), len(pairs), empty, too_long, max_len, indices)
-    return pairs, report
+    return pairs, EncodeReport(len(src_ids), len(pairs), empty, too_long, max_len, indices)
 
 
 def load_pairs(src_path, tgt_path, tokenizer, max_len=None):
@@ -117,6 +120,41 @@ def encode_sources(src, pad_id, eos_id):
     return pad(src, pad_id, end=eos_id), np.array([len(s) for s in src], dtype=np.int64)
 
 
+def check_pairs(pairs, pad_id, bos_id, eos_id, ids=None):
+    """Refuse, naming the first bad pair (ids[i] for pair i when given), what Batch would get silently
+    wrong: <pad> sharing an id with <s> or </s>; a side that is text, or holds other than integer ids
+    >= 0; <pad>, <s> or </s> inside a sentence (Batch adds <s> and </s>, and takes <pad> for padding)."""
+    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer token id, got {value!r}")
+    if pad_id in (bos_id, eos_id):
+        raise ValueError(f"pad_id {pad_id} is also the {'bos_id' if pad_id == bos_id else 'eos_id'}: padding is "
+                         f"masked out of attention and of the loss, so that token would be too; give <pad> its own id")
+    bad = next((i for i, p in enumerate(pairs) if not (isinstance(p, (tuple, list)) and len(p) == 2)
+                or any(isinstance(s, str) or not hasattr(s, "__len__") for s in p)), None)
+    if bad is not None:
+        raise TypeError(f"pairs must be (source ids, target ids) pairs of token id lists, as encode_pairs makes "
+                        f"them; pair {bad if ids is None else ids[bad]} is {' '.join(str(pairs[bad]).split())[:60]}")
+    sides = [s for p in pairs for s in p]
+    flat = list(itertools.chain.from_iterable(sides))
+    if all(issubclass(t, (int, np.integer)) and t is not bool for t in set(map(type, flat))):
+        hit = np.array(flat, dtype=np.int64)
+        hit = (hit < 0) | (hit == pad_id) | (hit == bos_id) | (hit == eos_id)
+        k = int(hit.argmax()) if hit.any() else None
+    else:                                            # text, floats, None, lists, ...: find the first
+        k = next(k for k, v in enumerate(flat) if isinstance(v, bool) or not isinstance(v, (int, np.integer)))
+    if k is None:
+        return
+    ends = np.cumsum(np.fromiter(map(len, sides), dtype=np.int64, count=len(sides)))
+    side = int(np.searchsorted(ends, k, side="right"))
+    v, where = flat[k], f"pair {side // 2 if ids is None else ids[side // 2]}'s {('source', 'target')[side % 2]} holds"
+    at = f"at position {k - (int(ends[side - 1]) if side else 0)}"
+    if isinstance(v, (int, np.integer)) and type(v) is not bool and v in (pad_id, bos_id, eos_id):
+        raise ValueError(f"{where} {'<pad>' if v == pad_id else '<s>' if v == bos_id else '</s>'} ({v}) {at}: a pair "
+                         f"holds the ids of its sentences alone (Batch adds <s> and </s>, and takes <pad> for padding)")
+    raise ValueError(f"{where} {repr(v)[:30]} {at}, which is no token id (an integer of at least 0)")
+
+
 class Batch:
     """One padded batch of sentence pairs, ready for Transformer.forward, on the current backend.
 
@@ -137,9 +175,12 @@ class Batch:
         self.n_src_tokens = sum(map(len, xs)) + len(xs)
         self.n_tgt_tokens = sum(map(len, ys)) + len(ys)
         # the masks of attention.py (padding_mask, causal_mask), made here on the host with NumPy
+        src_real, tgt_real = src != pad_id, tgt_in != pad_id
+        if src_real.sum() != self.n_src_tokens or tgt_real.sum() != self.n_tgt_tokens:   # a <pad> inside
+            check_pairs(pairs, pad_id, bos_id, eos_id, ids)                              # names the pair
         causal = np.tril(np.ones((tgt_in.shape[1],) * 2, dtype=bool))     # (T, T): key j <= query i
-        src_mask = (src != pad_id)[:, None, None, :]                        # (B, 1, 1, S)
-        tgt_mask = (tgt_in != pad_id)[:, None, None, :] & causal            # (B, 1, T, T)
+        src_mask = src_real[:, None, None, :]                               # (B, 1, 1, S)
+        tgt_mask = tgt_real[:, None, None, :] & causal                      # (B, 1, T, T)
         self.src, self.tgt_in, self.tgt_out = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
         self.src_mask, self.tgt_mask = backend.asarray(src_mask), backend.asarray(tgt_mask)
         self.ids = None if ids is None else np.asarray(ids)
@@ -213,12 +254,10 @@ class BatchIterator:
     """
 
     def __init__(self, pairs, max_tokens, pad_id, bos_id, eos_id, seed=0, shuffle=True):
+        pairs = pairs if isinstance(pairs, list) else list(pairs)   # a generator, a tuple, an array of pairs
         if not pairs:
             raise ValueError("no sentence pairs to train on: the corpus is empty, or every pair was empty or too long")
-        first = pairs[0]
-        if not (isinstance(first, (tuple, list)) and len(first) == 2 and not any(isinstance(s, str) for s in first)):
-            raise TypeError(f"pairs must be (source ids, target ids) pairs of token id lists, as encode_pairs "
-                            f"makes them; the first is {str(first)[:60]}")
+        check_pairs(pairs, pad_id, bos_id, eos_id)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an integer of at least 1, got {max_tokens!r}")
         self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)

@@ -38,6 +38,8 @@ def read_text(path):
     try:
         return raw.decode("utf-8-sig")  # UTF-8, dropping a byte-order mark if there is one
     except UnicodeDecodeError as e:
+        if raw[:2] == b"\x1f\x8b":  # the gzip magic number
+            raise ValueError(f"{name} holds gzip-compressed data, not text: name it *.gz, or gunzip it") from None
         line = raw.count(b"\n", 0, e.start) + 1
         column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
         raise ValueError(f"{name}: line {line} is not valid UTF-8 ({e.reason} at byte {column} "

@@ -298,3 +298,43 @@ def test_iterator_refuses_text_pairs_and_senseless_max_tokens():
     for max_tokens in (0, 2.5, None):                          # 2.5 was cut to 2 without a word
         with pytest.raises(ValueError, match="max_tokens must be an integer of at least 1"):
             BatchIterator([([5], [6])], max_tokens, PAD, BOS, EOS)
+
+
+def test_special_ids_inside_a_pair_are_refused_naming_the_pair():
+    """A <pad> inside a sentence was masked out as padding without a word; <s> or </s> inside one, or a
+    <pad> sharing the id of either, trained the model on something else than the sentence."""
+    ok = ([5, 6], [7])
+    cases = [([ok, ([5, 6], [7, 8, PAD])], r"pair 1's target holds <pad> \(0\) at position 2"),
+             ([ok, ok, ([5, EOS], [7])], r"pair 2's source holds </s> \(2\) at position 1"),
+             ([([BOS, 5], [7])], r"pair 0's source holds <s> \(1\) at position 0"),
+             ([ok, ([5, -1], [7])], r"pair 1's source holds -1 at position 1, which is no token id"),
+             ([ok, ([5, 3.7], [7])], r"pair 1's source holds 3.7 at position 1, which is no token id")]
+    for pairs, message in cases:       # refused when the stream is made, before any batch
+        with pytest.raises(ValueError, match=message):
+            BatchIterator(pairs, 100, PAD, BOS, EOS)
+    with pytest.raises(TypeError, match=r"pair 1 is \('ab', 'cd'\)"):        # not only the first pair
+        BatchIterator([ok, ("ab", "cd")], 100, PAD, BOS, EOS)
+    for pad_id in (BOS, EOS):
+        with pytest.raises(ValueError, match=f"pad_id {pad_id} is also the (bos|eos)_id"):
+            BatchIterator([ok], 100, pad_id, BOS, EOS)
+    with pytest.raises(TypeError, match="pad_id must be an integer token id, got None"):
+        BatchIterator([ok], 100, None, BOS, EOS)
+    with pytest.raises(ValueError, match=r"pair 20's source holds <pad> \(0\) at position 1"):
+        Batch([ok, ([5, PAD, 6], [7])], PAD, BOS, EOS, ids=[10, 20])    # Batch itself, named by its ids
+    with pytest.raises(ValueError, match="pad_id 2 is also the eos_id"):
+        Batch([ok], EOS, BOS, EOS)
+    assert len(BatchIterator((p for p in [ok]), 100, PAD, BOS, EOS)) == 1   # a generator of pairs is fine
+
+
+def test_encode_pairs_refuses_a_string_and_a_senseless_max_len():
+    for max_len in (0, -1, 2.5, "50", True):
+        with pytest.raises(ValueError, match="max_len must be None .* or an integer of at least 1"):
+            encode_pairs(["a"], ["x"], WordTokenizer(), max_len=max_len)
+    with pytest.raises(TypeError, match="takes lists of lines, not a string"):
+        encode_pairs("a b\nc", "x y\nz", WordTokenizer())      # each character was a line
+
+
+def test_gzip_data_under_a_plain_name_is_named_as_such(tmp_path):
+    (tmp_path / "train.de").write_bytes(gzip.compress("ein Haus\n".encode("utf-8")))
+    with pytest.raises(ValueError, match="train.de holds gzip-compressed data, not text"):
+        read_lines(tmp_path / "train.de")

@@ -1,6 +1,7 @@
 """Every lesson's ```python blocks run in order in one namespace, asserts included."""
 import importlib.util
 import os
+import traceback
 from pathlib import Path
 
 import pytest
@@ -24,5 +25,62 @@ def test_lesson_runs(path, monkeypatch):
 def test_runner_reports_the_failing_block(tmp_path):
     bad = tmp_path / "99_bad.md"
     bad.write_text("# Bad\n\n```python\nx = 1\n```\n\ntext\n\n```python\nassert x == 2, 'x is not 2'\n```\n")
-    with pytest.raises(RuntimeError, match=r"99_bad.md, block starting at line 10: AssertionError: x is not 2"):
+    with pytest.raises(RuntimeError, match=r"99_bad.md, line 10 \(block starting at line 10\): AssertionError: x is"):
         runner.run(bad)
+    # the line that failed, in the Markdown file: inside a function an earlier block defined, too
+    bad.write_text("# Bad\n\n```python\ndef f():\n    return 1 / 0\n```\n\n```python\ny = 2\nf()\n```\n")
+    with pytest.raises(RuntimeError, match=r"line 5 \(block starting at line 9\): ZeroDivisionError") as e:
+        runner.run(bad)
+    assert [f.lineno for f in traceback.extract_tb(e.value.__cause__.__traceback__)][-2:] == [10, 5]
+    bad.write_text("# Bad\n\n```python\nx = 1\ny = (\n```\n")
+    with pytest.raises(RuntimeError, match=r"line 5 \(block starting at line 4\): SyntaxError"):
+        runner.run(bad)
+
+
+def test_a_lesson_is_named_by_number_name_or_path_and_a_bad_one_in_one_line(tmp_path, capsys):
+    functional = runner.lesson_paths("04")
+    assert [p.name for p in functional] == ["04_functional.md"]
+    assert runner.lesson_paths(4) == runner.lesson_paths("04_functional") == runner.lesson_paths("04_functional.md") \
+        == functional
+    copy = tmp_path / "04_functional.md"               # a learner's copy, named like the lesson: the copy runs
+    copy.write_text("# Mine\n\n```python\nx = 1\n```\n")
+    assert runner.lesson_paths(str(copy)) == [copy.resolve()]
+    for bad in ("abc", "99", "1.5", "-1", str(tmp_path / "missing.md")):
+        with pytest.raises(SystemExit) as e:
+            runner.main([bad])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith("run.py: error: no lesson ") and "Traceback" not in err, err
+
+
+def test_output_is_checked_before_any_lesson_runs(tmp_path, capsys, monkeypatch):
+    ran = []
+    monkeypatch.setattr(runner, "run", ran.append)
+    monkeypatch.setattr(runner, "notebook", lambda p, out: ran.append(out))
+    (tmp_path / "notes.txt").write_text("mine")
+    for argv, message in [(["01", "--output", str(tmp_path / "x.ipynb")], "add --notebook"),
+                          (["--notebook", "--output", str(tmp_path / "x.ipynb")], "12 lessons run: give a folder"),
+                          (["01", "--notebook", "--output", str(tmp_path / "notes.txt")], "is not a notebook"),
+                          (["01", "--notebook", "--output", str(tmp_path / "notes.txt" / "a.ipynb")], "not a folder")]:
+        with pytest.raises(SystemExit) as e:
+            runner.main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err, argv
+    assert ran == [] and (tmp_path / "notes.txt").read_text() == "mine"
+    runner.main(["01", "--notebook", "--output", str(tmp_path / "nb")])          # a folder: the lesson's name in it
+    runner.main(["01", "--notebook", "--output", str(tmp_path / "one.ipynb")])
+    assert ran == [tmp_path / "nb" / "01_backend.ipynb", str(tmp_path / "one.ipynb")]
+
+
+def test_figures_refuses_a_bad_name_or_out_before_drawing(tmp_path, capsys):
+    spec_ = importlib.util.spec_from_file_location("lesson_figures_cli", LESSONS / "figures.py")
+    figures = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(figures)
+    (tmp_path / "afile").write_text("mine")
+    for argv, message in [(["nonsense"], "no figure named 'nonsense'"), (["02"], "lesson 02 has no figure"),
+                          (["09_lr_schedule", "--out", str(tmp_path / "afile")], "is a file"),
+                          (["09_lr_schedule", "--out", str(tmp_path / "afile" / "sub")], "is a file")]:
+        with pytest.raises(SystemExit) as e:
+            figures.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and err.startswith("figures.py: error: ") and message in err, argv
+    assert (tmp_path / "afile").read_text() == "mine"
