@@ -113,12 +113,12 @@ def main():
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--data", default=str(TEST), help="source sentences (default: Multi30k test 2016, German)")
     args = p.parse_args()
-    if not Path(args.data).exists():
-        p.error(f"--data {args.data} not found (the shared data directory is ../shared/data beside the repo)")
     for option, value, low in (("--n", args.n, 1), ("--recompute-n", args.recompute_n, 1),
                                ("--vocab", args.vocab, 4)):
         if value is not None and value < low:
             p.error(f"{option} must be at least {low}, got {value}")
+    if not Path(args.data).exists():
+        p.error(f"--data {args.data} not found (the shared data directory is ../shared/data beside the repo)")
     if args.checkpoint and args.vocab is not None:
         p.error("--vocab sets the random model's vocabulary; a --checkpoint brings its own: give one or the other")
     args.vocab = args.vocab or 8000

@@ -126,7 +126,7 @@ def main(argv=None):
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--solutions", action="store_true", help="grade lessons/solutions/ instead of your files")
     which.add_argument("--module", type=Path, metavar="FILE", help="grade this file instead of your exercise file")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)   # check.py 04 --solutions softmax works too
     lessons = sorted(LESSON_ITEMS)
     if args.lesson is not None:
         digits = re.match(r"(?:.*/)?(\d+)", args.lesson)     # 4, 04, 04_functional, exercises/04_functional.py

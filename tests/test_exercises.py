@@ -407,7 +407,7 @@ def test_the_command_line(tmp_path):
     assert status == 1 and "Traceback" not in out and out.count("not implemented yet") == 4
     status, out = run("4", "softmax", "--solutions")
     assert status == 0 and "PASS  softmax" in out and "cross_entropy" not in out
-    status, out = run("exercises/04_functional.py", "softmax", "--solutions")   # a file's name works too
+    status, out = run("exercises/04_functional.py", "--solutions", "softmax")   # a file's name, options anywhere
     assert status == 0 and "PASS  softmax" in out
     broken = tmp_path / "broken.py"
     broken.write_text("def softmax(x, axis=-1):\n    return x +\n")
