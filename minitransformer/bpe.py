@@ -7,6 +7,7 @@ Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, p
 Imports only bpe_learn and fileio of the package (lesson 08).
 """
 import json
+import numbers
 import operator
 import os
 from collections import Counter
@@ -25,6 +26,7 @@ PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 FORMAT, VERSION = "minitransformer-bpe", 1
+PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"  # a pattern must cut this into words, dropping nothing
 
 
 def _chunks(text, size=1 << 20):
@@ -37,12 +39,21 @@ def _chunks(text, size=1 << 20):
         start = end
 
 
+def _surrogate(text):
+    """Words naming the first lone surrogate in text (UTF-8 cannot encode one) and where it stands."""
+    i = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
+    return (f"the lone surrogate {text[i]!r} at character {i}, which UTF-8 cannot encode (text read with "
+            f"errors='surrogateescape'?)")
+
+
 # ---- the tokenizer ------------------------------------------------------------------------------
 
 class BPE:
     """Byte-level BPE tokenizer. Ids: special tokens, then the 256 bytes, then one per merge."""
 
     def __init__(self, merges=(), special_tokens=(), pattern=PATTERN):
+        if isinstance(special_tokens, str):
+            raise TypeError(f"special_tokens takes a list of strings, not one str: [{special_tokens!r}]")
         extra = [t for t in special_tokens if t not in SPECIALS]
         if not all(isinstance(t, str) and t and not t.isspace() for t in extra):
             raise ValueError(f"special tokens must be non-empty strings, got {extra}")
@@ -53,6 +64,10 @@ class BPE:
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.pattern, self._regex = pattern, regex.compile(pattern)
+        self._custom = pattern != PATTERN  # PATTERN matches every character; encode checks any other
+        if self._regex.groups or "".join(self._regex.findall(PROBE)) != PROBE:
+            raise ValueError(f"the pattern {pattern!r} does not cut every text into words (it drops characters "
+                             f"or has a capturing group): encode would lose text")
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
@@ -88,6 +103,8 @@ class BPE:
         Ties: of the pairs with the highest count, the smallest (left id, right id) is merged.
         BPE.train(["low lower lowest"], 260, min_frequency=1).merges -> [(111, 114)]  ("l", "o")
         """
+        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in (vocab_size, min_frequency)):
+            raise TypeError(f"vocab_size and min_frequency must be integers, got {vocab_size!r} and {min_frequency!r}")
         tok = cls((), special_tokens, pattern)
         if vocab_size > 0x110000:
             raise ValueError(f"vocab_size {vocab_size:,} is too large: at most 1,114,112 ids")
@@ -101,10 +118,13 @@ class BPE:
             what = (f"{', '.join(files)} hold{'s' * (len(files) == 1)} no text to learn merges from" if files
                     else "there are no words to learn merges from")
             raise ValueError(f"the training corpus is empty: {what}")
-        if naive:
-            merges = learn_merges_naive(words, vocab_size - tok.vocab_size, min_frequency, tok.offset)
-        else:
-            merges = learn_merges(words, vocab_size - tok.vocab_size, min_frequency, tok.offset, progress)
+        try:
+            if naive:
+                merges = learn_merges_naive(words, vocab_size - tok.vocab_size, min_frequency, tok.offset)
+            else:
+                merges = learn_merges(words, vocab_size - tok.vocab_size, min_frequency, tok.offset, progress)
+        except UnicodeEncodeError as e:
+            raise ValueError(f"the corpus word {e.object!r} holds {_surrogate(e.object)}") from None
         return cls(merges, tok.special_tokens, pattern)
 
     @classmethod
@@ -123,8 +143,8 @@ class BPE:
             lines_or_paths = [lines_or_paths]
         counts = Counter()
         for item in lines_or_paths:
-            if isinstance(item, os.PathLike):
-                for chunk in _chunks(read_text(item)):
+            if isinstance(item, os.PathLike):  # line ends "\r\n" read as "\n", as read_lines does
+                for chunk in _chunks(read_text(item).replace("\r\n", "\n")):
                     counts.update(self._words(chunk))
             elif isinstance(item, str):
                 counts.update(self._words(item))
@@ -172,12 +192,19 @@ class BPE:
                 " (encode_batch takes a list of them)" if isinstance(text, (list, tuple)) else ""))
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
-        for k, part in enumerate(parts):
-            if k % 2:  # odd parts are special tokens
-                ids.append(self._special_ids[part])
-            else:
-                for word in self._regex.findall(part):
+        try:
+            for k, part in enumerate(parts):
+                if k % 2:  # odd parts are special tokens
+                    ids.append(self._special_ids[part])
+                    continue
+                words = self._regex.findall(part)
+                if self._custom and sum(map(len, words)) != len(part):
+                    raise ValueError(f"the pattern {self.pattern!r} drops characters of {part[:40]!r}: "
+                                     f"encode would lose text")
+                for word in words:
                     ids.extend(self._encode_word(word))
+        except UnicodeEncodeError:
+            raise ValueError(f"encode: the text {text[:40]!r} holds {_surrogate(text)}") from None
         if add_eos:
             ids.append(EOS_ID)
         return ids
@@ -251,7 +278,7 @@ class BPE:
         """The inverse of to_json; errors name `source` (a file name, or where the text came from)."""
         try:
             d = json.loads(text)
-        except ValueError as e:  # invalid JSON
+        except (ValueError, RecursionError) as e:  # invalid JSON, or nested too deep
             raise ValueError(f"{source} is not a tokenizer file: it is not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f'{source} is not a tokenizer file: it lacks "format": "{FORMAT}"')

@@ -100,7 +100,7 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
         #    pairs (x, a) and (b, y) lose f (the word's count) and (x, z), (z, y) gain f. Two
         #    occurrences in a row (a b a b) make one (z, z) instead of (z, a) and (b, z).
         new = defaultdict(int)  # counts of the new pairs, those that hold z
-        for i in where.pop(pair):
+        for i in dict.fromkeys(where.pop(pair)):  # once per word: a long word is listed once per occurrence
             w, f = words[i], freqs[i]
             j, end = w.find(pair), -1        # j: this occurrence; end: just after the previous one
             while j >= 0:

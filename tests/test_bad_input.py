@@ -66,7 +66,8 @@ def train(*extra, drop=()):
 VALID = ("--valid-src", "{D}/valid.src", "--valid-tgt", "{D}/valid.tgt")
 TRANSLATE = ["translate", "--checkpoint", "{D}/model.npz", "--input", "in.txt", "--output", "out.txt"]
 OLD = {"in.txt": b"1 2\n3 4\n", "out.txt": b"an earlier translation\n"}   # out.txt must survive every row
-BPE_ARGS = ["bpe", "--input", "{D}/train.src", "--output", "tok.json", "--quiet"]
+BPE_OWN = ["bpe", "--output", "tok.json", "--quiet"]   # rows give --input (given twice, both count)
+BPE_ARGS = BPE_OWN + ["--input", "{D}/train.src"]
 OLD_TOK = {"tok.json": b"an earlier tokenizer\n"}
 AVERAGE = ["average", "{D}/run", "--output", "avg.npz"]
 OLD_AVG = {"avg.npz": b"an earlier average\n"}
@@ -245,6 +246,9 @@ ROWS = [
      OLD_TOK, 2, r"--vocab-size must be between 260 .*got 259"),
     ("bpe-special-tokens-repeated", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", "<m>", "<m>"], None,
      OLD_TOK, 2, r"--special-tokens: special tokens are repeated"),
+    ("bpe-special-tokens-repeated-in-two-options",
+     BPE_ARGS + ["--vocab-size", "300", "--special-tokens", "<m>", "--special-tokens", "<m>"], None, OLD_TOK, 2,
+     r"--special-tokens: special tokens are repeated"),
     ("bpe-special-tokens-empty", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", ""], None, OLD_TOK, 2,
      r"--special-tokens: special tokens must be non-empty strings"),
     ("bpe-special-tokens-blank", BPE_ARGS + ["--vocab-size", "300", "--special-tokens", " "], None, OLD_TOK, 2,
@@ -258,23 +262,23 @@ ROWS = [
     pytest.param("bpe-output-no-permission", BPE_ARGS + ["--vocab-size", "300", "--output", "locked/tok.json"], None,
                  {"locked": READ_ONLY_DIR}, 2, r"--output locked/tok\.json cannot be written: no permission",
                  marks=NEEDS_USER),
-    ("bpe-output-is-the-input", BPE_ARGS + ["--vocab-size", "300", "--input", "c.txt", "--output", "c.txt"], None,
+    ("bpe-output-is-the-input", BPE_OWN + ["--vocab-size", "300", "--input", "c.txt", "--output", "c.txt"], None,
      {"c.txt": b"a b\n"}, 2, r"--output c\.txt is also the --input file c\.txt"),
     ("bpe-output-stdout", BPE_ARGS + ["--vocab-size", "300", "--output", "-"], None, OLD_TOK, 2,
      r"--output takes a file name, not stdout \('-'\)"),
-    ("bpe-input-stdin", BPE_ARGS + ["--vocab-size", "300", "--input", "-"], b"a b\n", OLD_TOK, 2,
+    ("bpe-input-stdin", BPE_OWN + ["--vocab-size", "300", "--input", "-"], b"a b\n", OLD_TOK, 2,
      r"--input takes files, not stdin"),
-    ("bpe-input-missing", BPE_ARGS + ["--vocab-size", "300", "--input", "nope.txt"], None, OLD_TOK, 2,
+    ("bpe-input-missing", BPE_OWN + ["--vocab-size", "300", "--input", "nope.txt"], None, OLD_TOK, 2,
      r"--input file not found: nope\.txt"),
-    ("bpe-input-is-a-directory", BPE_ARGS + ["--vocab-size", "300", "--input", "somedir"], None,
+    ("bpe-input-is-a-directory", BPE_OWN + ["--vocab-size", "300", "--input", "somedir"], None,
      {**OLD_TOK, "somedir/keep": b""}, 2, r"--input file somedir is a directory"),
-    ("bpe-empty-corpus", BPE_ARGS + ["--vocab-size", "300", "--input", "e.txt"], None, {**OLD_TOK, "e.txt": b""}, 1,
+    ("bpe-empty-corpus", BPE_OWN + ["--vocab-size", "300", "--input", "e.txt"], None, {**OLD_TOK, "e.txt": b""}, 1,
      r"the training corpus is empty: e\.txt holds no text to learn merges from"),
-    ("bpe-empty-corpus-two-files", BPE_ARGS + ["--vocab-size", "300", "--input", "e.txt", "f.txt"], None,
+    ("bpe-empty-corpus-two-files", BPE_OWN + ["--vocab-size", "300", "--input", "e.txt", "f.txt"], None,
      {**OLD_TOK, "e.txt": b"", "f.txt": b"<pad>"}, 1, r"the training corpus is empty: e\.txt, f\.txt hold no text"),
-    ("bpe-blank-corpus", BPE_ARGS + ["--vocab-size", "300", "--input", "b.txt"], None,
+    ("bpe-blank-corpus", BPE_OWN + ["--vocab-size", "300", "--input", "b.txt"], None,
      {**OLD_TOK, "b.txt": b"\n  \n\t\n"}, 1, r"the training corpus is empty: b\.txt holds no text"),
-    ("bpe-input-invalid-utf8", BPE_ARGS + ["--vocab-size", "300", "--input", "bad.txt"], None,
+    ("bpe-input-invalid-utf8", BPE_OWN + ["--vocab-size", "300", "--input", "bad.txt"], None,
      {**OLD_TOK, "bad.txt": b"good\nb\xe4d\n"}, 1, r"bad\.txt: line 2 is not valid UTF-8"),
     # ---- bleu
     ("bleu-two-empty-files", ["bleu", "h.txt", "r.txt"], None, {"h.txt": b"", "r.txt": b""}, 2,

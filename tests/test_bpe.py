@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,63 @@ def test_errors_on_bad_input(tmp_path):
         BPE.train([tmp_path / "bad.txt.gz"], 300)
 
 
+def test_train_sizes_must_be_integers():
+    # vocab_size 300.5 learned 42 merges (301 ids); 1e4 worked in train but not in train_naive; NaN meant 1.
+    for vocab_size, min_frequency in ((300.5, 2), (1e4, 2), ("300", 2), (300, float("nan")), (300, None)):
+        with pytest.raises(TypeError, match="vocab_size and min_frequency must be integers"):
+            BPE.train(CORPUS, vocab_size, min_frequency)
+
+
+def test_special_tokens_one_str_refused():
+    # It made each character a special token: "a" cut out of every training line, and encoded as one id.
+    with pytest.raises(TypeError, match=r"special_tokens takes a list of strings, not one str: \['<mask>'\]"):
+        BPE.train(CORPUS, 300, special_tokens="<mask>")
+
+
+def test_pattern_that_drops_text_refused(tok):
+    for pattern in (r"\w+", r"(\w+)|\s+|[^\w\s]+"):     # drops spaces; findall returns the group alone
+        with pytest.raises(ValueError, match="does not cut every text into words"):
+            BPE.train(CORPUS, 300, pattern=pattern)
+    with pytest.raises(ValueError, match=r"the pattern .* drops characters of 'a \u2603 b'"):
+        BPE(pattern=r"[^\u2603]+").encode("a \u2603 b")  # the probe misses it; encode does not
+    with pytest.raises(ValueError, match=r"damaged tokenizer file: the pattern 'x\*' does not cut"):
+        BPE.from_json(json.dumps({**json.loads(tok.to_json()), "pattern": "x*"}), "tok.json")
+
+
+def test_lone_surrogates_named(tok):
+    # UTF-8 cannot encode them (errors="surrogateescape" makes them): the text and the place are named.
+    with pytest.raises(ValueError, match=r"encode: the text 'ok \\udcff' holds the lone surrogate .* at character 3"):
+        tok.encode_batch(["fine", "ok \udcff"])
+    for naive in (False, True):
+        with pytest.raises(ValueError, match=r"the corpus word ' \\udcff' holds the lone surrogate"):
+            BPE.train(["ok", "bad \udcff line"], 300, naive=naive)
+
+
+def test_long_word_learns_in_linear_time():
+    # A word was listed once per occurrence of each pair, and scanned whole each time: 100,000 characters
+    # without a space took 12 s, 200,000 took 45 s; now a fraction of a second.
+    word = "".join(random.Random(0).choice("abcdefghij") for _ in range(200_000))
+    start = time.perf_counter()
+    BPE.train([word], 400, min_frequency=1)
+    assert time.perf_counter() - start < 10
+    words = {word[:20_000]: 1, "abc": 3}
+    assert learn_merges(words, 60, 1, 3) == learn_merges_naive(words, 60, 1, 3)
+
+
+def test_crlf_files_learn_what_lf_files_do(tmp_path):
+    # read_lines drops "\r" when training reads a corpus; learning kept it (tokens " \r", "\r\n\r").
+    lines = [line + " " * (k % 2) for k, line in enumerate(CORPUS)] + ["", ""]
+    (tmp_path / "lf.txt").write_bytes("\n".join(lines).encode() + b"\n")
+    (tmp_path / "crlf.txt").write_bytes("\r\n".join(lines).encode() + b"\r\n")
+    lf, crlf = BPE.train([tmp_path / "lf.txt"], 400), BPE.train([tmp_path / "crlf.txt"], 400)
+    assert crlf.merges == lf.merges and not any(b"\r" in t for t in crlf.vocab[crlf.offset + 256:])
+
+
+def test_deeply_nested_json_refused():
+    with pytest.raises(ValueError, match="not a tokenizer file: it is not valid JSON"):
+        BPE.from_json("[" * 100_000 + "]" * 100_000)
+
+
 def test_decode_errors(tok):
     with pytest.raises(ValueError, match="ids must lie in 0..399"):
         tok.decode([5, 400])
@@ -330,6 +388,29 @@ def test_cli_errors(tmp_path, capsys):
             "--output", str(tmp_path / "tok.json"), "--quiet"]
     assert cli.main(argv) == 2                                 # a bad argument, found before any work
     assert "--input file not found" in capsys.readouterr().err and not (tmp_path / "tok.json").exists()
+
+
+def test_cli_options_given_twice_add_up(tmp_path, capsys):
+    # The second --input or --special-tokens replaced the first, silently.
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    args = parse(["bpe", "--input", str(tmp_path / "a.txt"), "--input", str(tmp_path / "b.txt"), "--vocab-size", "300",
+                  "--output", str(tmp_path / "tok.json"), "--special-tokens", "<a>", "--special-tokens", "<b>", "--quiet"])
+    assert args.input == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")] and args.special_tokens == ["<a>", "<b>"]
+    assert bpe_command.run_bpe(args) == 0 and "from 2 file(s)" in capsys.readouterr().out
+    assert BPE.load(tmp_path / "tok.json").special_tokens == ["<pad>", "<s>", "</s>", "<a>", "<b>"]
+
+
+def test_cli_report_reads_lines_as_training_does(tmp_path, capsys):
+    # A corpus with "\r\n" line ends reported a "\r" token a line more than the same corpus with "\n".
+    reports = []
+    for name, end in (("lf.txt", "\n"), ("crlf.txt", "\r\n")):
+        (tmp_path / name).write_bytes((end.join(CORPUS) + end).encode())
+        args = parse(["bpe", "--input", str(tmp_path / name), "--vocab-size", "300", "--output",
+                      str(tmp_path / (name + ".json")), "--quiet"])
+        assert bpe_command.run_bpe(args) == 0
+        reports.append(capsys.readouterr().out.splitlines()[1])
+    assert reports[0] == reports[1]
 
 
 def test_cli_help(capsys):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from minitransformer.bpe import BPE
-from minitransformer.fileio import read_text
+from minitransformer.fileio import read_lines
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file, writing
 
@@ -27,14 +27,14 @@ def add_parser(subparsers):
                     ".gz accepted), save it as one JSON file, and print the time taken and the "
                     "compression (tokens per whitespace-separated word) on the input.",
         epilog=examples("bpe --input train.de.gz train.en.gz --vocab-size 10000 --output tok.json") + "\n" + NOTE)
-    p.add_argument("--input", nargs="+", required=True, metavar="FILE",
-                   help="training text files, plain or .gz")
+    p.add_argument("--input", nargs="+", action="extend", required=True, metavar="FILE",
+                   help="training text files, plain or .gz (--input given twice: the files of both)")
     p.add_argument("--vocab-size", type=int, required=True, metavar="N",
                    help="ids in all: special tokens + 256 bytes + merges (e.g. 10000)")
     p.add_argument("--output", required=True, metavar="FILE", help="the tokenizer file to write (JSON)")
     p.add_argument("--min-frequency", type=int, default=2, metavar="N",
                    help="stop when the best pair occurs fewer than N times (default: 2)")
-    p.add_argument("--special-tokens", nargs="*", default=[], metavar="TOKEN",
+    p.add_argument("--special-tokens", nargs="*", action="extend", default=[], metavar="TOKEN",
                    help="extra special tokens, never split, after <pad> <s> </s> (e.g. <mask>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_bpe)
@@ -65,7 +65,7 @@ def run_bpe(args):
         tokenizer.save(args.output)
     n_tokens = n_words = n_bytes = 0
     for path in args.input:
-        for line in read_text(path).split("\n"):
+        for line in read_lines(path):  # without "\r\n", as learning and training read them
             n_tokens += len(tokenizer.encode(line, special=False))
             n_words += len(line.split())
             n_bytes += len(line.encode("utf-8"))
