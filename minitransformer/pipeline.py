@@ -62,10 +62,12 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         if resume is None:  # another run's checkpoints: refused before a new tokenizer.json replaces theirs
             RunDirectory(out_dir, training_config.keep).check_start(0)
         os.makedirs(out_dir, exist_ok=True)
+    # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size, not the one left there
+    checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
     tokenizer_path = None
     if here.is_main:
         tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
-                                                            reuse=resume is not None, log=log)
+                                                            reuse=checkpoint is not None, log=log)
     if here.size > 1:  # rank 0 learned or read it; the other ranks take its JSON text
         text = here.broadcast_object(tokenizer.to_json() if here.is_main else None)
         tokenizer = tokenizer if here.is_main else BPE.from_json(text)
@@ -88,7 +90,6 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     log(f"model: {model.num_parameters():,} parameters; {per_update:,} tokens per update"
         + (f" ({here.size} ranks of {per_update // here.size:,})" if here.size > 1 else ""))
     trainer = Trainer(model, tokenizer, pairs, valid, training_config, out_dir, tokenizer_path=tokenizer_path)
-    checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
     if checkpoint is not None:
         trainer.resume(checkpoint)
     return trainer, tokenizer

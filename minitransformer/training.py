@@ -91,7 +91,8 @@ class Trainer:
         self._window_tokens = 0       # target tokens since the last loss read-out (for tokens/s) ...
         self._window_start = time.perf_counter()  # ... and when that window began
         self._started = time.perf_counter()       # when train() began: log records carry the seconds since
-        self._stops = [0, 0]          # data parallel: Ctrl-C and SIGTERM seen since the last update
+        self._stops = [0, 0]          # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
+        self._updating = False        # the update is being applied: a signal now stops the run after it
         self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
@@ -120,7 +121,7 @@ class Trainer:
             loss = loss * (b.n_tgt_tokens / n_total)
             loss.backward()
             step_loss = loss.data if step_loss is None else step_loss + loss.data
-        stops = None
+        self._updating = True  # alone: a signal from here on stops the run after this update, never inside it
         if world.size > 1:  # each rank holds its batches' part of the sums: add them up
             seen, self._stops = self._stops, [0, 0]  # a signal from now on counts for the next update
             step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen)
@@ -130,7 +131,11 @@ class Trainer:
         self.optimizer.zero_grad()
         self.step = step
         self._iter_state = self.iterator.state_dict()
-        if stops is not None and stops.any():  # a signal reached some rank: every rank stops here
+        if world.size == 1:
+            stops, self._stops = np.array(self._stops), [0, 0]
+        self._updating = False
+        if stops.any():  # a signal reached some rank (or came mid-update): every rank stops here, loss logged
+            self._pending.append((step, step_loss, n_total))
             raise Terminated() if stops[1] else KeyboardInterrupt()
         return step_loss, n_total
 
@@ -184,15 +189,15 @@ class Trainer:
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
         self._started = start
         self._window_tokens, self._window_start = 0, time.perf_counter()
+        if self.run_dir is not None:  # before anything is written there
+            self.run_dir.check_start(self.step)
         self._write_log({"event": "start", "step": self.step, "total_steps": total,
                          "training": asdict(run), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
-        if self.run_dir is not None:
-            self.run_dir.check_start(self.step)
         for flat in self.optimizer.flat.values():  # data parallel: every rank starts from rank 0's weights
             self.world.broadcast_(flat["data"])
         on_main_thread = threading.current_thread() is threading.main_thread()
-        handled = (signal.SIGTERM,) if self.world.size == 1 else (signal.SIGINT, signal.SIGTERM)
+        handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
         previous = {s: signal.signal(s, self._on_signal) for s in handled} if on_main_thread else {}
         try:
             while self.step < total:
@@ -206,7 +211,7 @@ class Trainer:
                 if self.step < total and (due(run.eval_every) or due(run.save_every)):
                     if due(run.eval_every):
                         self.evaluate()
-                    if due(run.save_every):
+                    if due(run.save_every) or self._best_pending:  # the best copy holds the weights judged
                         self.save()
                     self._window_tokens, self._window_start = 0, time.perf_counter()  # tokens/s: training only
                 for cb in self.callbacks:
@@ -239,9 +244,10 @@ class Trainer:
         return summary
 
     def _on_signal(self, signum, frame):
-        """SIGTERM alone: stop now (as Ctrl-C). Data parallel: note it; all ranks stop after this update."""
-        if self.world.size == 1:
-            raise Terminated()
+        """Ctrl-C or SIGTERM alone: stop now, or after the update being applied. Data parallel: note it; all
+        ranks stop after this update."""
+        if self.world.size == 1 and not self._updating:
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         self._stops[signum == signal.SIGTERM] += 1
 
     # ---------------------------------------------------------------- evaluation

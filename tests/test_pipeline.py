@@ -57,6 +57,18 @@ def test_resume_reuses_the_learned_tokenizer(tmp_path, monkeypatch):
     assert any("using the tokenizer learned before" in m for m in messages)
 
 
+def test_resume_auto_without_a_checkpoint_learns_the_tokenizer_asked_for(tmp_path):
+    """A run stopped before its first checkpoint leaves tokenizer.json; "auto" then starts afresh, with
+    a tokenizer of the vocab_size given now, not the one left there."""
+    BPE.train(SOURCE + TARGET, 262, min_frequency=1).save(tmp_path / "tokenizer.json")
+    messages = []
+    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280,
+                                          resume="auto", log=messages.append)
+    assert tokenizer.vocab_size > 262 and trainer.step == 0
+    assert BPE.load(tmp_path / "tokenizer.json").merges == tokenizer.merges
+    assert not any("learned before" in m for m in messages) and any("starting afresh" in m for m in messages)
+
+
 def test_a_new_run_into_an_earlier_runs_directory_is_refused_before_it_writes(tmp_path, monkeypatch):
     first, _ = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280)
     first.train()

@@ -321,9 +321,11 @@ def test_resume_refuses_a_directory_with_later_checkpoints_and_keeps_other_files
     first.train()
     earlier = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8, keep=1), str(tmp_path), log=quiet)
     earlier.resume(str(tmp_path / "checkpoint_0000002.npz"))
+    log = open(tmp_path / "log.jsonl").read()
     with pytest.raises(ckpt.CheckpointError, match=r"checkpoint_0000006\.npz, a later step than 2"):
         earlier.train()
     assert len(list_checkpoints(str(tmp_path))) == 3                     # nothing deleted
+    assert open(tmp_path / "log.jsonl").read() == log                   # not even a "start" line written
     # resuming the latest works, and pruning (keep=1) spares the files this run did not write
     latest = Trainer(tiny_model(tok), tok, pairs, None, config(steps=8, save_every=1, keep=1), str(tmp_path), log=quiet)
     latest.resume(list_checkpoints(str(tmp_path))[-1])
@@ -348,6 +350,63 @@ def test_sigterm_saves_like_ctrl_c_and_stale_temporaries_are_removed(task, tmp_p
     assert os.path.basename(summary["checkpoint"]) == "checkpoint_0000003.npz"
     assert not stale.exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL                 # the handler is put back
+
+
+@pytest.mark.parametrize("signum, stopped", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")])
+def test_a_signal_while_the_update_is_applied_stops_after_it_and_resumes_bit_for_bit(task, tmp_path, signum, stopped):
+    """Ctrl-C or SIGTERM landing in Adam's update (the weights half written, the step not yet counted)
+    stops the run once the update is whole: its checkpoint and logged loss are of that step."""
+    tok, pairs, _ = task
+    full = Trainer(tiny_model(tok), tok, pairs, None, config(steps=6), str(tmp_path / "full"), log=quiet)
+    full.train()
+    cut = Trainer(tiny_model(tok), tok, pairs, None, config(steps=6), str(tmp_path / "cut"), log=quiet)
+    update = cut.optimizer._update
+
+    def update_then_signal(*arrays):  # the signal arrives once the weights of this piece are written
+        update(*arrays)
+        if cut.step == 2:
+            os.kill(os.getpid(), signum)
+    cut.optimizer._update = update_then_signal
+    summary = cut.train()
+    assert summary["stopped"] == stopped and summary["step"] == 3 and sorted(cut.losses) == [1, 2, 3]
+    again = Trainer(tiny_model(tok, seed=99), tok, pairs, None, config(steps=6), str(tmp_path / "cut"), log=quiet)
+    again.resume(summary["checkpoint"])
+    again.train()
+    assert [{**cut.losses, **again.losses}[s] for s in range(1, 7)] == [full.losses[s] for s in range(1, 7)]
+
+
+def test_data_parallel_stop_logs_the_loss_of_the_last_update(task, tmp_path):
+    """Every rank stops after the update during which a rank saw SIGTERM; that update's loss is logged
+    (and checked) like any other before its checkpoint is written."""
+    from minitransformer import distributed
+
+    class RankZeroOfTwo(distributed.LocalWorld):
+        size = 2  # its partner adds nothing to the sums: enough to see where the ranks stop
+
+    def terminate(trainer):
+        if trainer.step == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # noted: the ranks stop after the next update
+    trainer = Trainer(tiny_model(tok := task[0]), tok, task[1], None, config(steps=6), str(tmp_path), [terminate],
+                      log=quiet, world=RankZeroOfTwo())
+    summary = trainer.train()
+    assert summary["stopped"] == "terminated" and summary["step"] == 3
+    records = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2, 3] and summary["last_loss"] == trainer.losses[3]
+
+
+def test_the_best_copy_holds_the_weights_of_the_best_evaluation(task, tmp_path, monkeypatch):
+    """Evaluating every 2 steps and saving every 4: the best copy is step 2's weights, not step 4's."""
+    from minitransformer import evaluation
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, config(steps=6, eval_every=2, save_every=4, keep=5),
+                      str(tmp_path), log=quiet)
+    bleu = {2: 10.0, 4: 5.0, 6: 4.0}
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: {"bleu": bleu[trainer.step], "bleu_signature": ""})
+    trainer.train()
+    best, step_2 = ckpt.load(tmp_path / "checkpoint_best.npz"), ckpt.load(tmp_path / "checkpoint_0000002.npz")
+    assert best.meta["step"] == 2 and best.meta["best_bleu"] == 10.0
+    for k, a in step_2.model.items():
+        np.testing.assert_array_equal(best.model[k], a, err_msg=k)
 
 
 def test_final_save_comes_before_the_final_evaluation(task, tmp_path):
