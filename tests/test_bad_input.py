@@ -419,6 +419,22 @@ def test_a_read_only_output_is_refused_not_replaced(tmp_path, monkeypatch):
     assert writable_file(str(tmp_path / "new.txt"), "--output") == str(tmp_path / "new.txt")
 
 
+def test_sigterm_before_training_is_one_line_and_143(tmp_path, monkeypatch, capsys):
+    """SIGTERM while a subcommand is still preparing (here: learning a BPE) ends it like Ctrl-C, with a
+    message and 143, instead of killing the process without a word; the handler before is put back."""
+    def learn(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)                                       # the handler raises before this ends
+        raise AssertionError("SIGTERM was not handled")
+    monkeypatch.setattr(BPE, "train", learn)
+    (tmp_path / "c.txt").write_text("a b c\n")
+    before = signal.getsignal(signal.SIGTERM)
+    code = cli.main(["bpe", "--input", str(tmp_path / "c.txt"), "--vocab-size", "300",
+                     "--output", str(tmp_path / "tok.json"), "--quiet"])
+    assert code == 143 and capsys.readouterr().err.strip() == "python -m minitransformer bpe: terminated (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is before and not (tmp_path / "tok.json").exists()
+
+
 @pytest.mark.parametrize("signum, code, word",
                          [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")],
                          ids=["SIGTERM", "SIGINT"])

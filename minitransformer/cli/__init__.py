@@ -8,11 +8,13 @@ Left out on purpose: config files other than TransformerConfig JSON, serving. Da
 under mpiexec (distributed.py).
 """
 import argparse
+import signal
 import sys
+import threading
 
 from minitransformer.checkpoint import CheckpointError
 from minitransformer.distributed import run_main
-from minitransformer.training import TrainingError
+from minitransformer.training import Terminated, TrainingError
 
 from . import bpe, demo, evaluate, train, translate
 from .common import PROG, UsageError, examples, help_formatter
@@ -36,6 +38,9 @@ def build_parser():
 def main(argv=None):
     """Parse argv (default: sys.argv[1:]) and run one subcommand; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # SIGTERM as Ctrl-C from the start (learning a BPE, reading a corpus), not only once training runs
+    catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    previous = signal.signal(signal.SIGTERM, _terminate) if catch else None
     try:
         return args.func(args) or 0
     except UsageError as e:
@@ -44,9 +49,17 @@ def main(argv=None):
     except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
+        print(f"{PROG} {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+    finally:
+        if catch:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise Terminated()
 
 
 def entry():
