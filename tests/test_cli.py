@@ -5,6 +5,7 @@ import ast
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,7 @@ def test_train_resume_average_translate(corpus, tmp_path, capsys, monkeypatch):
     code, stdout, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "4"), capsys)
     assert code == 0, err
     assert "done at step 4" in stdout and (out / "tokenizer.json").exists()
+    assert re.search(r"best BLEU \d+\.\d\d; checkpoint: ", stdout), stdout       # validated: its best, 2 decimals
     code, stdout, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "6", "--resume", "auto"), capsys)
     assert code == 0, err
     assert "using the tokenizer learned before" in stdout and "done at step 6" in stdout

@@ -183,5 +183,6 @@ def run_train(args):
         return report_stop("train", summary, " (continue with --resume auto)")
     if distributed.world().is_main:
         print(f"done at step {summary['step']} ({summary['seconds']:.0f} s); "
-              f"best BLEU {summary['best_bleu']}; checkpoint: {summary['checkpoint']}")
+              + (f"best BLEU {summary['best_bleu']:.2f}; " if summary["best_bleu"] is not None else "")
+              + f"checkpoint: {summary['checkpoint']}")
     return 0
