@@ -39,7 +39,6 @@ from minitransformer.bpe import BPE  # noqa: E402
 from minitransformer.checkpoint import list_checkpoints  # noqa: E402
 from minitransformer.cli.common import UsageError, no_earlier_run, option_error, use_device, writable_dir  # noqa: E402
 from minitransformer.cli.train import MAX_VOCAB, MIN_VOCAB  # noqa: E402
-from minitransformer.cli.translate import LIMITS  # noqa: E402
 from minitransformer.data import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
@@ -138,8 +137,6 @@ def check_args(args):
         check_search_args("translate_lines", beam_size=args.beam, alpha=args.alpha)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
-    if args.alpha > LIMITS["--alpha"]:
-        raise UsageError(f"--alpha must be at most {LIMITS['--alpha']}, got {args.alpha}")
     if args.download:
         writable_dir(args.data_dir, "--data-dir")
     else:

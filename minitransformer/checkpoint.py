@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import check_int
 from .fileio import TEMP_PREFIX, atomic_write
 
 FORMAT, VERSION = "minitransformer-checkpoint", 1
@@ -66,8 +67,11 @@ def load(path):
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is a directory, not a checkpoint file" if os.path.isdir(path) else
                               f"checkpoint not found: {path}")
-    with open(path, "rb") as f:  # np.load reads any other file as a pickle, and refuses it as one
-        head = f.read(6)
+    try:
+        with open(path, "rb") as f:  # np.load reads any other file as a pickle, and refuses it as one
+            head = f.read(6)
+    except OSError as e:                                                  # no permission to read it
+        raise CheckpointError(f"{path} cannot be read: {e.strerror}") from None
     if not head.startswith(b"PK") and head != b"\x93NUMPY":
         raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): it is "
                               f"not a zip archive")
@@ -233,8 +237,7 @@ class RunDirectory:
     """
 
     def __init__(self, out_dir, keep):
-        if isinstance(keep, bool) or not isinstance(keep, (int, np.integer)) or keep < 1:
-            raise ValueError(f"RunDirectory: keep must be an integer of at least 1, got {keep!r}")
+        check_int("RunDirectory", "keep", keep, 1)
         self.out_dir, self.keep = out_dir, int(keep)
         self.written = []  # step checkpoints this run wrote, oldest first
 

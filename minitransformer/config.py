@@ -5,33 +5,8 @@ later inside the work. Also count_parameters(config), the model's size from the 
 Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
-import math
-import numbers
 
-import numpy as np
-
-
-def _fail(owner, msg):
-    raise ValueError(f"{owner}: {msg}")
-
-
-def check_int(owner, name, value, low, allow_none=False):
-    """value is an int (not a bool) >= low, or None when allowed."""
-    if value is None and allow_none:
-        return
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        _fail(owner, f"{name} must be an integer of at least {low}, got {value!r}")
-
-
-def check_real(owner, name, value, low, high=math.inf, low_open=False, high_open=True, allow_none=False):
-    """value is a finite real number in the interval [low, high) (ends open or closed as given), or None."""
-    if value is None and allow_none:
-        return
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        _fail(owner, f"{name} must be a finite number in {interval}, got {value!r}")
+from .checks import check_int, check_real, fail as _fail
 
 
 @dataclasses.dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backend
+from .checks import check_int
 from .fileio import read_lines  # noqa: F401  (data.read_lines: the corpus reader)
 
 
@@ -51,8 +52,7 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     """
     if isinstance(src_lines, str) or isinstance(tgt_lines, str):
         raise TypeError("encode_pairs takes lists of lines, not a string: split the text into lines first")
-    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1):
-        raise ValueError(f"encode_pairs: max_len must be None (no limit) or an integer of at least 1, got {max_len!r}")
+    check_int("encode_pairs", "max_len", max_len, 1, allow_none=True)             # None: no limit
     if len(src_lines) != len(tgt_lines):
         raise ValueError(f"encode_pairs got {len(src_lines):,} source lines but {len(tgt_lines):,} target lines")
     encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
@@ -258,8 +258,7 @@ class BatchIterator:
         if not pairs:
             raise ValueError("no sentence pairs to train on: the corpus is empty, or every pair was empty or too long")
         check_pairs(pairs, pad_id, bos_id, eos_id)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer of at least 1, got {max_tokens!r}")
+        check_int("BatchIterator", "max_tokens", max_tokens, 1)
         self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.epoch, self.index = 0, 0        # the position of the next batch

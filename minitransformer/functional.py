@@ -8,11 +8,11 @@ give these numbers (one line each: `if kernels.active(...)`). Left out: fused Cu
 embedding and linear (a gather, and a GEMM that cuBLAS does in one call), and gradients of the
 integer inputs (targets, ids), which have none.
 """
-import numbers
 
 import numpy as np
 
 from . import backend, kernels
+from .checks import check_real
 from .ops import transpose_matmul
 from .tensor import Tensor, data_of, make_node, traced
 
@@ -106,10 +106,8 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     xp = backend.xp
     _check_input(logits, "cross_entropy", -1, "logits")
     V = logits.shape[-1]
-    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) or \
-            not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"cross_entropy: label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
-    if ignore_index is not None and not isinstance(ignore_index, (int, np.integer)):
+    check_real("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0, high_open=False)
+    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
         raise TypeError(f"cross_entropy: ignore_index must be an integer id or None, got {ignore_index!r}")
     eps = float(label_smoothing)
     t = data_of(target)

@@ -7,12 +7,12 @@ load_state_dict puts weights on the current backend) and dtype conversion.
 """
 import contextlib
 import math
-import numbers
 
 import numpy as np
 
 from . import backend
 from . import functional as F
+from .checks import check_int, check_real
 from .tensor import Tensor, data_of, no_grad
 
 
@@ -181,8 +181,7 @@ class Module:
 def _check_sizes(owner, **sizes):
     """Each size is an integer of at least 1 (Linear(d / 2, ...) gives a float), or one sentence naming it."""
     for name, n in sizes.items():
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"{owner}: {name} must be an integer of at least 1, got {n!r}")
+        check_int(owner, name, n, 1)
 
 
 class Linear(Module):
@@ -232,8 +231,7 @@ class LayerNorm(Module):
     def __init__(self, d, eps=1e-6):
         super().__init__()
         _check_sizes("LayerNorm", d=d)
-        if not eps > 0:
-            raise ValueError(f"LayerNorm: eps must be above 0, got {eps!r}")
+        check_real("LayerNorm", "eps", eps, 0.0, low_open=True)
         self.d, self.eps = d, eps
         self.gamma = Parameter(np.ones(d))
         self.beta = Parameter(np.zeros(d))
@@ -250,8 +248,7 @@ class Dropout(Module):
 
     def __init__(self, p):
         super().__init__()
-        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout: p must be a number in [0, 1), got {p!r}")
+        check_real("Dropout", "p", p, 0.0, 1.0)
         self.p = p
 
     def forward(self, x):

@@ -6,11 +6,11 @@ splits into JSON-able scalars and named arrays, so a checkpoint stores it withou
 purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
 """
 import math
-import numbers
 
 import numpy as np
 
 from . import backend, kernels
+from .checks import check_real
 from .tensor import Tensor
 
 
@@ -190,8 +190,7 @@ class Adam:
 
 def _check_lr(lr):
     """lr as a float, if it is a finite number >= 0 (a negative rate climbs the loss, NaN ruins every weight)."""
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0.0 <= lr < math.inf:
-        raise ValueError(f"Adam: lr must be a finite number of at least 0, got {lr!r}")
+    check_real("Adam", "lr", lr, 0.0)
     return float(lr)
 
 
@@ -234,8 +233,7 @@ def clip_grad_norm(params, max_norm):
     Gradients are scaled by max_norm / (norm + 1e-6) only when norm > max_norm. A non-finite norm
     (inf or nan) is returned with the gradients left alone, so the caller can skip that step.
     """
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not 0.0 < max_norm < math.inf:
-        raise ValueError(f"clip_grad_norm: max_norm must be a finite number above 0, got {max_norm!r}")
+    check_real("clip_grad_norm", "max_norm", max_norm, 0.0, low_open=True)
     xp = backend.xp
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:

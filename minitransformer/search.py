@@ -21,7 +21,7 @@ import numpy as np
 
 from . import backend
 from .attention import padding_mask
-from .config import check_int, check_real
+from .checks import check_int, check_real
 from .data import encode_sources
 from .tensor import Tensor
 
@@ -310,9 +310,9 @@ def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max
     check_int(owner, "nbest", nbest, 1)
     if nbest > beam_size:
         raise ValueError(f"{owner}: nbest ({nbest}) cannot exceed beam_size ({beam_size})")
-    check_real(owner, "alpha", alpha, 0.0)
-    check_real(owner, "max_len_a", max_len_a, 0.0)
-    check_int(owner, "max_len_b", max_len_b, 0)
+    check_real(owner, "alpha", alpha, 0.0, 10.0, high_open=False)  # the upper bounds: lp = ((5 + |Y|) / 6) ** alpha
+    check_real(owner, "max_len_a", max_len_a, 0.0, 1000.0, high_open=False)  # and a |x| + b would overflow
+    check_int(owner, "max_len_b", max_len_b, 0, 1_000_000)
     if max_len_a == 0 and max_len_b == 0:
         raise ValueError(f"{owner}: max_len_a and max_len_b are both 0: every translation would be empty")
     check_int(owner, "batch_size", batch_size, 1)

@@ -262,13 +262,13 @@ def test_adam_and_clipping_refuse_senseless_arguments():
         with pytest.raises(ValueError, match="betas must be two numbers in"):
             Adam([p], betas=betas)
     for lr in (-1e-3, math.nan, None):
-        with pytest.raises(ValueError, match="lr must be a finite number of at least 0"):
+        with pytest.raises(ValueError, match=r"Adam: lr must be a finite number in \[0\.0, inf\)"):
             Adam([p], lr=lr)
     opt = Adam([p], lr=0.1)
     set_grad(p, [1.0, 1.0])
-    with pytest.raises(ValueError, match="lr must be a finite number of at least 0, got -0.1"):
+    with pytest.raises(ValueError, match=r"Adam: lr must be a finite number in \[0\.0, inf\), got -0\.1"):
         opt.step(lr=-0.1)
     for max_norm in (0, -1.0, math.inf):             # a negative one used to flip every gradient
-        with pytest.raises(ValueError, match="max_norm must be a finite number above 0"):
+        with pytest.raises(ValueError, match=r"clip_grad_norm: max_norm must be a finite number in \(0\.0, inf\)"):
             clip_grad_norm([p], max_norm)
     np.testing.assert_array_equal(backend.to_numpy(p.grad), [1.0, 1.0])

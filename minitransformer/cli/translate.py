@@ -67,9 +67,6 @@ def add_parser(subparsers):
 # search.check_search_args' arguments -> the options that set them
 OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
            "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
-# Beyond these, the length penalty ((5 + |Y|) / 6) ** alpha overflows a float, and a * len(x) + b an int64 (every
-# output is cut at the model's positions anyway; the paper: --alpha 0.6 --max-len-a 1 --max-len-b 50)
-LIMITS = {"--alpha": 10, "--max-len-a": 1000, "--max-len-b": 1_000_000}
 
 
 def run_translate(args):
@@ -84,9 +81,6 @@ def run_translate(args):
                           args.batch_size, args.stop)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
-    for option, value in zip(LIMITS, (args.alpha, args.max_len_a, args.max_len_b)):
-        if value > LIMITS[option]:
-            raise UsageError(f"{option} must be at most {LIMITS[option]:,}, got {value}")
     inputs = [("the --input file", args.input), ("the --checkpoint file", args.checkpoint),
               ("the --tokenizer file", args.tokenizer)]
     not_an_input(writable_file(args.output, "--output"), "--output", inputs)
