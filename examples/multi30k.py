@@ -126,8 +126,6 @@ def check_args(args):
     if not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
         raise UsageError(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and "
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
-    if args.average < 1:
-        raise UsageError(f"--average must be at least 1 (1: the last checkpoint alone), got {args.average}")
     try:
         training = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum,
                                   warmup_steps=args.warmup, lr_scale=args.lr_scale, eval_every=args.eval_every,

@@ -40,11 +40,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     base = (int(args.base[0]), int(args.base[1]), args.base[2])
     if min(args.average + [base[0]]) < 1:
-        p.error(f"--average (and --base's) must be at least 1, got {min(args.average + [base[0]])}")
+        p.error(f"--average and --base's AVERAGE must be at least 1, got {min(args.average + [base[0]])}")
     if min(args.beam + [base[1]]) < 1:
-        p.error(f"--beam (and --base's) must be at least 1, got {min(args.beam + [base[1]])}")
-    if not all(0 <= a <= 10 for a in args.alpha + [base[2]]):  # nan fails too
-        p.error(f"--alpha (and --base's) must be between 0 and 10, got {args.alpha + [base[2]]}")
+        p.error(f"--beam and --base's BEAM must be at least 1, got {min(args.beam + [base[1]])}")
+    bad = [a for a in args.alpha + [base[2]] if not 0 <= a <= 10]  # nan too
+    if bad:
+        p.error(f"--alpha and --base's ALPHA must be between 0 and 10, got {bad[0]}")
     if args.sentences is not None and args.sentences < 1:
         p.error(f"--sentences must be at least 1, got {args.sentences}")
     if not args.run.is_dir():

@@ -316,7 +316,7 @@ ODD = [
     ("08", "merge", """
         def merge(ids, pair, new_id):               # no return
             out = list(ids)
-        """, "return a list of ids, got NoneType"),
+        """, "it should be a list of token ids, got None (a function without return gives None)"),
     ("08", "learn_merges", """
         def learn_merges(word_counts, num_merges, min_frequency=2, offset=3, _right=learn_merges):
             merges = _right(word_counts, num_merges, min_frequency, offset)    # new ids 256 + k

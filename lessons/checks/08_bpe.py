@@ -16,7 +16,7 @@ def check_merge(fn, g):
         got = g.call(fn, ids, pair, new)
         if ids != before:
             g.fail("ids was changed: build and return a new list")
-        g.same("it", id_list(g, got), bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
+        g.same("it", g.ids(got), bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
 
 
 def corpus_words(n_lines=200, seed=0):
@@ -61,18 +61,7 @@ def check_encode(fn, g):
             ref, chars = (bpe_learn.merge(ids, pair, 3 + 256 + k) for ids in (ref, chars))
         got = g.call(fn, word, merges, offset=3)
         hint = encode_hint(got, chars)
-        g.same(f"encode({word!r})", id_list(g, got), ref, hint=hint)
-
-
-def id_list(g, got):
-    """Your answer as a list of ints, or fail saying what to return."""
-    try:
-        if isinstance(got, (str, bytes)):
-            raise TypeError
-        return [int(i) for i in got]
-    except (TypeError, ValueError):
-        g.fail(f"return a list of ids, got {type(got).__name__}" +
-               (" (a function without return gives None)" if got is None else ""))
+        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=hint)
 
 
 # -------------------------------------------------------------- known mistakes, and their hints

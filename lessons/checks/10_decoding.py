@@ -33,12 +33,7 @@ def check_beam_search(fn, g):
             return step(prefixes)
         got = g.call(fn, watched, k, max_len, alpha=alpha)
         tokens, log_prob = g.unpack(got, ["tokens", "log_prob"])
-        try:
-            if isinstance(tokens, (str, bytes)):     # "23" would read as [2, 3]
-                raise TypeError
-            tokens = [int(t) for t in tokens]
-        except (TypeError, ValueError):
-            g.fail(f"tokens should be a list of token ids, got {tokens!r}")
+        tokens = g.ids(tokens, "tokens")
         wide = k >= V ** max_len                             # a beam that prunes nothing: the best of all
         ref = brute_force(step, V, max_len, alpha) if wide else package_beam_search(step, V, k, max_len, alpha)
         if tokens != ref[0]:

@@ -148,6 +148,16 @@ class Grade:
         if yours != ref:
             self.fail(f"{what} gave {yours}, expected {ref}" + (f"; {hint}" if hint else ""))
 
+    def ids(self, got, what="it"):
+        """Your answer as a list of ints (token ids), or fail saying what to return ("23" is no [2, 3])."""
+        try:
+            if isinstance(got, (str, bytes)):
+                raise TypeError
+            return [int(i) for i in got]
+        except (TypeError, ValueError):
+            self.fail(f"{what} should be a list of token ids, got {got!r}" +
+                      (" (a function without return gives None)" if got is None else ""))
+
     def unpack(self, result, names):
         """A tuple of len(names) results, or fail saying what to return."""
         if not isinstance(result, (tuple, list)) or len(result) != len(names):

@@ -60,16 +60,19 @@ def writable_file(path, option, stdout=True):
     return path
 
 
+def same_file(a, b):
+    """True when the paths a and b name one file (through a link, ./, a hard link); never for None or '-'."""
+    if a in (None, "-") or b in (None, "-"):
+        return False
+    return os.path.realpath(a) == os.path.realpath(b) or (os.path.exists(a) and os.path.exists(b)
+                                                           and os.path.samefile(a, b))
+
+
 def not_an_input(path, option, inputs):
     """path itself unless it is one of `inputs`, (what, path) pairs such as ("the --input file", "in.txt"),
     that writing it would destroy; a UsageError naming `option` and the input otherwise."""
-    if path is None or path == "-":
-        return path
     for what, other in inputs:
-        if other is None or other == "-":
-            continue
-        if os.path.realpath(path) == os.path.realpath(other) or (
-                os.path.exists(path) and os.path.exists(other) and os.path.samefile(path, other)):
+        if same_file(path, other):
             raise UsageError(f"{option} {path} is also {what} {other}; writing it would destroy that file: "
                              f"give another file name")
     return path

@@ -11,7 +11,7 @@ from minitransformer.checkpoint import average_files, list_checkpoints
 from minitransformer.fileio import read_lines
 from minitransformer.metrics import corpus_bleu
 
-from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file
+from .common import UsageError, examples, existing, help_formatter, not_an_input, same_file, writable_file
 
 
 def add_parser(subparsers):
@@ -48,12 +48,10 @@ def run_bleu(args):
     if args.references.count("-") + (args.hypotheses == "-") > 1:
         raise UsageError("stdin ('-') can be read once: give it for the hypotheses or one reference file")
     for n, path in enumerate(args.references):
-        if path == "-":
-            continue
-        if args.hypotheses != "-" and os.path.samefile(path, args.hypotheses):
+        if same_file(path, args.hypotheses):
             raise UsageError(f"reference file {path} is the hypothesis file {args.hypotheses}: its BLEU would "
                              f"be 100; give the reference translations")
-        if any(p != "-" and os.path.samefile(p, path) for p in args.references[:n]):
+        if any(same_file(p, path) for p in args.references[:n]):
             raise UsageError(f"reference file {path} is given twice; it would count as two references (nrefs:2)")
     hypotheses = read_lines(args.hypotheses)
     if not hypotheses:
@@ -89,9 +87,10 @@ def run_average(args):
         raise UsageError("--last goes with a directory, not with a list of files")
     for n, path in enumerate(paths):
         existing(path, "checkpoint")
-        if any(os.path.realpath(path) == os.path.realpath(p) for p in paths[:n]):
+        if any(same_file(p, path) for p in paths[:n]):
             raise UsageError(f"checkpoint {path} is given twice; it would weigh twice in the average")
     not_an_input(args.output, "--output", [("the checkpoint to average", p) for p in paths])
     average_files(paths, args.output)
-    print(f"averaged {len(paths)} checkpoint{'s' * (len(paths) > 1)} into {args.output}: " + ", ".join(os.path.basename(p) for p in paths))
+    print(f"averaged {len(paths)} checkpoint{'s' * (len(paths) > 1)} into {args.output}: "
+          + ", ".join(os.path.basename(p) for p in paths))
     return 0
