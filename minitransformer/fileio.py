@@ -57,6 +57,18 @@ def read_lines(path):
     return [s[:-1] if s.endswith("\r") else s for s in lines]
 
 
+def check_creatable(directory, what):
+    """Before any work: `directory` is a folder this user may write in, or its nearest existing ancestor
+    is (atomic_write makes the rest); else a ValueError "<what> cannot be written: ..."."""
+    nearest = directory or "."
+    while not os.path.lexists(nearest):
+        nearest = os.path.dirname(nearest) or "."
+    if not os.path.isdir(nearest):
+        raise ValueError(f"{what} cannot be written: {nearest} is a file, not a directory")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} cannot be written: no permission to write in {nearest}")
+
+
 def atomic_write(path, write, mode="wb"):
     """Call write(file) on a temporary file in path's directory, then rename it to path (to the file
     a symbolic link points to, so that the link stays).

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from . import backend
-from .fileio import atomic_write
+from .fileio import atomic_write, check_creatable
 from .search import collect_attention  # noqa: F401  (viz.collect_attention: what the drawings show)
 
 MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
@@ -49,11 +49,7 @@ def check_path(path, name="path"):
     if ext not in formats:
         raise ValueError(f"{name} {path} must end in a format matplotlib writes: "
                          f"{', '.join('.' + f for f in formats)}")
-    nearest = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(nearest):                                     # atomic_write creates the rest
-        nearest = os.path.dirname(nearest)
-    if not os.path.isdir(nearest):
-        raise ValueError(f"{name} {path} cannot be written: {nearest} is a file, not a directory")
+    check_creatable(os.path.dirname(path), f"{name} {path}")              # atomic_write creates the rest
     return ext
 
 

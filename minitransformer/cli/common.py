@@ -14,6 +14,7 @@ import re
 
 from minitransformer import backend, distributed
 from minitransformer.checkpoint import list_checkpoints
+from minitransformer.fileio import check_creatable
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -99,13 +100,10 @@ def no_earlier_run(path, option, hint=""):
 
 def _check_creatable(directory, option, path):
     """`directory` exists and is writable, or its nearest existing ancestor is a writable directory."""
-    nearest = directory or "."
-    while not os.path.lexists(nearest):
-        nearest = os.path.dirname(nearest) or "."
-    if not os.path.isdir(nearest):
-        raise UsageError(f"{option} {path} cannot be written: {nearest} is a file, not a directory")
-    if not os.access(nearest, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {path} cannot be written: no permission to write in {nearest}")
+    try:
+        check_creatable(directory, f"{option} {path}")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 @contextlib.contextmanager
