@@ -33,7 +33,7 @@ import minitransformer as mt  # noqa: E402
 from minitransformer import backend  # noqa: E402
 from minitransformer.checkpoint import CheckpointError  # noqa: E402
 from minitransformer.cli.common import existing, option_error, use_device, UsageError  # noqa: E402
-from minitransformer.data import read_lines  # noqa: E402
+from minitransformer.fileio import read_lines  # noqa: E402
 from minitransformer.search import STOPS, beam_search, check_search_args, greedy_search  # noqa: E402
 from minitransformer.tensor import Tensor  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402

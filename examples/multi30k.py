@@ -39,7 +39,7 @@ from minitransformer.bpe import BPE  # noqa: E402
 from minitransformer.checkpoint import list_checkpoints  # noqa: E402
 from minitransformer.cli.common import UsageError, no_earlier_run, option_error, use_device, writable_dir  # noqa: E402
 from minitransformer.cli.train import MAX_VOCAB, MIN_VOCAB  # noqa: E402
-from minitransformer.data import read_parallel  # noqa: E402
+from minitransformer.corpus import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
 from minitransformer.search import check_search_args  # noqa: E402

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer.data import read_parallel  # noqa: E402
+from minitransformer.corpus import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.translation import translate_lines  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer.bpe import BPE  # noqa: E402
-from minitransformer.data import BatchIterator, encode_pairs, read_parallel  # noqa: E402
+from minitransformer.corpus import encode_pairs, read_parallel  # noqa: E402
+from minitransformer.data import BatchIterator  # noqa: E402
 from minitransformer.optim import Adam, WarmupSchedule  # noqa: E402
 from minitransformer.training import step_seed  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402

@@ -339,7 +339,7 @@ def label_smoothing():
 def train_demo_run(out_dir):
     """A short real run of the Trainer on the demo task (numbers in digits -> words); its log.jsonl."""
     from minitransformer.bpe import BPE
-    from minitransformer.data import encode_pairs
+    from minitransformer.corpus import encode_pairs
     from minitransformer.training import Trainer, TrainingConfig
     task = demo
     mt.use("cpu")

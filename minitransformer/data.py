@@ -1,5 +1,5 @@
-"""Data: read a parallel corpus, encode it, group sentence pairs by length into batches of about
-`max_tokens` tokens (section 5.1), pad them and build the attention masks.
+"""Batches: group sentence pairs (corpus.py makes them) by length into batches of about `max_tokens`
+tokens (section 5.1), pad them and build the attention masks; pad the sources of a search.
 
 Batches are planned on the host from lengths alone; each batch's arrays go to the device once.
 The batch order is a pure function of (seed, epoch), so training resumes exactly from a position
@@ -7,72 +7,12 @@ The batch order is a pure function of (seed, epoch), so training resumes exactly
 """
 import itertools
 import operator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import backend
 from .checks import check_int
-from .fileio import read_lines  # noqa: F401  (data.read_lines: the corpus reader)
-
-
-# ---------------------------------------------------------------- reading corpora
-def read_parallel(src_path, tgt_path):
-    """(source lines, target lines) of a parallel corpus; the two files must have equal line counts."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise ValueError(f"parallel files differ in length: {src_path} has {len(src):,} lines but "
-                         f"{tgt_path} has {len(tgt):,}; line i of one must translate line i of the other")
-    return src, tgt
-
-
-@dataclass
-class EncodeReport:
-    """What encode_pairs kept and skipped; str() gives a one-line summary."""
-    total: int
-    kept: int
-    empty: int
-    too_long: int
-    max_len: int = None
-    indices: list = field(default_factory=list, repr=False)  # the kept pairs' line numbers (0-based)
-
-    def summary(self):
-        long = f", {self.too_long:,} longer than {self.max_len} tokens" if self.max_len is not None else ""
-        return f"kept {self.kept:,} of {self.total:,} pairs ({self.empty:,} empty{long})"
-
-    __str__ = summary
-
-
-def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
-    """Encode both sides with one joint tokenizer; drop pairs with an empty side, and pairs with a
-    side longer than max_len tokens (counted without <s> and </s>; None: no limit).
-
-    Returns (pairs, report): pairs is a list of (src_ids, tgt_ids) lists of ints.
-    encode_pairs(["a b", ""], ["x", "y"], tok) -> ([([a, b], [x])], "kept 1 of 2 pairs (1 empty)")
-    """
-    if isinstance(src_lines, str) or isinstance(tgt_lines, str):
-        raise TypeError("encode_pairs takes lists of lines, not a string: split the text into lines first")
-    check_int("encode_pairs", "max_len", max_len, 1, allow_none=True)             # None: no limit
-    if len(src_lines) != len(tgt_lines):
-        raise ValueError(f"encode_pairs got {len(src_lines):,} source lines but {len(tgt_lines):,} target lines")
-    encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    src_ids, tgt_ids = encode_batch(list(src_lines)), encode_batch(list(tgt_lines))
-    pairs, indices, empty, too_long = [], [], 0, 0
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        if not s or not t or not src_lines[i].strip() or not tgt_lines[i].strip():
-            empty += 1
-        elif max_len is not None and (len(s) > max_len or len(t) > max_len):
-            too_long += 1
-        else:
-            pairs.append((list(s), list(t)))
-            indices.append(i)
-    return pairs, EncodeReport(len(src_ids), len(pairs), empty, too_long, max_len, indices)
-
-
-def load_pairs(src_path, tgt_path, tokenizer, max_len=None):
-    """read_parallel then encode_pairs: (pairs, report) for a corpus on disk."""
-    src, tgt = read_parallel(src_path, tgt_path)
-    return encode_pairs(src, tgt, tokenizer, max_len)
+from .corpus import check_pairs
 
 
 # ---------------------------------------------------------------- one batch
@@ -118,41 +58,6 @@ def encode_sources(src, pad_id, eos_id):
             raise ValueError(f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the "
                              f"sentence alone; search appends </s> itself")
     return pad(src, pad_id, end=eos_id), np.array([len(s) for s in src], dtype=np.int64)
-
-
-def check_pairs(pairs, pad_id, bos_id, eos_id, ids=None):
-    """Refuse, naming the first bad pair (ids[i] for pair i when given), what Batch would get silently
-    wrong: <pad> sharing an id with <s> or </s>; a side that is text, or holds other than integer ids
-    >= 0; <pad>, <s> or </s> inside a sentence (Batch adds <s> and </s>, and takes <pad> for padding)."""
-    for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an integer token id, got {value!r}")
-    if pad_id in (bos_id, eos_id):
-        raise ValueError(f"pad_id {pad_id} is also the {'bos_id' if pad_id == bos_id else 'eos_id'}: padding is "
-                         f"masked out of attention and of the loss, so that token would be too; give <pad> its own id")
-    bad = next((i for i, p in enumerate(pairs) if not (isinstance(p, (tuple, list)) and len(p) == 2)
-                or any(isinstance(s, str) or not hasattr(s, "__len__") for s in p)), None)
-    if bad is not None:
-        raise TypeError(f"pairs must be (source ids, target ids) pairs of token id lists, as encode_pairs makes "
-                        f"them; pair {bad if ids is None else ids[bad]} is {' '.join(str(pairs[bad]).split())[:60]}")
-    sides = [s for p in pairs for s in p]
-    flat = list(itertools.chain.from_iterable(sides))
-    if all(issubclass(t, (int, np.integer)) and t is not bool for t in set(map(type, flat))):
-        hit = np.array(flat, dtype=np.int64)
-        hit = (hit < 0) | (hit == pad_id) | (hit == bos_id) | (hit == eos_id)
-        k = int(hit.argmax()) if hit.any() else None
-    else:                                            # text, floats, None, lists, ...: find the first
-        k = next(k for k, v in enumerate(flat) if isinstance(v, bool) or not isinstance(v, (int, np.integer)))
-    if k is None:
-        return
-    ends = np.cumsum(np.fromiter(map(len, sides), dtype=np.int64, count=len(sides)))
-    side = int(np.searchsorted(ends, k, side="right"))
-    v, where = flat[k], f"pair {side // 2 if ids is None else ids[side // 2]}'s {('source', 'target')[side % 2]} holds"
-    at = f"at position {k - (int(ends[side - 1]) if side else 0)}"
-    if isinstance(v, (int, np.integer)) and type(v) is not bool and v in (pad_id, bos_id, eos_id):
-        raise ValueError(f"{where} {'<pad>' if v == pad_id else '<s>' if v == bos_id else '</s>'} ({v}) {at}: a pair "
-                         f"holds the ids of its sentences alone (Batch adds <s> and </s>, and takes <pad> for padding)")
-    raise ValueError(f"{where} {repr(v)[:30]} {at}, which is no token id (an integer of at least 0)")
 
 
 class Batch:

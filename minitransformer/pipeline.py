@@ -11,7 +11,7 @@ import os
 from . import backend, distributed
 from .bpe import BPE
 from .checkpoint import RunDirectory, list_checkpoints
-from .data import encode_pairs
+from .corpus import encode_pairs
 from .training import Trainer
 from .translation import encode_lines
 from .transformer import Transformer

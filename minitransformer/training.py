@@ -23,7 +23,8 @@ from tqdm import tqdm
 from . import backend, distributed, evaluation
 from . import checkpoint as ckpt
 from .config import TrainingConfig
-from .data import BatchIterator, encode_pairs
+from .corpus import encode_pairs
+from .data import BatchIterator
 from .metrics import perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
 

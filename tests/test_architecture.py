@@ -11,7 +11,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 # the layers of docs/architecture.md, bottom (0) to top
 LAYERS = [
-    {"backend", "data", "bpe", "bpe_learn", "fileio", "checks"},
+    {"backend", "corpus", "data", "bpe", "bpe_learn", "fileio", "checks"},
     {"tensor", "ops"},
     {"functional", "kernels", "gradcheck", "profiler"},
     {"attention", "cache", "nn", "optim", "distributed"},

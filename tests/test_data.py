@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minitransformer import backend
-from minitransformer.data import (Batch, BatchIterator, EncodeReport, batch_by_tokens, encode_pairs,
-                                  load_pairs, pad, read_lines, read_parallel)
+from minitransformer.corpus import EncodeReport, encode_pairs, load_pairs, read_parallel
+from minitransformer.data import Batch, BatchIterator, batch_by_tokens, pad
+from minitransformer.fileio import read_lines
 
 PAD, BOS, EOS = 0, 1, 2
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -13,7 +13,7 @@ import minitransformer as mt
 from minitransformer import checkpoint as ckpt
 from minitransformer.cli import demo as demo_data
 from minitransformer.bpe import BPE
-from minitransformer.data import encode_pairs
+from minitransformer.corpus import encode_pairs
 from minitransformer.metrics import corpus_bleu, corpus_chrf
 from minitransformer.checkpoint import list_checkpoints
 from minitransformer.training import Trainer, TrainingConfig, TrainingError, step_seed

@@ -12,7 +12,7 @@ import json
 
 from minitransformer import distributed
 from minitransformer.bpe import BOS_ID, BPE, EOS_ID, PAD_ID, SPECIALS
-from minitransformer.data import read_parallel
+from minitransformer.corpus import read_parallel
 from minitransformer.pipeline import prepare_training
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
