@@ -12,6 +12,7 @@ import numpy as np
 from . import backend
 from . import functional as F
 from . import nn
+from .checks import check_int
 from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
 from .tensor import Tensor, data_of, is_grad_enabled, make_node, traced
 
@@ -202,8 +203,9 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):
         super().__init__()
-        ints = isinstance(n_heads, (int, np.integer)) and isinstance(d_model, (int, np.integer))
-        if not (ints and n_heads >= 1) or d_model % n_heads:
+        check_int("MultiHeadAttention", "d_model", d_model, 1)
+        check_int("MultiHeadAttention", "n_heads", n_heads, 1)
+        if d_model % n_heads:
             raise ValueError(f"MultiHeadAttention: d_model={d_model} must split evenly across n_heads={n_heads}")
         self.d_model, self.n_heads = d_model, n_heads
         self.dropout_p, self.self_attention = dropout, self_attention
@@ -231,9 +233,9 @@ class MultiHeadAttention(nn.Module):
         """
         k = q if k is None else k
         v = k if v is None else v
-        shapes = [x.shape if isinstance(x, Tensor) else type(x).__name__ for x in (q, k, v)]
-        if any(not isinstance(x, Tensor) or x.ndim != 3 for x in (q, k, v)) or (cache is None and (
-                len({s[0] for s in shapes}) > 1 or shapes[1][1] != shapes[2][1])):
+        if not all(isinstance(x, Tensor) and x.ndim == 3 for x in (q, k, v)) or (cache is None and not (
+                q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1])):
+            shapes = [x.shape if isinstance(x, Tensor) else type(x).__name__ for x in (q, k, v)]
             raise ValueError(f"MultiHeadAttention: q, k and v must be Tensors (batch, length, d_model={self.d_model})"
                              f" of one batch size, k and v of one length, got {', '.join(map(str, shapes))}")
         if cache is not None:

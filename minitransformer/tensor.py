@@ -154,7 +154,7 @@ class Tensor:
                     _bad_backward(node, pgrads)
                 prev = grads.get(p)
                 grads[p] = pg if prev is None else prev + pg
-            node._parents, node._backward = (), _freed  # free the graph behind us
+            node._parents, node._backward = (), _FREED  # free the graph behind us
 
     # ---------------------------------------------------------------- operators (ops.py)
     def __add__(self, o): return ops.add(self, o)
@@ -190,6 +190,9 @@ class Tensor:
         return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
 
 
+_FREED = object()  # the _backward of a node whose graph backward() has walked and freed
+
+
 def _topological_order(root):
     """Nodes that need a gradient, each after all of its parents (iterative depth-first search)."""
     order, seen, todo = [], set(), [(root, False)]
@@ -198,7 +201,7 @@ def _topological_order(root):
         if done:
             order.append(node)
         elif node not in seen:
-            if node._backward is _freed:
+            if node._backward is _FREED:
                 raise RuntimeError(f"backward() reached a {node._op!r} node whose graph an earlier backward() freed: "
                                    "run the forward pass again, or add the losses up and call backward() once")
             seen.add(node)
@@ -267,11 +270,6 @@ def traced(fn):
         prof.record(out._op if made else fn.__name__, "forward", prof.now() - start)
         return out
     return op
-
-
-def _freed(g):
-    """The backward of a node whose graph backward() has already walked and freed (see _topological_order)."""
-    raise AssertionError("a freed node was reached")  # _topological_order refuses such a graph first
 
 
 def _bad_backward(node, pgrads):

@@ -360,5 +360,9 @@ def test_masks_of_the_wrong_kind_or_shape_and_inputs_of_the_wrong_shape_are_name
                  (x, mt.tensor(np.ones((3, 5, 8), np.float32)))):              # used to broadcast silently
         with pytest.raises(ValueError, match="q, k and v must be Tensors \\(batch, length, d_model=8\\)"):
             m(q, k)
-    with pytest.raises(ValueError, match="split evenly across n_heads=0"):
+    with pytest.raises(ValueError, match="n_heads must be an integer of at least 1, got 0"):
         MultiHeadAttention(8, 0)
+    with pytest.raises(ValueError, match="n_heads must be an integer of at least 1, got 2.0"):
+        MultiHeadAttention(8, 2.0)
+    with pytest.raises(ValueError, match="d_model=8 must split evenly across n_heads=3"):
+        MultiHeadAttention(8, 3)
