@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
 from minitransformer import distributed  # noqa: E402
 from minitransformer.bpe import BPE  # noqa: E402
-from minitransformer.checkpoint import list_checkpoints  # noqa: E402
+from minitransformer.rundir import list_checkpoints  # noqa: E402
 from minitransformer.cli.common import UsageError, no_earlier_run, option_error, use_device, writable_dir  # noqa: E402
 from minitransformer.cli.train import MAX_VOCAB, MIN_VOCAB  # noqa: E402
 from minitransformer.corpus import read_parallel  # noqa: E402

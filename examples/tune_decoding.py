@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
+from minitransformer import rundir  # noqa: E402
 from minitransformer.corpus import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.translation import translate_lines  # noqa: E402
@@ -50,7 +51,7 @@ def main(argv=None):
         p.error(f"--sentences must be at least 1, got {args.sentences}")
     if not args.run.is_dir():
         p.error(f"{args.run} is not a directory: give the --out directory of a training run")
-    found = ckpt.list_checkpoints(str(args.run))
+    found = rundir.list_checkpoints(str(args.run))
     need = max(args.average + [int(args.base[0])])
     if len(found) < need:
         p.error(f"{args.run} holds {len(found)} step checkpoints; averaging {need} needs that many")
@@ -62,7 +63,7 @@ def main(argv=None):
     settings = [base] + [(a, base[1], base[2]) for a in args.average] + [(base[0], b, base[2]) for b in args.beam] \
         + [(base[0], base[1], al) for al in args.alpha]
     settings = list(dict.fromkeys(settings))             # each once, the base first
-    print(f"{args.run}: last step {ckpt.step_of(found[-1])}; validation {len(src)} sentences\n")
+    print(f"{args.run}: last step {rundir.step_of(found[-1])}; validation {len(src)} sentences\n")
     print("| averaged | beam | alpha | val BLEU | lowercased | chrF | decoding s |")
     print("|---|---|---|---|---|---|---|")
     models = {}

@@ -10,7 +10,7 @@ import os
 
 from . import backend, distributed
 from .bpe import BPE
-from .checkpoint import RunDirectory, list_checkpoints
+from .rundir import RunDirectory, list_checkpoints
 from .corpus import encode_pairs
 from .training import Trainer
 from .translation import encode_lines

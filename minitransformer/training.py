@@ -20,7 +20,7 @@ from dataclasses import asdict
 import numpy as np
 from tqdm import tqdm
 
-from . import backend, distributed, evaluation
+from . import backend, distributed, evaluation, rundir
 from . import checkpoint as ckpt
 from .config import TrainingConfig
 from .corpus import encode_pairs
@@ -83,7 +83,7 @@ class Trainer:
             if pairs:
                 self.valid_iterator = BatchIterator(pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id,
                                                     shuffle=False)
-        self.run_dir = ckpt.RunDirectory(out_dir, run.keep) if out_dir is not None and self.world.is_main else None
+        self.run_dir = rundir.RunDirectory(out_dir, run.keep) if out_dir is not None and self.world.is_main else None
         self.step, self.best_bleu, self.last_checkpoint = 0, None, None
         self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
         self.losses = {}              # step -> training loss (per target token), as read from the device
@@ -278,7 +278,7 @@ class Trainer:
     def state(self):
         """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
         scalars, arrays = self.optimizer.state_dict()
-        meta = {"config": self.model.config.to_dict(), "training": ckpt.jsonable(asdict(self.config)),
+        meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.config)),
                 "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
                 "seed": self.config.seed, "best_bleu": self.best_bleu,
                 "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
@@ -303,7 +303,7 @@ class Trainer:
     def resume(self, path):
         """Continue from a checkpoint: model, optimizer, step, batch-stream position, best BLEU."""
         tokenizer_json = None if self.tokenizer is None else ckpt.tokenizer_to_json(self.tokenizer)
-        ck = ckpt.load_resumable(path, self.model.config.to_dict(), tokenizer_json)
+        ck = rundir.load_resumable(path, self.model.config.to_dict(), tokenizer_json)
         if int(ck.meta["step"]) > self.total_steps:  # training nothing, it would only write that step again
             raise ckpt.CheckpointError(f"{path} is at step {int(ck.meta['step']):,}, past the {self.total_steps:,} "
                                        f"steps of this run: ask for {int(ck.meta['step']):,} steps or more (--steps)")

@@ -17,7 +17,7 @@ LAYERS = [
     {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
     {"search", "translation", "viz"},
-    {"checkpoint", "metrics", "evaluation"},
+    {"checkpoint", "rundir", "metrics", "evaluation"},
     {"pipeline", "training"},
     {"cli", "__main__"},
 ]

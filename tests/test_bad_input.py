@@ -28,6 +28,7 @@ import pytest
 
 from minitransformer import backend
 from minitransformer import checkpoint as ckpt
+from minitransformer.rundir import list_checkpoints
 from minitransformer import cli
 from minitransformer.bpe import BPE
 
@@ -462,7 +463,7 @@ def test_signal_saves_and_exits(signum, code, word, shared, tmp_path):
     err = err.decode()
     assert process.returncode == code, err
     assert f"train: {word}" in err and "checkpoint saved" in err and "Traceback" not in err, err
-    saved = ckpt.list_checkpoints(out)
+    saved = list_checkpoints(out)
     assert saved and str(saved[-1]) in err
     assert ckpt.load(saved[-1]).step >= 2
 

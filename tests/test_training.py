@@ -15,7 +15,7 @@ from minitransformer.cli import demo as demo_data
 from minitransformer.bpe import BPE
 from minitransformer.corpus import encode_pairs
 from minitransformer.metrics import corpus_bleu, corpus_chrf
-from minitransformer.checkpoint import list_checkpoints
+from minitransformer.rundir import RunDirectory, list_checkpoints
 from minitransformer.training import Trainer, TrainingConfig, TrainingError, step_seed
 from minitransformer.transformer import Transformer, TransformerConfig
 
@@ -189,7 +189,7 @@ def test_average_refuses_other_configurations_tokenizers_and_a_step_twice(task, 
     assert ckpt.average([a, b]).meta["step"] == 2
     for keep in (0, -1, None, 2.5):                           # keep=0 deleted each checkpoint it wrote
         with pytest.raises(ValueError, match="RunDirectory: keep must be an integer of at least 1"):
-            ckpt.RunDirectory(str(tmp_path), keep)
+            RunDirectory(str(tmp_path), keep)
 
 
 def test_list_checkpoints_skips_other_files_named_like_checkpoints(tmp_path):

@@ -13,7 +13,7 @@ import sys
 import re
 
 from minitransformer import backend, distributed
-from minitransformer.checkpoint import list_checkpoints
+from minitransformer.rundir import list_checkpoints
 from minitransformer.fileio import check_creatable
 
 PROG = "python -m minitransformer"

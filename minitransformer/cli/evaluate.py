@@ -7,7 +7,8 @@ averages of checkpoints.
 import os
 import re
 
-from minitransformer.checkpoint import average_files, list_checkpoints
+from minitransformer.checkpoint import average_files
+from minitransformer.rundir import list_checkpoints
 from minitransformer.fileio import read_lines
 from minitransformer.metrics import corpus_bleu
 
