@@ -9,8 +9,18 @@ import numbers
 import numpy as np
 
 
-def fail(owner, msg):
-    raise ValueError(f"{owner}: {msg}")
+class SettingError(ValueError):
+    """A bad value of one setting, as data: `owner` ("Adam"), `setting` ("lr"), `value`; str() is the
+    sentence ("Adam: lr must be ..."). The command line maps `setting` to its option (cli/common.py)
+    without reading the message."""
+
+    def __init__(self, owner, setting, message, value=None):
+        super().__init__(f"{owner}: {message}")
+        self.owner, self.setting, self.value, self.message = owner, setting, value, message
+
+
+def fail(owner, msg, setting=None, value=None):
+    raise SettingError(owner, setting, msg, value)
 
 
 def check_int(owner, name, value, low, high=None, allow_none=False):
@@ -18,9 +28,9 @@ def check_int(owner, name, value, low, high=None, allow_none=False):
     if value is None and allow_none:
         return
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        fail(owner, f"{name} must be an integer of at least {low}, got {value!r}")
+        fail(owner, f"{name} must be an integer of at least {low}, got {value!r}", name, value)
     if high is not None and value > high:
-        fail(owner, f"{name} must be at most {high:,}, got {value!r}")
+        fail(owner, f"{name} must be at most {high:,}, got {value!r}", name, value)
 
 
 def check_real(owner, name, value, low, high=math.inf, low_open=False, high_open=True, allow_none=False):
@@ -31,4 +41,4 @@ def check_real(owner, name, value, low, high=math.inf, low_open=False, high_open
     ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-        fail(owner, f"{name} must be a finite number in {interval}, got {value!r}")
+        fail(owner, f"{name} must be a finite number in {interval}, got {value!r}", name, value)

@@ -27,6 +27,26 @@ def _check_input(x, op, axis=None, name="input"):
         raise ValueError(f"{op}: axis {axis} is out of range for a tensor of {x.ndim} dimensions")
 
 
+# -------------------------------------------------------------------- the softmax core
+def softmax_array(x, axis=-1, out=None):
+    """exp(x - max) / sum(exp(x - max)) over `axis` of a plain array, no graph: the one stable softmax
+    of the package (softmax, attention and search call it). out=x overwrites x."""
+    xp = backend.xp
+    y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
+    xp.exp(y, out=y)
+    y /= y.sum(axis=axis, keepdims=True)
+    return y
+
+
+def log_softmax_array(x, axis=-1, out=None):
+    """(x - max) - log(sum(exp(x - max))) over `axis` of a plain array, no graph (log_softmax and
+    search call it). out=x overwrites x."""
+    xp = backend.xp
+    y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
+    y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
+    return y
+
+
 # -------------------------------------------------------------------- softmax
 @traced
 def softmax(x, axis=-1):
@@ -39,9 +59,7 @@ def softmax(x, axis=-1):
     if kernels.active(x) and axis in (-1, x.ndim - 1):
         return kernels.softmax(x)                                     # the fused CUDA kernel (GPU only)
     xp = backend.xp
-    y = x.data - x.data.max(axis=axis, keepdims=True)  # a new array: we own it
-    xp.exp(y, out=y)
-    y /= y.sum(axis=axis, keepdims=True)
+    y = softmax_array(x.data, axis)                                   # a new array: we own it
 
     def backward(g):
         dx = g * y
@@ -63,8 +81,7 @@ def log_softmax(x, axis=-1):
     if kernels.active(x) and axis in (-1, x.ndim - 1):
         return kernels.log_softmax(x)                                 # the fused CUDA kernel (GPU only)
     xp = backend.xp
-    y = x.data - x.data.max(axis=axis, keepdims=True)  # shifted: the largest entry is 0
-    y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
+    y = log_softmax_array(x.data, axis)                               # a new array: we own it
 
     def backward(g):
         dx = xp.exp(y)                                                # softmax(x)
