@@ -4,16 +4,33 @@
         loss = model.loss(src, tgt_in, tgt_out); loss.backward()
     print(prof.table())
 
-Forward time is measured around each op traced with `tensor.traced` (the outermost one only, so a fused
-op that uses elementary ops inside counts once, under its own name); backward time around each node's
-closure in the engine. On the GPU, kernels run asynchronously: `profile(sync=True)` waits for the device
-after every op, so the times are real (and the whole step slower). Left out: memory per op, call stacks.
+`@traced` only registers an op, so outside a profile an op is a plain function and costs nothing
+extra. While a profile is active, every name in a loaded `minitransformer` module that holds a
+registered op (`ops.add`, which Tensor's operators call, `F.softmax`, `mt.concat`, a name imported
+with `from .ops import where`) is bound to a timing wrapper instead; on exit, also when an exception
+escapes, each name is bound back to its op. The wrapper times the forward of the outermost traced
+call only (so a fused op that uses elementary ops inside counts once, under its own name), and wraps
+the backward closure of the node it returns, so that the engine's call of that closure is timed too,
+under the same name. On the GPU, kernels run asynchronously: `profile(sync=True)` waits for the
+device after every op, so the times are real (and the whole step slower). Left out: memory per op,
+call stacks, and ops called through a name bound outside the package (`from minitransformer.ops
+import add` in your own module is not timed; `mt.ops.add` is).
 """
+import functools
+import sys
 import time
 from collections import defaultdict
 
 from . import backend
-from .tensor import set_profiler
+
+_traced = []    # every op registered with @traced
+_active = None  # the profile recording now, if any
+
+
+def traced(fn):
+    """Register the op `fn` with the profiler and return it unchanged: mt.profile() times it."""
+    _traced.append(fn)
+    return fn
 
 
 class profile:
@@ -26,18 +43,24 @@ class profile:
         self.wall = 0.0
 
     def __enter__(self):
-        previous = set_profiler(self)
-        if previous is not None:
-            set_profiler(previous)                       # the active profile goes on recording
+        global _active
+        if _active is not None:                          # the active profile goes on recording
             raise RuntimeError("mt.profile() is already active; profiles do not nest")
+        _active = self
+        self._ops = [(fn, _timing(self, fn)) for fn in _traced]
+        _rebind({id(fn): timed for fn, timed in self._ops})
         self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
-        if self.sync:
-            backend.synchronize()
-        self.wall += time.perf_counter() - self._start
-        set_profiler(None)
+        global _active
+        try:
+            if self.sync:
+                backend.synchronize()
+            self.wall += time.perf_counter() - self._start
+        finally:
+            _rebind({id(timed): fn for fn, timed in self._ops})
+            _active = None
 
     def now(self):
         if self.sync:
@@ -65,3 +88,55 @@ class profile:
         lines.append(f"{'(all ops)':24s} {'':7s} {'':11s} {'':12s} {traced * 1e3:10.2f} "
                      f"{traced / self.wall if self.wall else 0:6.1%}  of {self.wall * 1e3:.2f} ms wall")
         return "\n".join(lines)
+
+
+def _rebind(replacement):
+    """Bind every name of a loaded minitransformer module that holds an object whose id is a key of
+    `replacement` to that key's value (every key's object is kept alive, so no id is reused)."""
+    for module_name, module in list(sys.modules.items()):
+        if module is not None and (module_name == "minitransformer" or module_name.startswith("minitransformer.")):
+            space = vars(module)
+            for name, value in list(space.items()):
+                if id(value) in replacement:
+                    space[name] = replacement[id(value)]
+
+
+def _timing(prof, fn):
+    """The op `fn`, timed in `prof`: its forward when it is the outermost traced call, the backward of
+    the node it returns (multi_head_attention returns (node, weights): the first item) whenever it runs."""
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        outer = prof.depth == 0
+        start = prof.now() if outer else 0.0
+        prof.depth += 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            prof.depth -= 1
+        node = out[0] if isinstance(out, tuple) and out else out
+        # a node this call made (dropout with p=0 hands back its input): rows under the node's name,
+        # so that forward and backward rows match
+        made = bool(getattr(node, "_op", "")) and not any(node is a for a in args)
+        name = node._op if made else fn.__name__
+        if outer:
+            prof.record(name, "forward", prof.now() - start)
+        if made and node._backward is not None and type(node._backward) is not _TimedBackward:
+            node._backward = _TimedBackward(prof, name, node._backward)  # once: masked_fill returns where's node
+        return out
+    return op
+
+
+class _TimedBackward:
+    """A node's backward closure that records the time it takes, while the profile that wrapped it is active."""
+    __slots__ = ("prof", "name", "backward")
+
+    def __init__(self, prof, name, backward):
+        self.prof, self.name, self.backward = prof, name, backward
+
+    def __call__(self, g):
+        if _active is not self.prof:                     # backward() after the profile ended: not recorded
+            return self.backward(g)
+        start = self.prof.now()
+        grads = self.backward(g)
+        self.prof.record(self.name, "backward", self.prof.now() - start)
+        return grads

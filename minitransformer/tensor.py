@@ -6,14 +6,12 @@ them up. Left out on purpose: higher-order gradients, in-place ops on tensors th
 and retain_graph (the graph is freed as backward walks it).
 """
 import contextlib
-import functools
 
 import numpy as np
 
 from . import backend
 
 _grad_enabled = True
-_profiler = None  # the active profiler.profile, if any (see profiler.py)
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -58,8 +56,7 @@ def _check_device(tensors):
 class Tensor:
     """An n-d array that records how it was computed. `.data` is a numpy or cupy array."""
 
-    # grad_buffer (optional, leaves only): an array that backward() writes the leaf's first gradient into
-    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_op", "grad_buffer", "__weakref__")
+    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_op", "__weakref__")
     __array_priority__ = 1000  # so that ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
@@ -100,61 +97,29 @@ class Tensor:
 
     # ---------------------------------------------------------------- the engine
     def backward(self, grad=None):
-        """Reverse-mode autodiff: fill `.grad` of every leaf tensor that requires a gradient.
+        """Reverse-mode autodiff: add dL/dleaf into `.grad` of every leaf that requires a gradient.
 
-        Walks the graph in reverse topological order (iteratively: no recursion limit), passes each
-        node's gradient to its closure, reduces broadcasting, adds up gradients of reused tensors,
-        and frees each closure after use.
+        Visits the nodes in reverse topological order, so that a node's gradient is complete (every
+        consumer has added its share) before its closure passes it on: the chain rule, one node at a
+        time. The engine alone unbroadcasts each parent's share and adds up the shares of a reused
+        tensor; each closure is freed once it has run.
         """
-        if not self.requires_grad:
-            raise RuntimeError("backward() on a tensor that does not require grad (made under no_grad, "
-                               "or from inputs without requires_grad=True)")
-        if grad is None:
-            if self.size != 1:
-                raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {self.shape}")
-            grad = backend.xp.ones_like(self.data)
-        else:
-            grad = data_of(grad)
-            if not hasattr(grad, "dtype"):  # a list or a number
-                grad = backend.asarray(grad, dtype=self.dtype)
-            if grad.shape != self.shape:
-                raise ValueError(f"backward(grad): grad has shape {tuple(grad.shape)}, "
-                                 f"but the tensor has shape {self.shape}")
-        grads = {self: grad}  # tensors hash by identity
+        grads = {self: _first_gradient(self, grad)}          # tensor -> dL/dtensor (tensors hash by identity)
         for node in reversed(_topological_order(self)):
             g = grads.pop(node, None)
-            if g is None:
+            if g is None:                                    # every path to it gave None: nothing to pass on
                 continue
-            if node._backward is None:  # a leaf: keep its gradient
-                if node.grad is None:  # a copy: gradients may alias each other (add returns g twice)
-                    buffer = getattr(node, "grad_buffer", None)  # where an optimizer wants it (optim.Adam)
-                    if buffer is None:
-                        node.grad = g.astype(node.data.dtype, copy=True)
-                    else:
-                        buffer[...] = g
-                        node.grad = buffer
+            if node._backward is None:                       # a leaf: keep its gradient, as a copy (gradients
+                if node.grad is None:                        # may alias each other: add returns g twice)
+                    node.grad = g.astype(node.data.dtype, copy=True)
                 else:
                     node.grad += g
                 continue
-            if _profiler is None:
-                pgrads = node._backward(g)
-            else:
-                start = _profiler.now()
-                pgrads = node._backward(g)
-                _profiler.record(node._op, "backward", _profiler.now() - start)
-            if type(pgrads) is not tuple or len(pgrads) != len(node._parents):
-                _bad_backward(node, pgrads)
-            for p, pg in zip(node._parents, pgrads):
-                if pg is None or not p.requires_grad:
-                    continue
-                try:
-                    if pg.shape != p.data.shape and (pg := unbroadcast(pg, p.data.shape)) is None:
-                        _bad_backward(node, pgrads)       # a gradient that does not broadcast from the parent's
-                except AttributeError:                    # not an array
-                    _bad_backward(node, pgrads)
+            pgrads = node._backward(g)                       # the chain rule: dL/dparent for each parent
+            for p, pg in _parent_gradients(node, pgrads):
                 prev = grads.get(p)
-                grads[p] = pg if prev is None else prev + pg
-            node._parents, node._backward = (), _FREED  # free the graph behind us
+                grads[p] = pg if prev is None else prev + pg  # accumulate over the parent's consumers
+            node._parents, node._backward = (), _FREED       # free the graph behind us
 
     # ---------------------------------------------------------------- operators (ops.py)
     def __add__(self, o): return ops.add(self, o)
@@ -212,6 +177,40 @@ def _topological_order(root):
     return order
 
 
+def _first_gradient(root, grad):
+    """dL/droot, where backward() starts: ones for a one-element root, else `grad` as an array of root's shape."""
+    if not root.requires_grad:
+        raise RuntimeError("backward() on a tensor that does not require grad (made under no_grad, "
+                           "or from inputs without requires_grad=True)")
+    if grad is None:
+        if root.size != 1:
+            raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {root.shape}")
+        return backend.xp.ones_like(root.data)
+    grad = data_of(grad)
+    if not hasattr(grad, "dtype"):  # a list or a number
+        grad = backend.asarray(grad, dtype=root.dtype)
+    if grad.shape != root.shape:
+        raise ValueError(f"backward(grad): grad has shape {tuple(grad.shape)}, but the tensor has shape {root.shape}")
+    return grad
+
+
+def _parent_gradients(node, pgrads):
+    """Yield (parent, dL/dparent) for each parent that needs a gradient, summed down to the parent's shape
+    (unbroadcast). `pgrads` is what the node's backward returned: when it is not one array (or None) per
+    parent, each broadcasting to its parent's shape, a TypeError names the op (_bad_backward)."""
+    if type(pgrads) is not tuple or len(pgrads) != len(node._parents):
+        _bad_backward(node, pgrads)
+    for p, pg in zip(node._parents, pgrads):
+        if pg is None or not p.requires_grad:
+            continue
+        try:
+            if pg.shape != p.data.shape and (pg := unbroadcast(pg, p.data.shape)) is None:
+                _bad_backward(node, pgrads)   # a gradient that does not broadcast from the parent's shape
+        except AttributeError:                # not an array
+            _bad_backward(node, pgrads)
+        yield p, pg
+
+
 def tensor(data, requires_grad=False, dtype=None):
     """A Tensor on the current backend. Python floats and lists become float32 (the default dtype);
     arrays keep their dtype unless `dtype` is given."""
@@ -242,34 +241,6 @@ def as_tensor(x, like=None):
     if like is not None and isinstance(x, (int, float)):
         return Tensor(backend.xp.asarray(x, dtype=like.dtype))
     return Tensor(backend.asarray(x))
-
-
-def set_profiler(prof):
-    """Install (or, with None, remove) the active profiler; returns the previous one."""
-    global _profiler
-    previous, _profiler = _profiler, prof
-    return previous
-
-
-def traced(fn):
-    """Decorate an op so that mt.profile() times its forward (only the outermost traced call)."""
-    @functools.wraps(fn)
-    def op(*args, **kwargs):
-        prof = _profiler
-        if prof is None or prof.depth:
-            return fn(*args, **kwargs)
-        prof.depth += 1
-        start = prof.now()
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            prof.depth -= 1
-        # the node's name, so forward and backward rows match; the op's own name when it made no
-        # node (dropout with p=0 hands back its input)
-        made = isinstance(out, Tensor) and out._op and not any(out is a for a in args)
-        prof.record(out._op if made else fn.__name__, "forward", prof.now() - start)
-        return out
-    return op
 
 
 def _bad_backward(node, pgrads):

@@ -151,6 +151,20 @@ def test_grad_accumulates_across_backward_calls():
     np.testing.assert_array_equal(backend.to_numpy(x.grad), [5.0, 5.0])
 
 
+def test_each_leaf_keeps_its_own_copy_of_its_gradient_in_its_dtype():
+    """add's backward hands one array to both parents (a read-only broadcast view, after sum): each leaf
+    keeps a copy of its own, so a later backward adds into one leaf's .grad and leaves the other's alone.
+    A gradient of another dtype (a custom float64 backward) becomes the leaf's dtype."""
+    from minitransformer.tensor import make_node
+    a, b = mt.tensor([1.0, 2.0], requires_grad=True), mt.tensor([3.0, 4.0], requires_grad=True)
+    (a + b).sum().backward()
+    (a * 2).sum().backward()
+    assert backend.to_numpy(a.grad).tolist() == [3.0, 3.0] and backend.to_numpy(b.grad).tolist() == [1.0, 1.0]
+    x = mt.tensor([1.0, 1.0], requires_grad=True)
+    make_node(x.data * 2, (x,), lambda g: (backend.xp.full(2, 2.0),), "double").sum().backward()
+    assert x.grad.dtype == np.float32 and backend.to_numpy(x.grad).tolist() == [2.0, 2.0]
+
+
 def test_deep_chain_has_no_recursion_limit():
     x = mt.tensor([1.0], requires_grad=True)
     y = x
