@@ -7,9 +7,10 @@ from .backend import use, to_numpy, seed
 from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where
 from .gradcheck import gradcheck, GradcheckError
 from .profiler import profile
-from . import functional, nn, optim, data, bpe
+from . import functional, nn, optim, data, bpe, plain
 from .attention import MultiHeadAttention, scaled_dot_product_attention, padding_mask, causal_mask
 from .transformer import Transformer, TransformerConfig
+from .config import SearchConfig
 from . import search, viz, checkpoint
 from .training import Trainer, TrainingConfig, TrainingError
 

@@ -2,8 +2,9 @@
 multi-head attention (which reads and fills a key/value cache of cache.py when decoding incrementally).
 
 Masks are plain boolean arrays of the current backend (not Tensors: they carry no gradient), True
-where attention is allowed, broadcastable to (B, H, T_q, T_k). Left out on purpose: relative
-positions, local/sparse attention and flash-style tiling (the (T_q, T_k) score matrix is materialised).
+where attention is allowed, broadcastable to (B, H, T_q, T_k). The plain forms, from elementary ops:
+plain.attention and plain.multi_head_attention. Left out on purpose: relative positions,
+local/sparse attention and flash-style tiling (the (T_q, T_k) score matrix is materialised).
 """
 import math
 
@@ -14,7 +15,8 @@ from . import functional as F
 from . import nn
 from .checks import check_int
 from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
-from .tensor import Tensor, data_of, is_grad_enabled, make_node, traced
+from .profiler import traced
+from .tensor import Tensor, data_of, is_grad_enabled, make_node
 
 NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
 
@@ -47,10 +49,7 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
         xp.copyto(s, s.dtype.type(NEG), where=~mask)             # masked scores -> -1e9 (in place, broadcast)
-    s -= s.max(axis=-1, keepdims=True)               # a stable softmax, in place: s becomes P
-    xp.exp(s, out=s)
-    s /= s.sum(axis=-1, keepdims=True)
-    p = s                                            # (B, H, Tq, Tk)
+    p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) in place: s becomes P
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
     kept = None
@@ -98,17 +97,16 @@ def _attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
 
 @traced
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=True, return_weights=False):
-    """dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k), dV = P_drop^T dO, dS = P * (dP - rowsum(dP * P)).
-
-    Eq. (1) of the paper as ONE graph node: q (B, H, Tq, K), k and v (B, H, Tk, K) -> O (B, H, Tq, K);
-    with return_weights=True also P (B, H, Tq, Tk), the attention weights before dropout (a plain
-    array; read it, do not write to it: backward uses it).
+    """Eq. (1), softmax(q k^T / sqrt(d_k)) v, as ONE graph node: q (B, H, Tq, K), k and v (B, H, Tk, K)
+    -> O (B, H, Tq, K); with return_weights=True also P (B, H, Tq, Tk), the attention weights before
+    dropout (a plain array; read it, do not write to it: backward uses it). Plain form: plain.attention.
 
     Forward:  S = q k^T / sqrt(d_k);  S = -1e9 where mask is False;  P = softmax(S) over the keys;
               rows whose keys are all masked get P = 0 (output 0, gradients 0, never NaN);
               P_drop = P * M / (1 - p) with M ~ Bernoulli(1 - p) when training (inverted dropout);
               O = P_drop v.
-    Backward (from dO): O = P_drop v is a matmul, so dV = P_drop^T dO and dP_drop = dO V^T.
+    Backward: dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k), dV = P_drop^T dO, dS = P * (dP - rowsum(dP * P)).
+              From dO: O = P_drop v is a matmul, so dV = P_drop^T dO and dP_drop = dO V^T.
               Dropout is an elementwise product by the constant M / (1 - p): dP = dP_drop * M / (1 - p).
               Softmax per row, y = softmax(s): dy_i/ds_j = y_i (delta_ij - y_j), so
               dS_j = sum_i dP_i y_i (delta_ij - y_j) = P_j (dP_j - sum_i dP_i P_i).
@@ -157,14 +155,16 @@ def _head_arrays(parts, n_heads):
 
 @traced
 def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True):
-    """d part = the head-merged dQ, dK, dV of scaled_dot_product_attention, written into each part.
+    """Split heads, attend (eq. 1), merge heads, as one graph node: O (B, Tq, D) and P (B, H, Tq, Tk).
 
-    Split heads, attend, merge heads, as one graph node. `parts` are the projections, Tensors whose
-    last axis holds q, k, v side by side in that order, in one of three layouts (see LAYOUT_OF):
+    Plain form: plain.multi_head_attention between its projections. `parts` are the projections,
+    Tensors whose last axis holds q, k, v side by side in that order, in one of three layouts (LAYOUT_OF):
     FUSED_QKV (qkv,), one self-attention projection (B, T, 3D); Q_AND_KV (q, kv), encoder-decoder
-    attention, (B, T, D) and (B, S, 2D); or SEPARATE (q, k, v). Returns
-    O (B, Tq, D) and P (B, H, Tq, Tk). Backward writes dQ, dK, dV straight into one gradient array per
-    part, so splitting a fused projection costs no extra nodes and no zero-filled gradients.
+    attention, (B, T, D) and (B, S, 2D); or SEPARATE (q, k, v).
+
+    Backward: each part's gradient is the head-merged dQ, dK, dV of scaled_dot_product_attention,
+    written straight into one gradient array per part, so splitting a fused projection costs no extra
+    nodes and no zero-filled gradients.
     """
     layout = LAYOUT_OF[len(parts)]
     q, k, v = _head_arrays(parts, n_heads)                                  # (B, H, T, K) each
@@ -198,7 +198,8 @@ class MultiHeadAttention(nn.Module):
     keeps w_q (D, D) and w_kv (D, 2D), one GEMM for the memory's keys and values. Other inputs (k
     not q, or v not k) still work, through column slices of the fused weights. `dropout` is the rate
     on the attention weights P (Note: the paper applies no dropout there; tensor2tensor's later
-    versions and the Annotated Transformer do).
+    versions and the Annotated Transformer do). Plain form: plain.multi_head_attention, with separate
+    (D, D) projections and no cache.
     """
 
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):

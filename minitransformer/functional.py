@@ -2,11 +2,12 @@
 
 softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, dropout, embedding
 and linear. Fusing saves graph nodes, temporaries and time; the tests check every op against the same
-computation composed of elementary Tensor ops. The NumPy expressions below run unchanged on CuPy; on
-the GPU with backend.fused on, the first five hand over to the CUDA kernels of kernels.py, which must
-give these numbers (one line each: `if kernels.active(...)`). Left out: fused CuPy kernels for
-embedding and linear (a gather, and a GEMM that cuBLAS does in one call), and gradients of the
-integer inputs (targets, ids), which have none.
+computation composed of elementary Tensor ops, their plain forms in plain.py. Each docstring says
+what the op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs
+unchanged on CuPy; on the GPU with backend.fused on, the softmax core and the first five ops hand over
+to the CUDA kernels of kernels.py, which must give these numbers (`if kernels.active(...)`).
+Left out: fused CuPy kernels for embedding and linear (a gather, and a GEMM that cuBLAS does in one
+call), and gradients of the integer inputs (targets, ids), which have none.
 """
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 from . import backend, kernels
 from .checks import check_real
 from .ops import transpose_matmul
-from .tensor import Tensor, data_of, make_node, traced
+from .profiler import traced
+from .tensor import Tensor, data_of, make_node
 
 
 def _check_input(x, op, axis=None, name="input"):
@@ -29,8 +31,12 @@ def _check_input(x, op, axis=None, name="input"):
 
 # -------------------------------------------------------------------- the softmax core
 def softmax_array(x, axis=-1, out=None):
-    """exp(x - max) / sum(exp(x - max)) over `axis` of a plain array, no graph: the one stable softmax
-    of the package (softmax, attention and search call it). out=x overwrites x."""
+    """softmax(x) over `axis` of a plain array, no graph: exp(x - max) / sum(exp(x - max)).
+
+    The one stable softmax of the package: softmax, attention and search call it. out=x overwrites x.
+    On the GPU (last axis) the fused softmax_rows kernel computes it. Plain form: plain.softmax."""
+    if kernels.active(x) and axis in (-1, x.ndim - 1):
+        return kernels.forward_rows("softmax_rows", x, out)           # the fused CUDA kernel (GPU only)
     xp = backend.xp
     y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
     xp.exp(y, out=y)
@@ -39,8 +45,12 @@ def softmax_array(x, axis=-1, out=None):
 
 
 def log_softmax_array(x, axis=-1, out=None):
-    """(x - max) - log(sum(exp(x - max))) over `axis` of a plain array, no graph (log_softmax and
-    search call it). out=x overwrites x."""
+    """log softmax(x) over `axis` of a plain array, no graph: (x - max) - log(sum(exp(x - max))).
+
+    log_softmax and search call it; out=x overwrites x. On the GPU (last axis) the fused
+    log_softmax_rows kernel computes it. Plain form: plain.log_softmax."""
+    if kernels.active(x) and axis in (-1, x.ndim - 1):
+        return kernels.forward_rows("log_softmax_rows", x, out)       # the fused CUDA kernel (GPU only)
     xp = backend.xp
     y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
     y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
@@ -50,10 +60,11 @@ def log_softmax_array(x, axis=-1, out=None):
 # -------------------------------------------------------------------- softmax
 @traced
 def softmax(x, axis=-1):
-    """dx = y * (dy - sum(dy * y, axis)), with y = softmax(x).
+    """y = softmax(x) over `axis`: exp(x - m) / sum(exp(x - m)), m = max(x) (the shift cancels; it keeps
+    exp from overflowing), as one graph node. Plain form: plain.softmax.
 
-    y_i = exp(x_i - m) / sum_j exp(x_j - m), m = max(x) (the shift cancels; it keeps exp from overflowing).
-    dy_j/dx_i = y_j (delta_ij - y_i), so dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
+    Backward: dx = y * (dy - sum(dy * y, axis)). dy_j/dx_i = y_j (delta_ij - y_i), so
+    dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
     """
     _check_input(x, "softmax", axis)
     if kernels.active(x) and axis in (-1, x.ndim - 1):
@@ -72,9 +83,9 @@ def softmax(x, axis=-1):
 
 @traced
 def log_softmax(x, axis=-1):
-    """dx = dy - exp(y) * sum(dy, axis), with y = log_softmax(x).
+    """y = log softmax(x) over `axis`: x - logsumexp(x), as one graph node. Plain form: plain.log_softmax.
 
-    y_i = x_i - logsumexp(x) and d logsumexp(x) / dx_j = softmax(x)_j = exp(y_j), so
+    Backward: dx = dy - exp(y) * sum(dy, axis). d logsumexp(x) / dx_j = softmax(x)_j = exp(y_j), so
     dy_i/dx_j = delta_ij - exp(y_j) and dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
     """
     _check_input(x, "log_softmax", axis)
@@ -109,16 +120,18 @@ def _check_target(t, shape, n_classes, ignore_index):
 
 @traced
 def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return_count=False):
-    """dz = (softmax(z) - q) / n_tokens for counted rows, 0 for ignored rows; q = (1-eps) onehot + eps/V.
+    """The mean over the n_tokens rows whose target is not `ignore_index` of -sum_j q_j log softmax(z)_j,
+    q = (1-eps) onehot(target) + eps/V (label smoothing eps). Plain form: plain.cross_entropy.
 
-    logits z: (..., V); target: integer ids (...), a Tensor or an array. The loss is the mean over the
-    n_tokens rows whose target is not `ignore_index` of  -sum_j q_j log p_j,  p = softmax(z):
-        loss_row = -(1-eps) logp[target] - (eps/V) sum_j logp_j = lse(z) - (1-eps) z[target] - eps mean(z).
-    Derivative: d lse / dz_j = p_j, and sum_j q_j = 1, so d loss_row / dz_j = p_j - q_j.
-    One pass over the vocabulary: a single exp of the shifted logits gives both lse and p (kept for
-    backward); no (N, V) one-hot matrix is built. All-ignored batches give loss 0 and zero gradient.
-    Ids are range-checked when the target is on the host (a device target is not: that would sync).
-    return_count=True returns (loss, n_tokens) with n_tokens an int (for logging and per-token averages).
+    logits z: (..., V); target: integer ids (...), a Tensor or an array, range-checked on the host (a
+    device target is not: that would sync). return_count=True returns (loss, n_tokens), n_tokens an int.
+    Per row, loss_row = -(1-eps) logp[target] - (eps/V) sum_j logp_j = lse(z) - (1-eps) z[target] - eps mean(z):
+    one pass over the vocabulary, where a single exp of the shifted logits gives both lse and p (kept
+    for backward), so no softmax_array (it gives p alone) and no (N, V) one-hot matrix. All-ignored
+    batches give loss 0 and zero gradient.
+
+    Backward: dz = (p - q) / n_tokens on counted rows, 0 on ignored rows, p = softmax(z): d lse / dz_j
+    = p_j, and sum_j q_j = 1, so d loss_row / dz_j = p_j - q_j.
     """
     xp = backend.xp
     _check_input(logits, "cross_entropy", -1, "logits")
@@ -164,13 +177,14 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
 # -------------------------------------------------------------------- layer normalisation
 @traced
 def layer_norm(x, gamma, beta, eps=1e-6):
-    """dx = (1/sigma) * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; dgamma = sum(dy * xhat), dbeta = sum(dy).
-
-    Over the last axis (size D): mu = mean(x), sigma = sqrt(var(x) + eps), xhat = (x - mu) / sigma,
-    y = gamma * xhat + beta. With dxhat/dx_j = (delta_ij - 1/D - xhat_i xhat_j / D) / sigma (mu and var
-    both depend on every x_j), dx_j = (1/sigma) (g_j - mean(g) - xhat_j mean(g * xhat)).
-    dgamma and dbeta are summed over all leading axes (every position shares gamma and beta).
+    """y = gamma * xhat + beta over the last axis (size D): xhat = (x - mu) / sigma, mu = mean(x),
+    sigma = sqrt(var(x) + eps). Plain form: plain.layer_norm.
     Note: the paper does not give eps; 1e-6 as in the tensor2tensor reference code.
+
+    Backward: dx = (1/sigma) * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; dgamma = sum(dy * xhat),
+    dbeta = sum(dy). With dxhat_i/dx_j = (delta_ij - 1/D - xhat_i xhat_j / D) / sigma (mu and var both
+    depend on every x_j), dx_j = (1/sigma) (g_j - mean(g) - xhat_j mean(g * xhat)). dgamma and dbeta
+    are summed over all leading axes (every position shares gamma and beta).
     """
     _check_input(x, "layer_norm")
     if x.shape[-1:] != gamma.shape:
@@ -211,10 +225,12 @@ def layer_norm(x, gamma, beta, eps=1e-6):
 # -------------------------------------------------------------------- dropout
 @traced
 def dropout(x, p, training=True):
-    """dx = dy * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p) drawn from backend.rng().
+    """y = x * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p) drawn from backend.rng().
 
     Inverted dropout: survivors are scaled by 1/(1-p) at training time, so E[y] = x and evaluation
-    needs no rescaling. The identity (the same Tensor) when not training or p == 0.
+    needs no rescaling. The identity (the same Tensor) when not training or p == 0. Plain form: plain.dropout.
+
+    Backward: dx = dy * mask (y is linear in x, the mask a constant).
     """
     _check_input(x, "dropout")
     if not 0.0 <= p < 1.0:
@@ -249,10 +265,12 @@ def _scatter_rows(shape, ids, g):
 
 @traced
 def embedding(weight, ids):
-    """dweight[v] = sum of dy over the positions whose id is v (a scatter-add; repeated ids add up).
+    """weight[ids]: the rows of weight (V, D) at integer ids (...), an array or a Tensor -> (..., D).
 
-    weight: (V, D); ids: integer array or Tensor (...); returns weight[ids]: (..., D).
     Ids are range-checked when they are on the host (a device array is not: that would sync).
+    Plain form: weight[ids], Tensor indexing (ops.getitem).
+
+    Backward: dweight[v] = the sum of dy over the positions whose id is v (a scatter-add: repeated ids add up).
     """
     ids = data_of(ids)
     ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids  # lists, numbers: checked on the host
@@ -271,11 +289,12 @@ def embedding(weight, ids):
 
 @traced
 def linear(x, weight, bias=None):
-    """y = x W + b over the flattened leading axes: dx = dy W^T, dW = x^T dy, db = sum(dy, rows).
+    """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
 
-    x: (..., d_in), W: (d_in, d_out), b: (d_out,) or None. One GEMM on (N, d_in) with N the product of
-    the leading axes (one big GEMM is faster than a batched one), and the bias gradient is a plain
-    column sum, with no broadcast for the engine to undo.
+    One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a batched
+    one), and the bias gradient is a plain column sum, with no broadcast for the engine to undo.
+
+    Backward: dx = dy W^T, dW = x^T dy, db = sum(dy) over the rows (y is linear in each of x, W, b).
     """
     d_in, d_out = weight.shape
     _check_input(x, "linear")

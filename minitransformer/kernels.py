@@ -1,14 +1,13 @@
 """Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout and Adam (lesson 11).
 
-functional.py and optim.py call these only when `active()`: the CuPy backend, `backend.fused` on
-(MINITRANSFORMER_FUSED=0 turns it off), float32 or float64. Everywhere else, and always on NumPy,
-their plain expressions run: the readable reference whose numbers every kernel here must give
-(tests/test_kernels.py). Each op builds the same one graph node (make_node, forward and backward
-side by side, the plain op's name). The CUDA C below is compiled by CuPy on first use, never at
-import, and kept in `_cache`: RawKernels with one thread block per row, ElementwiseKernels, a
-ReductionKernel. Note: written without a GPU; not yet run on one in this project. Left out on
-purpose: float16 and softmax over another axis than the last (both take the plain path), and
-warp-shuffle reductions (a tree in shared memory is easier to read).
+functional.py (its softmax core too, through forward_rows) and optim.py call these only when `active()`:
+the CuPy backend, `backend.fused` on (MINITRANSFORMER_FUSED=0 turns it off), float32 or float64.
+Elsewhere their NumPy code runs, whose numbers every kernel must give (tests/test_kernels.py); plain.py
+holds the plain forms of both. Each op builds the same one graph node as its NumPy op. The CUDA C is
+compiled by CuPy on first use, never at import, and kept in `_cache`: RawKernels with one thread block
+per row, ElementwiseKernels, a ReductionKernel. Note: written without a GPU; not yet run on one in this
+project. Left out on purpose: float16 and softmax over another axis than the last (both take the NumPy
+path), and warp-shuffle reductions (a tree in shared memory is easier to read).
 """
 import math
 
@@ -224,12 +223,21 @@ def _kernel(name):
 
 
 # -------------------------------------------------------------------- the fused ops
+def forward_rows(name, x, out=None):
+    """Row kernel `name` (softmax_rows, log_softmax_rows) over the last axis of array x, no graph, into a new
+    array or `out` (out=x is safe: each thread reads an entry before writing it, after the max pass)."""
+    xp, n = backend.xp, x.shape[-1]
+    y = out if out is not None and out.flags.c_contiguous else xp.empty(x.shape, dtype=x.dtype)
+    _launch(name, x.size // n, n, xp.ascontiguousarray(x), y, np.int64(n))
+    if out is not None and y is not out:
+        out[...] = y                                                      # a strided `out`: copied in
+    return y if out is None else out
+
+
 def _row_op(x, name):
     """softmax or log_softmax over the last axis: kernel `name`_rows forward, `name`_backward_rows back."""
-    xp = backend.xp
-    n = x.shape[-1]
-    y = xp.empty(x.shape, dtype=x.dtype)                                  # (..., n), contiguous
-    _launch(name + "_rows", x.size // n, n, xp.ascontiguousarray(x.data), y, np.int64(n))
+    xp, y = backend.xp, forward_rows(name + "_rows", x.data)              # y (..., n), contiguous
+    n = y.shape[-1]
 
     def backward(g):
         dx = xp.empty_like(y)                                             # (..., n)
@@ -239,24 +247,20 @@ def _row_op(x, name):
 
 
 def softmax(x):
-    """Fuses functional.softmax (last axis): one thread block per row, shared-memory max and sum, three
-    passes over the row in one kernel; backward one block per row, sum(dy * y) then y (dy - sum)."""
+    """Fuses functional.softmax (last axis; plain form plain.softmax): softmax_rows, softmax_backward_rows."""
     return _row_op(x, "softmax")
 
 
 def log_softmax(x):
-    """Fuses functional.log_softmax (last axis): one thread block per row, shared-memory max and sum of
-    exp; backward one block per row, sum(dy) then dy - exp(y) sum(dy)."""
+    """Fuses functional.log_softmax (last axis; plain form plain.log_softmax): log_softmax_rows, its _backward_rows."""
     return _row_op(x, "log_softmax")
 
 
 def cross_entropy(logits, z, t, w, n, eps, return_count):
-    """Fuses functional.cross_entropy after its checks: one thread block per row (max, sum of exp, target
-    and mean logit; only (N,) max and sum are kept), backward one ElementwiseKernel over (N, V).
+    """Fuses functional.cross_entropy after its checks (plain form: plain.cross_entropy): one thread block
+    per row (max, sum of exp, target and mean logit; (N,) max and sum kept), backward one ElementwiseKernel.
     z: (N, V) logits, t: (N,) ids (0 where ignored), w: (N,) 1/n or 0, n: counted tokens, eps: smoothing."""
-    xp = backend.xp
-    N, V = z.shape
-    dt = z.dtype.type
+    xp, (N, V), dt = backend.xp, z.shape, z.dtype.type
     z = xp.ascontiguousarray(z)                                           # (N, V)
     t = xp.ascontiguousarray(t, dtype=xp.int64)                           # (N,)
     row_loss, row_max, row_sum = (xp.empty(N, dtype=z.dtype) for _ in range(3))  # (N,) each
@@ -273,12 +277,9 @@ def cross_entropy(logits, z, t, w, n, eps, return_count):
 
 
 def layer_norm(x, gamma, beta, eps):
-    """Fuses functional.layer_norm: one thread block per row computes mean, 1/sigma, xhat and y in one
-    kernel; backward one block per row for dx (two shared-memory sums), a ReductionKernel over the rows
-    for dgamma = sum(dy * xhat), a column sum for dbeta."""
-    xp = backend.xp
-    D = x.shape[-1]
-    dt = x.dtype.type
+    """Fuses functional.layer_norm (plain form: plain.layer_norm): one thread block per row for mean, 1/sigma,
+    xhat and y; backward one per row for dx, a ReductionKernel for dgamma = sum(dy * xhat), a column sum for dbeta."""
+    xp, D, dt = backend.xp, x.shape[-1], x.dtype.type
     x2 = xp.ascontiguousarray(x.data).reshape(-1, D)                     # (N, D)
     g1 = xp.ascontiguousarray(gamma.data).reshape(D)                      # (D,)
     N = x2.shape[0]
@@ -303,16 +304,16 @@ def layer_norm(x, gamma, beta, eps):
 
 
 def dropout(x, p):
-    """Fuses functional.dropout: one ElementwiseKernel makes the mask and the output from the same
-    float32 uniforms the plain path draws from backend.rng() (so seeding is unchanged)."""
+    """Fuses functional.dropout (plain form: plain.dropout): one ElementwiseKernel makes the mask and the
+    output from the same float32 uniforms the NumPy path draws from backend.rng() (seeding unchanged)."""
     u = backend.rng().random(x.shape, dtype=np.float32)                   # (...,) as the plain path
     y, mask = _kernel("dropout")(u, x.data, np.float32(p), x.dtype.type(1.0 / (1.0 - p)))
     return make_node(y, (x,), lambda g: (g * mask,), "dropout")
 
 
 def adam(p, g, m, v, t, lr, betas, eps, weight_decay):
-    """Fuses optim.Adam._update on flat arrays: one ElementwiseKernel reads p, g, m, v once and writes
-    p, m, v in place (no scratch buffer), with the plain update's scalars computed the same way."""
+    """Fuses optim.Adam._update on flat arrays (plain form: plain.adam): one ElementwiseKernel reads p, g,
+    m, v once and writes p, m, v in place (no scratch buffer), with _update's scalars computed the same way."""
     b1, b2 = betas
     bc1, bc2 = 1.0 - b1 ** t, math.sqrt(1.0 - b2 ** t)
     scalars = (b1, 1.0 - b1, b2, 1.0 - b2, eps * bc2, -lr * bc2 / bc1, 1.0 - lr * weight_decay)

@@ -244,7 +244,7 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    """Inverted dropout with rate p while training; the identity in eval mode."""
+    """x * keep / (1 - p), keep ~ Bernoulli(1 - p), while training (inverted dropout); x in eval mode."""
 
     def __init__(self, p):
         super().__init__()

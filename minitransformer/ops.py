@@ -1,14 +1,16 @@
 """The elementary ops behind Tensor's operators and methods, each with its backward beside it.
 
 Every op returns `make_node(output, parents, backward, name)`; `backward(g)` returns one gradient per parent
-(None where none is needed) and the engine in tensor.py unbroadcasts and adds them up. Fused ops with
-hand-derived gradients (softmax, cross-entropy, LayerNorm, attention) live in functional.py and
-attention.py.
+(None where none is needed) and the engine in tensor.py unbroadcasts and adds them up. Each docstring
+says what the op computes, then `Backward:` its derivative, dy being g, the gradient of the output.
+Fused ops with hand-derived gradients (softmax, cross-entropy, LayerNorm, attention) live in
+functional.py and attention.py.
 """
 import numpy as np
 
 from . import backend
-from .tensor import Tensor, _check_device, as_tensor, make_node, traced
+from .profiler import traced
+from .tensor import Tensor, _check_device, as_tensor, make_node
 
 
 def _as_operands(a, b, op):
@@ -42,21 +44,24 @@ def _operand(x, like, op):
 # -------------------------------------------------------------------- elementwise binary ops
 @traced
 def add(a, b):
-    """d(a+b)/da = 1, d(a+b)/db = 1 (the engine unbroadcasts)."""
+    """a + b, broadcast.
+    Backward: da = dy, db = dy (the engine sums each over the axes it was broadcast along)."""
     a, b = _as_operands(a, b, "add")
     return make_node(a.data + b.data, (a, b), lambda g: (g, g), "add")
 
 
 @traced
 def sub(a, b):
-    """d(a-b)/da = 1, d(a-b)/db = -1."""
+    """a - b, broadcast.
+    Backward: da = dy, db = -dy."""
     a, b = _as_operands(a, b, "sub")
     return make_node(a.data - b.data, (a, b), lambda g: (g, -g), "sub")
 
 
 @traced
 def mul(a, b):
-    """d(ab)/da = b, d(ab)/db = a."""
+    """a * b, elementwise, broadcast.
+    Backward: da = dy * b, db = dy * a."""
     a, b = _as_operands(a, b, "mul")
     return make_node(a.data * b.data, (a, b),
                 lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
@@ -64,7 +69,8 @@ def mul(a, b):
 
 @traced
 def div(a, b):
-    """d(a/b)/da = 1/b, d(a/b)/db = -a/b^2."""
+    """a / b, elementwise, broadcast.
+    Backward: da = dy / b, db = -dy * a / b^2 (= -dy * out / b)."""
     a, b = _as_operands(a, b, "div")
     out = a.data / b.data
     return make_node(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
@@ -73,7 +79,8 @@ def div(a, b):
 
 @traced
 def pow(a, p):
-    """d(a^p)/da = p a^(p-1); with a tensor exponent also d(a^p)/dp = a^p log a."""
+    """a ** p, elementwise.
+    Backward: da = dy * p a^(p-1); with a tensor exponent also dp = dy * a^p log(a)."""
     a, p = _as_operands(a, p, "pow")
     out = a.data ** p.data
     return make_node(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
@@ -82,7 +89,8 @@ def pow(a, p):
 
 @traced
 def neg(a):
-    """d(-a)/da = -1."""
+    """-a.
+    Backward: da = -dy."""
     return make_node(-a.data, (a,), lambda g: (-g,), "neg")
 
 
@@ -98,7 +106,8 @@ def transpose_matmul(a, b):
 
 @traced
 def matmul(a, b):
-    """C = A B (batched, broadcast over leading axes): dA = dC B^T, dB = A^T dC."""
+    """C = A B, batched and broadcast over the leading axes (a vector is lifted to a matrix and back).
+    Backward: dA = dC B^T, dB = A^T dC, from C_ij = sum_k A_ik B_kj."""
     a, b = _as_operands(a, b, "matmul")
     A, B = a.data, b.data
     if A.ndim < 2 or B.ndim < 2:  # vectors: lift to matrices, matmul, then squeeze the axis back
@@ -127,34 +136,39 @@ def _matmul_grad_b(A, g):
 # -------------------------------------------------------------------- elementwise unary ops
 @traced
 def exp(a):
-    """d exp(a) = exp(a)."""
+    """exp(a), elementwise.
+    Backward: da = dy * exp(a), the output itself."""
     out = backend.xp.exp(a.data)
     return make_node(out, (a,), lambda g: (g * out,), "exp")
 
 
 @traced
 def log(a):
-    """d log(a) = 1/a."""
+    """log(a), the natural logarithm, elementwise.
+    Backward: da = dy / a."""
     return make_node(backend.xp.log(a.data), (a,), lambda g: (g / a.data,), "log")
 
 
 @traced
 def sqrt(a):
-    """d sqrt(a) = 1 / (2 sqrt(a))."""
+    """sqrt(a), elementwise.
+    Backward: da = dy / (2 sqrt(a))."""
     out = backend.xp.sqrt(a.data)
     return make_node(out, (a,), lambda g: (g / (2 * out),), "sqrt")
 
 
 @traced
 def relu(a):
-    """d relu(a) = 1 where a > 0, else 0."""
+    """relu(a) = max(a, 0), elementwise.
+    Backward: da = dy where a > 0, else 0."""
     out = backend.xp.maximum(a.data, 0)
     return make_node(out, (a,), lambda g: (g * (out > 0),), "relu")
 
 
 @traced
 def where(cond, a, b):
-    """where(cond, a, b): the gradient goes to a where cond holds, to b elsewhere."""
+    """a where cond holds, else b, elementwise (cond: a boolean array or Tensor).
+    Backward: da = dy where cond holds, db = dy elsewhere, 0 in the other's places."""
     a, b = _as_operands(a, b, "where")
     c = cond.data if isinstance(cond, Tensor) else backend.asarray(cond)
     xp = backend.xp
@@ -165,7 +179,8 @@ def where(cond, a, b):
 
 @traced
 def masked_fill(a, mask, value):
-    """a with `value` where mask is True; no gradient flows through the filled positions."""
+    """a with `value` where mask is True.
+    Backward (through where): da = dy, but 0 at the filled positions."""
     return where(mask, as_tensor(value, like=a), a)
 
 
@@ -189,7 +204,8 @@ def _restore_axes(g, axes, keepdims):
 
 @traced
 def sum(a, axis=None, keepdims=False):
-    """d sum(a) / da = 1, broadcast back over the summed axes."""
+    """The sum of a over `axis` (every axis by default).
+    Backward: da = dy broadcast back over the summed axes (d sum / da_i = 1)."""
     axes = _axes(axis, a.ndim)
     out = backend.xp.asarray(a.data.sum(axis=axes, keepdims=keepdims))
     return make_node(out, (a,), lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims), a.shape),), "sum")
@@ -197,7 +213,8 @@ def sum(a, axis=None, keepdims=False):
 
 @traced
 def mean(a, axis=None, keepdims=False):
-    """d mean(a) / da = 1/n over the n reduced elements."""
+    """The mean of a over `axis` (every axis by default).
+    Backward: da = dy / n broadcast back over the n reduced elements."""
     axes = _axes(axis, a.ndim)
     n = int(np.prod([a.shape[i] for i in axes]))
     out = backend.xp.asarray(a.data.mean(axis=axes, keepdims=keepdims))
@@ -206,7 +223,8 @@ def mean(a, axis=None, keepdims=False):
 
 @traced
 def max(a, axis=None, keepdims=False):
-    """d max(a) / da = 1 at the maximum (split evenly between ties), 0 elsewhere."""
+    """The largest entry of a over `axis` (every axis by default).
+    Backward: da = dy at the maximum (split evenly between ties), 0 elsewhere."""
     axes = _axes(axis, a.ndim)
     out = backend.xp.asarray(a.data.max(axis=axes, keepdims=True))
 
@@ -221,13 +239,15 @@ def max(a, axis=None, keepdims=False):
 # -------------------------------------------------------------------- shapes and indexing
 @traced
 def reshape(a, shape):
-    """Reshape; the gradient is reshaped back."""
+    """a with a new shape: the same entries in the same order.
+    Backward: da = dy reshaped back."""
     return make_node(a.data.reshape(shape), (a,), lambda g: (g.reshape(a.shape),), "reshape")
 
 
 @traced
 def transpose(a, axes=None):
-    """Permute axes (reverse them by default); the gradient takes the inverse permutation."""
+    """a with its axes permuted (reversed by default).
+    Backward: da = dy under the inverse permutation."""
     axes = tuple(range(a.ndim))[::-1] if axes is None else tuple(ax % a.ndim for ax in axes)
     inverse = tuple(np.argsort(axes))
     return make_node(a.data.transpose(axes), (a,), lambda g: (g.transpose(inverse),), "transpose")
@@ -241,7 +261,8 @@ def _is_basic(idx):
 
 @traced
 def getitem(a, idx):
-    """a[idx]; backward writes g into zeros at idx, adding up repeated integer indices."""
+    """a[idx]: ints, slices, None, Ellipsis, integer or boolean arrays, as NumPy indexes.
+    Backward: dy written into zeros at idx, repeated integer indices adding up (a scatter-add)."""
     if isinstance(idx, Tensor):
         idx = idx.data
     elif isinstance(idx, tuple):
@@ -261,7 +282,8 @@ def getitem(a, idx):
 
 @traced
 def concat(tensors, axis=0):
-    """Join along an existing axis; each input gets its slice of the gradient."""
+    """The tensors joined along an existing axis.
+    Backward: each input gets its slice of dy."""
     tensors = [as_tensor(t) for t in tensors]
     _check_device(tensors)
     xp = backend.xp
@@ -273,7 +295,8 @@ def concat(tensors, axis=0):
 
 @traced
 def stack(tensors, axis=0):
-    """Join along a new axis; each input gets its slice of the gradient."""
+    """The tensors stacked along a new axis.
+    Backward: each input gets its slice of dy."""
     tensors = [as_tensor(t) for t in tensors]
     _check_device(tensors)
     xp = backend.xp

@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from . import backend, kernels
-from .checks import check_real
+from . import backend, kernels, plain
+from .checks import check_int, check_real, fail
 from .tensor import Tensor
 
 
@@ -19,7 +19,7 @@ class Adam:
 
         m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
         m_hat = m / (1 - b1^t)         v_hat = v / (1 - b2^t)
-        p = p - lr * m_hat / (sqrt(v_hat) + eps)
+        p = p - lr * m_hat / (sqrt(v_hat) + eps)            (plain form, one parameter: plain.adam)
 
     Note: the paper's beta2 = 0.98 and eps = 1e-9, not Adam's usual 0.999 and 1e-8.
     Note: weight_decay (0 in the paper) is decoupled, as in AdamW: p = p - lr * weight_decay * p.
@@ -36,20 +36,22 @@ class Adam:
             raise TypeError("Adam takes the parameters, not the model: Adam(model.parameters())")
         self.params = list(params)
         if not self.params:
-            raise ValueError("Adam got an empty parameter list")
+            fail("Adam", "params is an empty parameter list: there is nothing to update", "params")
         first = {}                            # id -> index: a shared weight listed twice would be updated twice
         for i, p in enumerate(self.params):
             if not isinstance(p, Tensor) or p.dtype.kind != "f":
                 raise TypeError(f"Adam: parameter {i} must be a floating-point Tensor, got {type(p).__name__}"
                                 + (f" of dtype {p.dtype}" if isinstance(p, Tensor) else ""))
             if first.setdefault(id(p), i) != i:
-                raise ValueError(f"Adam: parameter {i} is parameter {first[id(p)]} again; list each parameter once "
-                                 f"(model.parameters() does)")
+                fail("Adam", f"parameter {i} is parameter {first[id(p)]} again; list each parameter once "
+                     f"(model.parameters() does)", "params")
         _check_lr(lr)
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas)):
-            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
-        if not (eps >= 0.0 and weight_decay >= 0.0):
-            raise ValueError(f"Adam: eps and weight_decay must be non-negative, got {eps}, {weight_decay}")
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            fail("Adam", f"betas must be two numbers in [0, 1), got {betas}", "betas", betas)
+        for beta in betas:
+            check_real("Adam", "betas", beta, 0.0, 1.0)
+        check_real("Adam", "eps", eps, 0.0)
+        check_real("Adam", "weight_decay", weight_decay, 0.0)
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
         self.steps = 0                        # calls to step()
         self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
@@ -66,10 +68,10 @@ class Adam:
             starts[p.data.dtype] = stop = start + p.data.size
             self.where.append((p.data.dtype, start, stop))
         self._views = [self._view(i, "data") for i in range(len(self.params))]
-        for i, (p, view) in enumerate(zip(self.params, self._views)):
+        self._grads = [self._view(i, "grad") for i in range(len(self.params))]  # step() copies each .grad in
+        for p, view in zip(self.params, self._views):
             view[...] = p.data
-            p.data = view                     # the parameter now lives in the flat buffer ...
-            p.grad_buffer = self._view(i, "grad")  # ... and backward() writes its gradient into the flat one
+            p.data = view                     # the parameter now lives in the flat buffer
 
     def _view(self, i, kind):
         """Parameter i's part of the flat `kind` array, shaped like the parameter."""
@@ -97,8 +99,8 @@ class Adam:
                 p.data = self._views[i]
             if p.grad is None:
                 continue
-            if p.grad is not p.grad_buffer:   # a gradient set by hand, not written by backward()
-                p.grad_buffer[...] = p.grad
+            if p.grad is not self._grads[i]:  # (it is there already after gradient_buffers())
+                self._grads[i][...] = p.grad
             self.t[i] += 1
             dtype, start, stop = self.where[i]
             if runs and runs[-1][0] == dtype and runs[-1][2] == start and runs[-1][3] == self.t[i]:
@@ -118,7 +120,8 @@ class Adam:
 
     def _update(self, p, g, m, v, buf, t):
         """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients.
-        On the GPU with backend.fused on, one fused CUDA kernel (kernels.adam) does the same arithmetic."""
+        On the GPU with backend.fused on, one fused CUDA kernel (kernels.adam) does the same arithmetic.
+        Plain form, per parameter and straight from the formulas: plain.adam."""
         if kernels.active(p):
             return kernels.adam(p, g, m, v, t, self.lr, self.betas, self.eps, self.weight_decay)
         xp = backend.xp
@@ -144,10 +147,10 @@ class Adam:
     def gradient_buffers(self):
         """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into them
         (zeros for a parameter without a gradient): what the ranks of a data-parallel run add up."""
-        for p in self.params:
-            if p.grad is not p.grad_buffer:
-                p.grad_buffer[...] = 0 if p.grad is None else p.grad
-                p.grad = p.grad_buffer
+        for p, buffer in zip(self.params, self._grads):
+            if p.grad is not buffer:
+                buffer[...] = 0 if p.grad is None else p.grad
+                p.grad = buffer
         return [flat["grad"] for flat in self.flat.values()]
 
     def zero_grad(self):
@@ -195,23 +198,23 @@ def _check_lr(lr):
 
 
 def noam_schedule(step, d_model, warmup_steps=4000, scale=1.0):
-    """The learning rate of eq. (3): scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5).
+    """The learning rate of eq. (3) times `scale`: scale * plain.noam_schedule(step, d_model, warmup_steps).
 
     It rises linearly for warmup_steps steps, peaks at step = warmup_steps with
     d_model^-0.5 * warmup_steps^-0.5, then decays as 1/sqrt(step). Steps count from 1; step 0 is
     taken as step 1 (so a loop counting from 0 never gets a zero rate or a division by zero).
     noam_schedule(4000, 512) -> 512^-0.5 * 4000^-0.5 = 0.000699
     """
-    step = max(int(step), 1)
-    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return scale * plain.noam_schedule(max(int(step), 1), d_model, warmup_steps)
 
 
 class WarmupSchedule:
-    """noam_schedule with its settings held: WarmupSchedule(512)(4000) -> 0.000699."""
+    """noam_schedule with its settings held: WarmupSchedule(512)(4000) -> 0.000699. Plain form: plain.noam_schedule."""
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        if not (d_model > 0 and warmup_steps > 0):
-            raise ValueError(f"WarmupSchedule: d_model and warmup_steps must be positive, got {d_model}, {warmup_steps}")
+        check_int("WarmupSchedule", "d_model", d_model, 1)
+        check_int("WarmupSchedule", "warmup_steps", warmup_steps, 1)
+        check_real("WarmupSchedule", "scale", scale, 0.0, low_open=True)
         self.d_model, self.warmup_steps, self.scale = int(d_model), int(warmup_steps), float(scale)
 
     def __call__(self, step):

@@ -1,6 +1,7 @@
-"""Attention: masks, the fused scaled dot-product attention against the same computation composed of
-elementary ops (forward and gradients, masks and fully masked rows included), gradient checks,
-multi-head attention (fused and general projections) and the key/value cache."""
+"""Attention: masks, the fused scaled dot-product attention against its plain form (plain.attention,
+elementary ops; forward and gradients, masks and fully masked rows included), gradient checks,
+multi-head attention (fused and general projections) against plain.multi_head_attention, and the
+key/value cache."""
 import math
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
-from minitransformer import backend
+from minitransformer import backend, plain
 from minitransformer.attention import (KVCache, MultiHeadAttention, causal_mask, padding_mask,
                                        scaled_dot_product_attention)
 
@@ -26,22 +27,6 @@ def mha_tol(m, T):
 
 def t64(a, requires_grad=True):
     return mt.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
-
-
-def composed_attention(q, k, v, mask=None, dropout_p=0.0):
-    """Eq. (1) from elementary Tensor ops (matmul, where, exp, sum): the reference for the fused op.
-    With dropout it draws its mask exactly as the fused op does (reseed before calling both)."""
-    s = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(q.shape[-1])         # (B, H, Tq, Tk)
-    if mask is not None:
-        s = mt.where(mask, s, -1e9)
-    e = (s - s.max(axis=-1, keepdims=True).detach()).exp()
-    p = e / e.sum(axis=-1, keepdims=True)
-    if mask is not None:
-        p = p * backend.xp.any(mask, axis=-1, keepdims=True)            # fully masked rows -> 0
-    if dropout_p > 0:
-        keep = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p
-        p = p * keep / (1.0 - dropout_p)
-    return p @ v
 
 
 def draw_case(data, xp):
@@ -102,14 +87,14 @@ def test_sdpa_known_answer(xp_backend):
 
 @FAST
 @given(data=st.data())
-def test_sdpa_matches_composed_ops(xp_backend, data):
+def test_sdpa_matches_plain(xp_backend, data):
     q, k, v, mask = draw_case(data, xp_backend)
     fused = scaled_dot_product_attention(q, k, v, mask)
     fused.backward(backend.asarray(np.random.default_rng(5).standard_normal(fused.shape)))
     got = [t.grad.copy() for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
-    ref = composed_attention(q, k, v, mask)
+    ref = plain.attention(q, k, v, mask)
     ref.backward(backend.asarray(np.random.default_rng(5).standard_normal(ref.shape)))
     np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=1e-6, rtol=1e-6)
     for g, t in zip(got, (q, k, v)):
@@ -119,7 +104,7 @@ def test_sdpa_matches_composed_ops(xp_backend, data):
 
 @FAST
 @given(data=st.data(), p=st.sampled_from([0.1, 0.5]))
-def test_sdpa_dropout_matches_composed_ops(xp_backend, data, p):
+def test_sdpa_dropout_matches_plain(xp_backend, data, p):
     q, k, v, mask = draw_case(data, xp_backend)
     mt.seed(11)
     fused = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
@@ -128,7 +113,7 @@ def test_sdpa_dropout_matches_composed_ops(xp_backend, data, p):
     for t in (q, k, v):
         t.grad = None
     mt.seed(11)
-    ref = composed_attention(q, k, v, mask, dropout_p=p)
+    ref = plain.attention(q, k, v, mask, dropout_p=p)          # draws its mask as the fused op does
     ref.sum().backward()
     np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=1e-6, rtol=1e-6)
     for g, t in zip(got, (q, k, v)):
@@ -185,23 +170,14 @@ def to64(module):
     return module
 
 
-def composed_mha(m, q, k, v, mask):
-    """MultiHead(Q, K, V) from elementary ops: matmul, slices of the fused weights, reshape, transpose."""
-    D, H = m.d_model, m.n_heads
-    if m.self_attention:
-        W, b = m.w_qkv.weight, m.w_qkv.bias
-        Wq, bq, Wk, bk, Wv, bv = W[:, :D], b[:D], W[:, D:2 * D], b[D:2 * D], W[:, 2 * D:], b[2 * D:]
-    else:
-        Wq, bq = m.w_q.weight, m.w_q.bias
-        W, b = m.w_kv.weight, m.w_kv.bias
-        Wk, bk, Wv, bv = W[:, :D], b[:D], W[:, D:], b[D:]
-
-    def heads(x, W, b):
-        B, T, _ = x.shape
-        return (x @ W + b).reshape(B, T, H, D // H).transpose(0, 2, 1, 3)   # (B, H, T, K)
-    o = composed_attention(heads(q, Wq, bq), heads(k, Wk, bk), heads(v, Wv, bv), mask)
-    B, _, T, _ = o.shape
-    return o.transpose(0, 2, 1, 3).reshape(B, T, D) @ m.w_o.weight + m.w_o.bias
+def plain_mha(m, q, k, v, mask):
+    """plain.multi_head_attention with the module's weights: its fused w_qkv (or w_kv) sliced into
+    separate (D, D) blocks, so that gradients flow back into the module's parameters."""
+    D = m.d_model
+    blocks = lambda lin: [(lin.weight[:, i:i + D], lin.bias[i:i + D]) for i in range(0, lin.weight.shape[1], D)]
+    (wq, bq), (wk, bk), (wv, bv) = blocks(m.w_qkv) if m.self_attention else blocks(m.w_q) + blocks(m.w_kv)
+    return plain.multi_head_attention(q, k, v, wq, wk, wv, m.w_o.weight, m.n_heads, mask,
+                                      biases=(bq, bk, bv, m.w_o.bias))
 
 
 def draw_mha_case(data, xp):
@@ -230,7 +206,7 @@ def draw_mha_case(data, xp):
 
 @FAST
 @given(data=st.data())
-def test_mha_matches_composed_ops(xp_backend, data):
+def test_mha_matches_plain(xp_backend, data):
     m, q, k, v, mask = draw_mha_case(data, xp_backend)
     inputs = list({id(t): t for t in (q, k, v)}.values()) + m.parameters()
     g = backend.asarray(np.random.default_rng(2).standard_normal(q.shape))
@@ -239,11 +215,38 @@ def test_mha_matches_composed_ops(xp_backend, data):
     got = [t.grad.copy() for t in inputs]
     for t in inputs:
         t.grad = None
-    ref = composed_mha(m, q, k, v, mask)
+    ref = plain_mha(m, q, k, v, mask)
     ref.backward(g)
     np.testing.assert_allclose(fused.numpy(), ref.numpy(), atol=1e-6, rtol=1e-6)
     for a, t in zip(got, inputs):
         np.testing.assert_allclose(backend.to_numpy(a), backend.to_numpy(t.grad), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_mha_matches_plain_in_float32(xp_backend, self_attention):
+    """The module as it trains, in float32, against plain.multi_head_attention: output and the
+    gradients of the inputs and of every parameter."""
+    rng = np.random.default_rng(3)
+    B, T, D, H = 2, 5, 16, 4
+    m = MultiHeadAttention(D, H, self_attention=self_attention)
+    x, memory = (mt.tensor(rng.standard_normal((B, T, D)).astype(np.float32), requires_grad=True) for _ in range(2))
+    k = x if self_attention else memory
+    mask = causal_mask(T) if self_attention else padding_mask(np.array([[4, 4, 4, 0, 0], [4, 4, 4, 4, 4]]))
+    inputs = list({id(t): t for t in (x, k)}.values()) + m.parameters()
+    g = backend.asarray(rng.standard_normal((B, T, D)).astype(np.float32))
+    results = []
+    for f in (lambda: m(x, k, mask=mask), lambda: plain_mha(m, x, k, k, mask)):
+        for t in inputs:
+            t.grad = None
+        y = f()
+        y.backward(g)
+        results.append([y.numpy()] + [backend.to_numpy(t.grad) for t in inputs])
+    # dot products of the projections in and out (D terms each), the scores (D/H), the softmax's sum
+    # and the weighted sum (T keys each), and a weight's gradient: a sum over the B*T positions
+    n = mha_tol(m, T) / f32_tol(1) + B * T
+    for i, (fast, ref) in enumerate(zip(*results)):
+        np.testing.assert_allclose(fast, ref, rtol=0, atol=f32_tol(n, max(1.0, np.abs(ref).max())),
+                                   err_msg=f"output, then inputs, then parameters: {i}")
 
 
 @FAST

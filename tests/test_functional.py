@@ -1,12 +1,16 @@
-"""Fused ops: known answers, agreement with the same computation composed of elementary Tensor ops
-(forward and every gradient, 1e-6 in float64), and gradient checks on shapes drawn by hypothesis."""
+"""Fused ops: known answers, agreement with their plain forms in plain.py, composed of elementary Tensor
+ops (forward and every gradient, 1e-6 in float64), and gradient checks on shapes drawn by hypothesis."""
+import inspect
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend
+from minitransformer import backend, plain
 from conftest import f32_tol, randn
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -16,37 +20,6 @@ def leaf(t):
 
 
 shapes = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(tuple)
-
-
-# -------------------------------------------------------------------- composed references
-def softmax_ref(x, axis=-1):
-    e = (x - x.max(axis, keepdims=True)).exp()
-    return e / e.sum(axis, keepdims=True)
-
-
-def log_softmax_ref(x, axis=-1):
-    s = x - x.max(axis, keepdims=True)
-    return s - s.exp().sum(axis, keepdims=True).log()
-
-
-def cross_entropy_ref(z, target, ignore_index=None, eps=0.0):
-    """-sum(q * log_softmax(z)) averaged over counted rows, with the dense q built in NumPy."""
-    V = z.shape[-1]
-    t = np.asarray(target).reshape(-1)
-    valid = t != ignore_index if ignore_index is not None else np.ones(t.shape, bool)
-    q = np.full((t.size, V), eps / V)
-    q[np.arange(t.size)[valid], t[valid]] += 1 - eps
-    q *= valid[:, None] / max(valid.sum(), 1)
-    return -(mt.tensor(q) * log_softmax_ref(z.reshape(-1, V))).sum()
-
-
-def layer_norm_ref(x, gamma, beta, eps=1e-6):
-    xc = x - x.mean(-1, keepdims=True)
-    return xc / ((xc * xc).mean(-1, keepdims=True) + eps).sqrt() * gamma + beta
-
-
-def linear_ref(x, w, b):
-    return (x.reshape(-1, w.shape[0]) @ w + b).reshape(x.shape[:-1] + (w.shape[1],))
 
 
 def assert_same(fused, composed, *inputs, seed=1):
@@ -80,12 +53,16 @@ def test_softmax_known_answer(xp_backend):
 
 @SETTINGS
 @given(shape=shapes, data=st.data())
-def test_softmax_log_softmax_match_composed_and_gradcheck(xp_backend, shape, data):
+def test_softmax_log_softmax_match_plain_and_gradcheck(xp_backend, shape, data):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1), label="axis")
     x = leaf(randn(*shape, seed=len(shape)) * 3)
-    for fused, ref in ((F.softmax, softmax_ref), (F.log_softmax, log_softmax_ref)):
+    for fused, ref in ((F.softmax, plain.softmax), (F.log_softmax, plain.log_softmax)):
         assert_same(lambda t: fused(t, axis), lambda t: ref(t, axis), x)
         assert mt.gradcheck(lambda t: fused(t, axis), x)
+    for core, ref in ((F.softmax_array, plain.softmax), (F.log_softmax_array, plain.log_softmax)):
+        a = x.data.copy()
+        assert core(a, axis, out=a) is a                                  # in place
+        np.testing.assert_allclose(backend.to_numpy(a), ref(x, axis).numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_softmax_is_stable_for_huge_inputs(xp_backend):
@@ -110,10 +87,10 @@ def ce_case(shape, V, seed, ignore=None):
 @SETTINGS
 @given(shape=st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple), V=st.integers(1, 6),
        eps=st.sampled_from([0.0, 0.1, 0.5]), ignore=st.sampled_from([None, 0, -100]), seed=st.integers(0, 9))
-def test_cross_entropy_matches_composed_and_gradcheck(xp_backend, shape, V, eps, ignore, seed):
+def test_cross_entropy_matches_plain_and_gradcheck(xp_backend, shape, V, eps, ignore, seed):
     z, target = ce_case(shape, V, seed, ignore)
     fused = lambda t: F.cross_entropy(t, target, ignore_index=ignore, label_smoothing=eps)
-    assert_same(fused, lambda t: cross_entropy_ref(t, target, ignore, eps), z)
+    assert_same(fused, lambda t: plain.cross_entropy(t, target, ignore, eps), z)
     assert mt.gradcheck(fused, z)
 
 
@@ -208,11 +185,11 @@ def test_layer_norm_known_answer(xp_backend):
 
 @SETTINGS
 @given(shape=shapes, seed=st.integers(0, 9))
-def test_layer_norm_matches_composed_and_gradcheck(xp_backend, shape, seed):
+def test_layer_norm_matches_plain_and_gradcheck(xp_backend, shape, seed):
     D = shape[-1]
     x, gamma, beta = leaf(randn(*shape, seed=seed) * 2 + 1), randn(D, seed=seed + 1), randn(D, seed=seed + 2)
     eps = 1e-6
-    assert_same(lambda a, g, b: F.layer_norm(a, g, b, eps), lambda a, g, b: layer_norm_ref(a, g, b, eps), x, gamma, beta)
+    assert_same(lambda a, g, b: F.layer_norm(a, g, b, eps), lambda a, g, b: plain.layer_norm(a, g, b, eps), x, gamma, beta)
     assert mt.gradcheck(lambda a, g, b: F.layer_norm(a, g, b, eps), x, gamma, beta)
 
 
@@ -247,18 +224,16 @@ def test_dropout_same_seed_same_mask(xp_backend):
 
 @SETTINGS
 @given(shape=shapes, p=st.sampled_from([0.1, 0.5, 0.9]))
-def test_dropout_matches_composed_and_gradcheck(xp_backend, shape, p):
+def test_dropout_matches_plain_and_gradcheck(xp_backend, shape, p):
     x = randn(*shape)
 
-    def fused(t):
-        mt.seed(3)  # the same mask in every call: forward, backward and the numeric differences
-        return F.dropout(t, p)
-
-    def composed(t):
-        mt.seed(3)
-        keep = backend.rng().random(t.shape, dtype=np.float32) >= p
-        return t * mt.tensor(keep.astype(np.float64) / (1 - p))
-    assert_same(fused, composed, x)
+    def seeded(dropout):
+        def f(t):
+            mt.seed(3)  # the same mask in every call: forward, backward and the numeric differences
+            return dropout(t, p)
+        return f
+    fused = seeded(F.dropout)
+    assert_same(fused, seeded(plain.dropout), x)
     assert mt.gradcheck(fused, x)
 
 
@@ -304,9 +279,10 @@ def test_linear_known_answer(xp_backend):
 @SETTINGS
 @given(lead=st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple), d_in=st.integers(1, 4),
        d_out=st.integers(1, 4), seed=st.integers(0, 9))
-def test_linear_matches_composed_and_gradcheck(xp_backend, lead, d_in, d_out, seed):
+def test_linear_matches_plain_and_gradcheck(xp_backend, lead, d_in, d_out, seed):
     x, w, b = randn(*lead, d_in, seed=seed), randn(d_in, d_out, seed=seed + 1), randn(d_out, seed=seed + 2)
-    assert_same(F.linear, linear_ref, x, w, b)
+    assert_same(F.linear, plain.linear, x, w, b)
+    assert_same(lambda a, m: F.linear(a, m), plain.linear, x, w)
     assert mt.gradcheck(F.linear, x, w, b)
     assert mt.gradcheck(lambda a, m: F.linear(a, m), x, w)
 
@@ -348,3 +324,17 @@ def test_embedding_refuses_ids_outside_the_table(xp_backend):
     for bad in (5, -1):                                   # -1 used to pick the last row silently
         with pytest.raises(ValueError, match=rf"embedding: id {bad} is out of range for 5 embeddings"):
             F.embedding(w, np.array([[0, bad]]))
+
+
+# -------------------------------------------------------------------- the plain forms in the lessons
+def test_the_lessons_show_the_plain_forms_as_plain_py_has_them():
+    """A lesson shows a plain form in a ```py block (GitHub highlights it, run.py and jupytext leave it
+    alone): the block must be the function's source in plain.py, docstring and comments included."""
+    shown = set()
+    for path in sorted((Path(__file__).resolve().parents[1] / "lessons").glob("[0-9][0-9]_*.md")):
+        for block in re.findall(r"^```py\n(.*?)^```", path.read_text(encoding="utf-8"), re.S | re.M):
+            name = re.match(r"def (\w+)\(", block).group(1)
+            assert block == inspect.getsource(getattr(plain, name)), f"{path.name} shows another {name} than plain.py"
+            shown.add(name)
+    assert {"softmax", "cross_entropy", "layer_norm", "attention", "multi_head_attention", "adam",
+            "noam_schedule"} <= shown

@@ -122,7 +122,7 @@ def test_environment_variable_sets_backend_fused(value, expected):
 def test_numpy_path_calls_no_kernel(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a fused kernel was called on the NumPy backend")
-    for name in FUSED_OPS:
+    for name in FUSED_OPS + ("forward_rows",):
         monkeypatch.setattr(kernels, name, refuse)
     monkeypatch.setattr(backend, "fused", True)
     mt.use("cpu")
@@ -134,6 +134,7 @@ def test_numpy_path_calls_no_kernel(monkeypatch):
     loss.backward()
     opt = Adam([x, gamma, beta], lr=1e-3)
     opt.step()
+    F.softmax_array(x.data, out=x.data), F.log_softmax_array(x.data)                    # the softmax core
 
 
 def test_kernel_sources_are_built_lazily_and_the_lesson_shows_the_one_compiled():
@@ -234,6 +235,25 @@ def test_softmax_over_another_axis_takes_the_plain_path(calls):
     assert calls == []
     assert_close(y1, y0, tol(4), "softmax over axis 0")
     assert_close(dx1, dx0, tol(4) * 3 * np.abs(dy).max(), "its gradient")
+
+
+@gpu
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_the_softmax_core_runs_the_row_kernel_in_place_and_into_a_strided_out(op, calls, monkeypatch):
+    x = logits((67, 257))
+    mt.use("cpu")
+    want = getattr(F, op + "_array")(x)
+    ran, forward_rows = [], kernels.forward_rows
+    monkeypatch.setattr(kernels, "forward_rows", lambda *args: ran.append(args[0]) or forward_rows(*args))
+    mt.use("gpu")
+    core = getattr(F, op + "_array")
+    a = backend.asarray(x)
+    assert core(a, out=a) is a                                            # in place, as attention calls it
+    out = backend.xp.empty((257, 67), np.float32).T                       # (67, 257), not contiguous
+    assert core(backend.asarray(x), out=out) is out
+    assert ran == [op + "_rows"] * 2
+    for got in (a, out):
+        assert_close(backend.to_numpy(got), want, tol(257) * (1 + np.abs(np.where(np.isfinite(want), want, 0))), op)
 
 
 # ==================================================================== cross-entropy

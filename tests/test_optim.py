@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import minitransformer as mt
-from minitransformer import backend
+from minitransformer import backend, plain
 from minitransformer.optim import Adam, WarmupSchedule, clip_grad_norm, noam_schedule
 from minitransformer.tensor import Tensor
 from conftest import f32_tol
@@ -195,20 +195,13 @@ def test_clip_grad_norm_bound(values, max_norm):
     assert np.linalg.norm(backend.to_numpy(p.grad)) <= max_norm * (1 + 1e-9)
 
 
-def reference_adam(p, g, m, v, t, lr, b1=0.9, b2=0.98, eps=1e-9):
-    """Adam on one parameter, in float64 NumPy, straight from the formulas (no folding, no flat buffer)."""
-    m = b1 * m + (1 - b1) * g
-    v = b2 * v + (1 - b2) * g * g
-    return p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps), m, v
-
-
 def test_flat_buffer_update_equals_per_parameter_adam_with_skips(xp_backend):
     """Parameters live in one flat buffer; skipping some splits the update into runs with their own t."""
     rng = np.random.default_rng(0)
     shapes = [(3, 4), (4,), (2, 2, 2), (5,)]
     ps = [param(rng.standard_normal(s)) for s in shapes]
     ref = [(p.numpy().copy(), np.zeros(p.shape), np.zeros(p.shape), 0) for p in ps]
-    opt = Adam(ps, lr=0.1)
+    opt = Adam(ps, lr=0.1, weight_decay=0.01)
     assert all(backend.xp.shares_memory(p.data, opt.flat[p.dtype]["data"]) for p in ps)
     for step, present in enumerate([(0, 1, 2, 3), (0, 2), (1, 2, 3), (0, 1, 2, 3)]):
         opt.zero_grad()
@@ -216,7 +209,7 @@ def test_flat_buffer_update_equals_per_parameter_adam_with_skips(xp_backend):
             g = rng.standard_normal(shapes[i])
             set_grad(ps[i], g)
             p, m, v, t = ref[i]
-            ref[i] = (*reference_adam(p, g, m, v, t + 1, 0.1), t + 1)
+            ref[i] = (*plain.adam(p, g, m, v, t + 1, 0.1, weight_decay=0.01), t + 1)  # from the formulas
         opt.step()
         for p, (want, _, _, _) in zip(ps, ref):
             np.testing.assert_allclose(p.numpy(), want, rtol=1e-12, atol=1e-12)
@@ -238,14 +231,17 @@ def test_replaced_parameter_arrays_are_taken_back_into_the_buffer(xp_backend):
     np.testing.assert_allclose(model.weight.numpy(), 1.0)
 
 
-def test_backward_writes_gradients_straight_into_the_flat_buffer(xp_backend):
+def test_step_copies_each_gradient_into_the_flat_buffer(xp_backend):
     model = mt.nn.Linear(4, 3)
     opt = Adam(model.parameters(), lr=0.1)
     x = mt.tensor(np.ones((2, 4), np.float32))
     (model(x) * 2.0).sum().backward()
     flat = opt.flat[model.weight.dtype]["grad"]
-    assert all(backend.xp.shares_memory(p.grad, flat) for p in model.parameters())
+    assert not any(backend.xp.shares_memory(p.grad, flat) for p in model.parameters())  # backward knows no Adam
+    grads = [backend.to_numpy(p.grad).reshape(-1) for p in opt.params]
     np.testing.assert_array_equal(backend.to_numpy(model.bias.grad), np.full(3, 4.0))  # 2 rows x 2
+    opt.step()
+    np.testing.assert_array_equal(backend.to_numpy(flat), np.concatenate(grads))
     opt.zero_grad()
     assert model.weight.grad is None                                      # "no gradient" stays None
 
