@@ -78,8 +78,8 @@ def trainer_step(mt, preset, vocab, seed=0, n_pairs=3000):
     lengths = np.clip(rng.gamma(6.0, 2.6, (n_pairs, 2)).round(), 3, 50).astype(int)
     pairs = [(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist()) for s, t in lengths]
     training = importlib.import_module(f"{mt.__name__}.training")
-    config = training.TrainingConfig(steps=10**6, max_tokens=2048, warmup_steps=4000, progress=False)
-    trainer = training.Trainer(model, None, pairs, None, config)
+    training_config = training.TrainingConfig(steps=10**6, max_tokens=2048, warmup_steps=4000, progress=False)
+    trainer = training.Trainer(model, None, pairs, None, training_config)
     return trainer.train_step
 
 
@@ -132,6 +132,9 @@ def decoding(mt, preset, vocab, beam_size, seed=0, n=64):
     search = importlib.import_module(f"{mt.__name__}.search")
     if beam_size == 1:
         return lambda: search.greedy_search(model, sources)
+    if hasattr(search, "SearchConfig"):               # one SearchConfig; versions before it took keywords
+        settings = search.SearchConfig(beam_size=beam_size, alpha=0.6)
+        return lambda: search.beam_search(model, sources, settings)
     return lambda: search.beam_search(model, sources, beam_size=beam_size, alpha=0.6)
 
 

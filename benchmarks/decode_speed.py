@@ -32,9 +32,10 @@ sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import backend  # noqa: E402
 from minitransformer.checkpoint import CheckpointError  # noqa: E402
-from minitransformer.cli.common import existing, option_error, use_device, UsageError  # noqa: E402
+from minitransformer.checks import SettingError, check_int  # noqa: E402
 from minitransformer.fileio import read_lines  # noqa: E402
-from minitransformer.search import STOPS, beam_search, check_search_args, greedy_search  # noqa: E402
+from minitransformer.config import STOPS, SearchConfig  # noqa: E402
+from minitransformer.search import beam_search, greedy_search  # noqa: E402
 from minitransformer.tensor import Tensor  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
@@ -122,17 +123,16 @@ def main():
     if args.checkpoint and args.vocab is not None:
         p.error("--vocab sets the random model's vocabulary; a --checkpoint brings its own: give one or the other")
     args.vocab = args.vocab or 8000
+    for option, path in (("--data", args.data), ("--checkpoint", args.checkpoint)):
+        if path is not None and not Path(path).is_file():
+            p.error(f"{option} {path} is not a file")
     try:
-        existing(args.data, "--data file")
-        existing(args.checkpoint, "--checkpoint file")
-        check_search_args("decode_speed", beam_size=4, alpha=args.alpha, max_len_b=args.max_len_b,
-                          batch_size=args.batch_size, stop=args.stop)
-    except UsageError as e:
-        p.error(str(e))
-    except ValueError as e:
-        p.error(str(option_error(e, {"alpha": "--alpha", "max_len_b": "--max-len-b", "batch_size": "--batch-size"})))
+        search = SearchConfig(beam_size=4, alpha=args.alpha, max_len_b=args.max_len_b, stop=args.stop)
+        check_int("decode_speed", "batch_size", args.batch_size, 1)
+    except SettingError as e:
+        p.error(e.renamed({"alpha": "--alpha", "max_len_b": "--max-len-b", "batch_size": "--batch-size"}))
     try:
-        use_device(args.device)
+        backend.use(args.device)
         lines = read_lines(args.data)[:args.n]
         if not lines:
             raise ValueError(f"--data {args.data} holds no line to translate")
@@ -149,10 +149,9 @@ def main():
         model = NoEOS(Transformer(TransformerConfig.small(vocab_size=args.vocab)))
         sources = [hash_ids(s, args.vocab) for s in lines]
         what = f"random small model (V {args.vocab}), </s> only at the maximum length"
-    model, b = ForwardTimer(model), args.max_len_b
-    methods = {"greedy": lambda s, c: greedy_search(model, s, max_len_b=b, use_cache=c),
-               "beam 4": lambda s, c: beam_search(model, s, beam_size=4, alpha=args.alpha, max_len_b=b, use_cache=c,
-                                                   stop=args.stop)}
+    model = ForwardTimer(model)
+    methods = {"greedy": lambda s, c: greedy_search(model, s, search, use_cache=c),
+               "beam 4": lambda s, c: beam_search(model, s, search, use_cache=c)}
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     batches = [[sources[j] for j in order[i:i + args.batch_size]] for i in range(0, len(order), args.batch_size)]
     # recomputation is slow: run it on every stride-th batch (all lengths represented)

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
 from minitransformer import rundir  # noqa: E402
+from minitransformer.checks import SettingError  # noqa: E402
+from minitransformer.config import SearchConfig  # noqa: E402
 from minitransformer.corpus import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.translation import translate_lines  # noqa: E402
@@ -42,11 +44,11 @@ def main(argv=None):
     base = (int(args.base[0]), int(args.base[1]), args.base[2])
     if min(args.average + [base[0]]) < 1:
         p.error(f"--average and --base's AVERAGE must be at least 1, got {min(args.average + [base[0]])}")
-    if min(args.beam + [base[1]]) < 1:
-        p.error(f"--beam and --base's BEAM must be at least 1, got {min(args.beam + [base[1]])}")
-    bad = [a for a in args.alpha + [base[2]] if not 0 <= a <= 10]  # nan too
-    if bad:
-        p.error(f"--alpha and --base's ALPHA must be between 0 and 10, got {bad[0]}")
+    try:                                                 # every beam and alpha, checked as search will
+        searches = {(b, a): SearchConfig(beam_size=b, alpha=a) for b in args.beam + [base[1]]
+                    for a in args.alpha + [base[2]]}
+    except SettingError as e:
+        p.error(e.renamed({"beam_size": "--beam (or --base's BEAM)", "alpha": "--alpha (or --base's ALPHA)"}))
     if args.sentences is not None and args.sentences < 1:
         p.error(f"--sentences must be at least 1, got {args.sentences}")
     if not args.run.is_dir():
@@ -75,7 +77,7 @@ def main(argv=None):
             models[average] = (model, ckpt.tokenizer_from_json(averaged.meta["tokenizer"]))
         model, tokenizer = models[average]
         start = time.perf_counter()
-        hyps = translate_lines(model, tokenizer, src, beam_size=beam, alpha=alpha)
+        hyps = translate_lines(model, tokenizer, src, searches[beam, alpha])
         seconds = time.perf_counter() - start
         bleu, _ = corpus_bleu(hyps, [ref])
         lc, _ = corpus_bleu(hyps, [ref], lowercase=True)

@@ -1,7 +1,9 @@
 """The configurations: TransformerConfig, the model's hyperparameters with the paper's defaults and
-named presets (base, big, small, tiny), and TrainingConfig, the settings of a training run (section 5).
-Both check every field when made, so a bad value fails at once with one sentence naming it, never
-later inside the work. Also count_parameters(config), the model's size from the config alone.
+named presets (base, big, small, tiny); SearchConfig, the settings of decoding (section 6.1); and
+TrainingConfig, the settings of a training run (section 5), which holds the SearchConfig of its
+evaluations. Each checks every field when made, so a bad value fails at once with one sentence naming
+it, never later inside the work (a TrainingConfig, never at its first evaluation). Also
+count_parameters(config), the model's size from the config alone.
 Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
@@ -33,8 +35,8 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-6   # the paper gives none; tensor2tensor's value
 
     def __post_init__(self):
-        def fail(msg):
-            _fail("TransformerConfig", msg)
+        def fail(msg, setting):
+            _fail("TransformerConfig", msg, setting)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
             check_int("TransformerConfig", name, getattr(self, name), 1)
         for name in ("pad_id", "bos_id", "eos_id"):
@@ -44,19 +46,20 @@ class TransformerConfig:
         check_real("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
         for name in ("norm_first", "share_embeddings"):
             if not isinstance(getattr(self, name), bool):
-                fail(f"{name} must be true or false, got {getattr(self, name)!r}")
+                fail(f"{name} must be true or false, got {getattr(self, name)!r}", name)
         if self.d_model % self.n_heads:
-            fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of n_heads={self.n_heads}")
+            fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of n_heads={self.n_heads}",
+                 ("d_model", "n_heads"))
         if self.positional not in ("sinusoidal", "learned"):
-            fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+            fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}", "positional")
         if self.positional == "sinusoidal" and self.d_model % 2:
-            fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}")
+            fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}", "d_model")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         if len(set(ids.values())) < 3:
-            fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}")
+            fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}", tuple(ids))
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
-                fail(f"{name}={value} lies outside the vocabulary [0, {self.vocab_size})")
+                fail(f"{name}={value} lies outside the vocabulary [0, {self.vocab_size})", name)
 
     @property
     def d_k(self):
@@ -102,8 +105,40 @@ class TransformerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"TransformerConfig.from_dict: unknown keys {unknown} (known: {sorted(known)})")
+            _fail("TransformerConfig.from_dict", f"unknown keys {unknown} (known: {sorted(known)})")
         return cls(**d)
+
+
+STOPS = ("exact", "fast")  # beam search's ways to decide that a sentence is done (search.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """How to decode, made once and taken by search, translation, evaluation, the Trainer and the command
+    line; the defaults are the paper's (section 6.1: beam 4, alpha 0.6, outputs up to input length + 50).
+    Frozen: a variant is dataclasses.replace(search, beam_size=1), checked again when made."""
+    beam_size: int = 4             # k; 1 with nbest 1 is greedy search (translate_lines)
+    alpha: float = 0.6             # length penalty lp(|Y|) = ((5 + |Y|) / 6) ** alpha
+    max_len_a: float = 1.0         # at most a * source length + b output tokens, then </s> is forced
+    max_len_b: int = 50
+    nbest: int = 1                 # hypotheses returned per sentence, best first
+    stop: str = "exact"            # when a sentence is done: "exact" or "fast" (search.beam_search)
+
+    def __post_init__(self):
+        owner = "SearchConfig"
+        check_int(owner, "beam_size", self.beam_size, 1)
+        check_int(owner, "nbest", self.nbest, 1)
+        if self.nbest > self.beam_size:
+            _fail(owner, f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})", ("nbest", "beam_size"),
+                  self.nbest)
+        check_real(owner, "alpha", self.alpha, 0.0, 10.0, high_open=False)  # the upper bounds: lp stays finite
+        check_real(owner, "max_len_a", self.max_len_a, 0.0, 1000.0, high_open=False)  # and a |x| + b an int64
+        check_int(owner, "max_len_b", self.max_len_b, 0, 1_000_000)
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            _fail(owner, "max_len_a and max_len_b are both 0: every translation would be empty",
+                  ("max_len_a", "max_len_b"), 0)
+        if self.stop not in STOPS:
+            _fail(owner, f"stop must be one of {', '.join(map(repr, STOPS))}, not {self.stop!r}", "stop", self.stop)
 
 
 @dataclasses.dataclass
@@ -123,10 +158,7 @@ class TrainingConfig:
     keep: int = 5                 # step checkpoints kept on disk (the best one is kept besides)
     seed: int = 0                 # batch order and dropout
     log_every: int = None         # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
-    beam_size: int = 1            # evaluation decoding: 1 is greedy search
-    alpha: float = 0.6            # length penalty of beam search
-    max_len_a: float = 1.0        # output length limit: a * source length + b
-    max_len_b: int = 50
+    search: SearchConfig = SearchConfig(beam_size=1)  # evaluation decoding: beam 1 is greedy search
     eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
     progress: bool = True         # the tqdm bar
 
@@ -136,9 +168,9 @@ class TrainingConfig:
             _fail(owner, "give steps or epochs")
         check_int(owner, "steps", self.steps, 1, allow_none=True)
         check_real(owner, "epochs", self.epochs, 0.0, low_open=True, allow_none=True)
-        for name in ("max_tokens", "accum", "warmup_steps", "keep", "beam_size"):
+        for name in ("max_tokens", "accum", "warmup_steps", "keep"):
             check_int(owner, name, getattr(self, name), 1)
-        for name in ("eval_every", "save_every", "seed", "max_len_b"):
+        for name in ("eval_every", "save_every", "seed"):
             check_int(owner, name, getattr(self, name), 0)
         for name in ("log_every", "eval_sentences"):
             check_int(owner, name, getattr(self, name), 1, allow_none=True)
@@ -147,10 +179,11 @@ class TrainingConfig:
         check_real(owner, "eps", self.eps, 0.0)
         for b in self.betas:
             check_real(owner, "each of betas", b, 0.0, 1.0)
-        check_real(owner, "alpha", self.alpha, 0.0)
-        check_real(owner, "max_len_a", self.max_len_a, 0.0)
-        if self.max_len_a == 0 and self.max_len_b == 0:
-            _fail(owner, "max_len_a and max_len_b are both 0: every translation would be empty")
+        if not isinstance(self.search, SearchConfig):
+            _fail(owner, f"search must be a SearchConfig, got {self.search!r}", "search", self.search)
+        if self.search.nbest != 1:   # evaluation scores one translation per sentence
+            _fail(owner, f"search.nbest must be 1 (BLEU scores one translation per sentence), got {self.search.nbest}",
+                  "nbest", self.search.nbest)
 
 
 def count_parameters(config):

@@ -1,15 +1,18 @@
 """Decoding: greedy search and beam search (section 6.1: beam 4, length penalty alpha = 0.6, output
 length up to input length + 50, stop early when possible), batched over sentences and beams, with the
 key/value cache of attention.py (or, use_cache=False, by recomputing the whole prefix each step).
+The settings come in one config.SearchConfig, checked when it was made; the plain forms, one sentence
+at a time and without the cache, are plain.greedy_search and plain.beam_search (lesson 10).
 
-Conventions, shared by greedy_search, beam_search and the tests:
+Conventions, shared by greedy_search, beam_search, their plain forms and the tests:
   * Sources are lists of token ids WITHOUT </s>; search appends eos_id to each (as data.Batch does
     for training: the model was trained on `x </s>`) and pads the batch with pad_id.
   * The output may hold at most max_len = int(max_len_a * len(x) + max_len_b) tokens (len(x) without
     the appended </s>; clamped so positions stay within config.max_len); at that length </s> is forced
     (every other token gets -inf, </s> keeps its log-probability).
-  * log p comes from log_softmax of the logits in the model's dtype (float32), over the full
-    vocabulary; <pad> and <s> are then forbidden (-inf, not renormalised).
+  * log p comes from functional's log-softmax core (log_softmax_array: on the GPU, the fused kernel) of
+    the logits in the model's dtype (float32), over the full vocabulary; <pad> and <s> are then
+    forbidden (-inf, not renormalised).
   * A hypothesis y_1 .. y_n </s> has log_prob = sum of the n + 1 log p, </s> included, and
     |Y| = n + 1 counts the tokens INCLUDING </s> (an empty translation has |Y| = 1). Beam search
     ranks finished hypotheses by score = log_prob / lp(|Y|), lp = ((5 + |Y|) / 6) ** alpha (GNMT).
@@ -21,9 +24,11 @@ import numpy as np
 
 from . import backend
 from .attention import padding_mask
-from .checks import check_int, check_real
+from .config import SearchConfig
 from .data import encode_sources
+from .functional import log_softmax_array
 from .tensor import Tensor
+from .viz import collect_attention
 
 
 @dataclass
@@ -63,36 +68,22 @@ class _DecoderState:
         self.memory = model.encode(src, self.src_mask)                    # (R, S, D), computed once
         self.cache = model.init_cache(capacity=int(max_len.max()) + 1) if use_cache else None  # <s> y_1 .. y_max
         self.prefix = np.full((src.shape[0], 1), c.bos_id, dtype=np.int64)  # (R, t+1) on the host
-        self._exp = None                                                  # next_logits' scratch (R, V)
 
-    def next_logits(self, forced, blocks=0):
-        """The next token's logits less their row max, z (R, V), and its log-normaliser lse (R, 1): log p
-        is z - lse, as functional.log_softmax rounds it, made by the caller where needed. z is -inf for
-        <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)) is True. blocks > 0 (a
-        divisor of V) adds zmax (R, blocks), the maxima of z over equal runs of tokens, from the pass
-        that finds the row's max (shifting them after is exact: rounding keeps order)."""
+    def next_logits(self, forced):
+        """log p of the next token, (R, V) on the device: functional's log-softmax of the last logits, in
+        place, then -inf for <pad>, <s>, and for all but </s> in the rows where `forced` (bool, (R,)).
+        Plain form: plain.next_log_probs."""
         xp = backend.xp
         if self.cache is None:  # recompute the whole prefix: (R, t+1, V), keep the last position
             x = self.model.decode(self.prefix, self.memory, self.src_mask).data[:, -1]
         else:                   # one new position, the earlier keys and values come from the cache
             last = backend.asarray(self.prefix[:, -1:])
             x = self.model.decode(last, self.memory, self.src_mask, cache=self.cache).data[:, -1]  # (R, V)
-        (R, V), z = x.shape, x                                            # a new array: shifted in place
-        zmax = x.reshape(R, blocks, V // blocks).max(axis=-1) if blocks else None        # (R, blocks)
-        shift = x.max(axis=-1, keepdims=True) if zmax is None else zmax.max(axis=-1, keepdims=True)
-        z -= shift                                                        # each row's largest is 0
-        self._exp = xp.empty_like(z) if self._exp is None or len(self._exp) < R else self._exp  # kept between steps
-        lse = xp.log(xp.exp(z, out=self._exp[:R]).sum(axis=-1, keepdims=True))  # (R, 1), the full vocabulary
-        z[:, [self.pad_id, self.bos_id]] = -xp.inf                        # never emitted (not renormalised)
+        logp = log_softmax_array(x, out=x)                                # a new array: overwritten
+        logp[:, [self.pad_id, self.bos_id]] = -xp.inf                     # never emitted (not renormalised)
         rows = backend.asarray(np.flatnonzero(forced))                   # only </s> may come there
-        z[rows] = xp.where(xp.arange(V) == self.eos_id, z[rows], -xp.inf)
-        if zmax is None:
-            return z, lse
-        zmax, size = zmax - shift, V // blocks                            # the maxima that masking changed:
-        for b in {self.pad_id // size, self.bos_id // size}:             # the blocks of <pad> and <s>,
-            zmax[:, b] = z[:, b * size:(b + 1) * size].max(axis=-1)
-        zmax[rows] = z[rows].reshape(len(rows), blocks, size).max(axis=-1)  # and the forced rows
-        return z, lse, zmax
+        logp[rows] = xp.where(xp.arange(logp.shape[1]) == self.eos_id, logp[rows], -xp.inf)
+        return logp
 
     def select_rows(self, rows, sentences=None, same=None):
         """Keep prefix rows `rows` (int array, repeats allowed) in that order. sentences: the memory
@@ -118,25 +109,33 @@ class _DecoderState:
         self.prefix = np.concatenate([self.prefix, np.asarray(tokens, dtype=np.int64)[:, None]], axis=1)
 
 
-def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
+def check_search(owner, search):
+    """search is a SearchConfig (config.py checked its values when it was made): else one sentence."""
+    if not isinstance(search, SearchConfig):
+        raise TypeError(f"{owner}: search must be a SearchConfig, got {type(search).__name__} {search!r} "
+                        f"(e.g. search=SearchConfig(beam_size=4, alpha=0.6))")
+
+
+def greedy_search(model, src, search=SearchConfig(), *, use_cache=True):
     """Translate each source (a list of id lists without </s>) by taking the most likely token at
     every step until </s>. Returns one Hypothesis per source, score = log_prob (no length penalty).
+    Of `search` it reads the length limits (max_len_a, max_len_b); the rest is beam search's.
 
     Sentences are decoded as one batch; a finished sentence leaves the batch (its rows are dropped).
+    Plain form: plain.greedy_search (one sentence, no cache).
     """
-    check_search_args("greedy_search", max_len_a=max_len_a, max_len_b=max_len_b)
+    check_search("greedy_search", search)
     src_ids, lens = encode_sources(src, model.config.pad_id, model.config.eos_id)
     results = [None] * len(lens)
     if not len(lens):
         return results
-    max_len = _max_lengths(model, lens, max_len_a, max_len_b)
+    max_len = _max_lengths(model, lens, search.max_len_a, search.max_len_b)
     with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                     # sentence of each row
         total, xp = None, backend.xp
         for t in range(int(max_len.max()) + 1):
-            logp, lse = step.next_logits(forced=t >= max_len[active])
-            logp -= lse                                                    # (R, V) log_softmax, masked
+            logp = step.next_logits(forced=t >= max_len[active])          # (R, V)
             token = xp.argmax(logp, axis=-1)                               # (R,)
             lp = backend.to_numpy(logp[xp.arange(len(active)), token])
             token = backend.to_numpy(token)
@@ -154,12 +153,12 @@ def greedy_search(model, src, max_len_a=1, max_len_b=50, use_cache=True):
     return results
 
 
-def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, nbest=1,
-                use_cache=True, return_attention=False, stop="exact"):
-    """Translate each source (a list of id lists without </s>) by beam search; per source, a list of
-    `nbest` Hypotheses, best score first.
+def beam_search(model, src, search=SearchConfig(), *, use_cache=True, return_attention=False):
+    """Translate each source (a list of id lists without </s>) by beam search with the settings of
+    `search` (k = beam_size, alpha, max_len_a, max_len_b, nbest, stop); per source, a list of `nbest`
+    Hypotheses, best score first. Plain form: plain.beam_search (one sentence, no cache, no early stop).
 
-    Every step extends the k = beam_size alive prefixes of each sentence by every token and keeps
+    Every step extends the k alive prefixes of each sentence by every token and keeps
     the 2k best candidates by log_prob. Of those:
       * the </s> candidates among the first k become finished hypotheses, scored log_prob / lp(|Y|);
         a sentence keeps its k best;
@@ -173,31 +172,32 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     better hypothesis (lesson 10). At max_len, </s> is forced.
     Step 0 runs one row per sentence (its k beams would all be <s>), later steps k rows per sentence.
     Note: with alpha > 0, beam_size=1 may go on after greedy search would stop, when a longer output
-    could score better under lp. return_attention=True adds each best hypothesis's cross-attention.
+    could score better under lp. return_attention=True adds each best hypothesis's cross-attention
+    (viz.collect_attention).
     """
-    check_search_args("beam_search", beam_size, nbest, alpha, max_len_a, max_len_b, stop=stop)
-    config, k = model.config, beam_size
+    check_search("beam_search", search)
+    config, k, alpha, nbest = model.config, search.beam_size, search.alpha, search.nbest
     src_ids, lens = encode_sources(src, config.pad_id, config.eos_id)
     finished = [[] for _ in lens]                         # per sentence: Hypotheses, best first, <= k
     if not len(lens):
         return []
-    max_len = _max_lengths(model, lens, max_len_a, max_len_b)
-    blocks = max(d for d in range(1, 33) if config.vocab_size % d == 0)  # _top_candidates' runs of tokens
+    max_len = _max_lengths(model, lens, search.max_len_a, search.max_len_b)
+    exact = search.stop == "exact"
     with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                  # the sentences still searched
         alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes
         for t in range(int(max_len.max()) + 1):
             n = alive.shape[1]                                         # beams per sentence: 1, then k
-            z, lse, zmax = step.next_logits(np.repeat(t >= max_len[active], n), blocks)
-            alive = alive.astype(z.dtype, copy=False)                              # sums in the model's dtype
-            scores, beam, token = _top_candidates(z, lse, zmax, alive, 2 * k)      # (Ba, 2k) each
+            logp = step.next_logits(np.repeat(t >= max_len[active], n))           # (Ba*n, V)
+            alive = alive.astype(logp.dtype, copy=False)                           # sums in the model's dtype
+            scores, beam, token = _top_candidates(logp, alive, 2 * k)              # (Ba, 2k) each
             _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
                     t + 1, alpha, k, config.eos_id)
             # the alive beams: the first k candidates that do not end in </s>
             pick = np.argsort(token == config.eos_id, axis=1, kind="stable")[:, :k]  # (Ba, k)
             alive, beam, token = (np.take_along_axis(a, pick, 1) for a in (scores, beam, token))
-            done = _done(finished, active, alive[:, 0], t, max_len, alpha, nbest if stop == "exact" else k, stop == "exact")
+            done = _done(finished, active, alive[:, 0], t, max_len, alpha, nbest if exact else k, exact)
             if done.all():
                 break
             # open sentences keep their rows; those past the new end move into the rows of sentences done
@@ -214,25 +214,26 @@ def beam_search(model, src, beam_size=4, alpha=0.6, max_len_a=1, max_len_b=50, n
     return results
 
 
-def _top_candidates(z, lse, zmax, alive, width):
+def _top_candidates(logp, alive, width):
     """The `width` best extensions per sentence, best first (ties: lower beam, then lower token), as
     host arrays (Ba, width): log_prob, beam, token; padded with (-inf, beam 0, <pad>) if too few.
+    Plain form: plain.top_candidates (a stable sort of all n*V candidates).
 
-    log_prob = (z - lse) + alive (z, lse, zmax from next_logits), rounded as always, but made only
-    where needed: each row is cut into nb blocks of tokens (zmax (Ba*n, nb): their maxima), and only
-    the `width` blocks of a sentence with the best maxima are searched (log p grows with z). Nothing
-    is lost: a candidate elsewhere is beaten by those `width` maxima (better, or equal and in a lower
-    block: a lower index).
+    log_prob = logp + alive (logp (Ba*n, V) from next_logits, alive (Ba, n)), rounded as always, but made
+    only where needed: each row is cut into nb blocks of tokens, and only the `width` blocks of a
+    sentence with the best maxima are searched (rounding keeps the order: the best log_prob of a block
+    is its best logp + alive). Nothing is lost: a candidate elsewhere is beaten by those `width`
+    maxima (better, or equal and in a lower block: a lower index).
     """
-    xp, (Ba, n), V, nb = backend.xp, alive.shape, z.shape[1], zmax.shape[1]
-    bs = V // nb                                          # tokens per block
-    lse, alive = lse.ravel(), backend.asarray(alive).ravel()                 # (Ba*n,) each, per row
-    log_prob = lambda v, row: (v - lse[row]) + alive[row]                    # v: z of rows `row`
-    blocks = z.reshape(Ba * n * nb, bs)                                                 # (Ba*n*nb, bs)
-    best = log_prob(zmax, xp.arange(Ba * n)[:, None]).reshape(Ba, n * nb)
+    xp, (Ba, n), V = backend.xp, alive.shape, logp.shape[1]
+    nb = max(d for d in range(1, 33) if V % d == 0)       # blocks per row, of bs tokens each
+    bs = V // nb
+    alive = backend.asarray(alive).ravel()                                            # (Ba*n,), per row
+    blocks = logp.reshape(Ba * n * nb, bs)                                            # (Ba*n*nb, bs)
+    best = (blocks.max(axis=1).reshape(Ba * n, nb) + alive[:, None]).reshape(Ba, n * nb)  # each block's best
     keep = xp.sort(xp.argsort(-best, axis=1, kind="stable")[:, :width], axis=1)  # (Ba, w), w <= width: in order
     row = (xp.arange(Ba)[:, None] * n + keep // nb)[:, :, None]                       # (Ba, w, 1)
-    cand = log_prob(blocks[xp.arange(Ba)[:, None] * (n * nb) + keep], row).reshape(Ba, -1)  # (Ba, w*bs)
+    cand = (blocks[xp.arange(Ba)[:, None] * (n * nb) + keep] + alive[row]).reshape(Ba, -1)  # (Ba, w*bs)
     ww = min(width, cand.shape[1])
     top = xp.argpartition(cand, cand.shape[1] - ww, axis=1)[:, cand.shape[1] - ww:]   # (Ba, ww), any order
     last = xp.take_along_axis(cand, top, 1).min(axis=1, keepdims=True)              # where a tie was cut at
@@ -268,53 +269,3 @@ def _done(finished, active, best_alive, t, max_len, alpha, n, exact=True):
     lp_max = np.maximum(length_penalty(t + 2, alpha), length_penalty(max_len[active] + 1, alpha) if exact else 0)
     best_possible = best_alive / lp_max                 # best_alive <= 0: a larger lp only raises it
     return (t >= max_len[active]) | ~np.isfinite(best_alive) | (best_possible <= nth)
-
-
-def collect_attention(model, src_ids, tgt_ids):
-    """The attention weights of every layer for one sentence pair, from one teacher-forced forward pass.
-
-    src_ids: source ids WITHOUT </s> (appended, as in search.py); tgt_ids: output ids without <s> and
-    </s> (a translation's Hypothesis.tokens). With S = len(src_ids) + 1, T = len(tgt_ids) + 1, returns
-    NumPy arrays: "encoder" (n_layers, H, S, S), "decoder" (n_layers, H, T, T), "cross" (n_layers, H, T, S),
-    and the ids on their axes: "src" (x </s>), "tgt_in" (<s> y, the decoder's queries and its
-    self-attention keys) and "tgt_out" (y </s>: query i predicts tgt_out[i]).
-    """
-    c = model.config
-    src, _ = encode_sources([src_ids], c.pad_id, c.eos_id)                 # (1, S)
-    tgt_in = np.array([[c.bos_id] + [int(i) for i in tgt_ids]], dtype=np.int64)  # (1, T)
-    groups = {"encoder": [layer.self_attn for layer in model.encoder.layers],
-              "decoder": [layer.self_attn for layer in model.decoder.layers],
-              "cross": [layer.cross_attn for layer in model.decoder.layers]}
-    modules = [m for group in groups.values() for m in group]
-    for m in modules:
-        m.recorded = []                                                    # the recording switch: on
-    try:
-        with model.inference_mode():
-            model(backend.asarray(src), backend.asarray(tgt_in))
-        weights = {name: np.stack([backend.to_numpy(m.recorded[0][0]) for m in group])  # (n_layers, H, Tq, Tk)
-                   for name, group in groups.items()}
-    finally:
-        for m in modules:
-            m.recorded = None                                              # ... and off
-    return {**weights, "src": src[0].tolist(), "tgt_in": tgt_in[0].tolist(),
-            "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
-
-
-STOPS = ("exact", "fast")  # beam_search's ways to decide that a sentence is done
-
-
-def check_search_args(owner, beam_size=1, nbest=1, alpha=0.0, max_len_a=1.0, max_len_b=50, batch_size=1,
-                      stop="exact"):
-    """Refuse, in one sentence naming the argument, search settings that make no sense."""
-    check_int(owner, "beam_size", beam_size, 1)
-    check_int(owner, "nbest", nbest, 1)
-    if nbest > beam_size:
-        raise ValueError(f"{owner}: nbest ({nbest}) cannot exceed beam_size ({beam_size})")
-    check_real(owner, "alpha", alpha, 0.0, 10.0, high_open=False)  # the upper bounds: lp = ((5 + |Y|) / 6) ** alpha
-    check_real(owner, "max_len_a", max_len_a, 0.0, 1000.0, high_open=False)  # and a |x| + b would overflow
-    check_int(owner, "max_len_b", max_len_b, 0, 1_000_000)
-    if max_len_a == 0 and max_len_b == 0:
-        raise ValueError(f"{owner}: max_len_a and max_len_b are both 0: every translation would be empty")
-    check_int(owner, "batch_size", batch_size, 1)
-    if stop not in STOPS:
-        raise ValueError(f"{owner}: stop must be one of {', '.join(map(repr, STOPS))}, not {stop!r}")

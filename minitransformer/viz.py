@@ -1,6 +1,6 @@
 """Attention maps: draw all heads of a layer in a grid, like the appendix figures of the paper (encoder
-self-attention, decoder self-attention, encoder-decoder attention). This module only draws: the
-weights come from search.collect_attention (the recording switch of MultiHeadAttention).
+self-attention, decoder self-attention, encoder-decoder attention), and collect_attention, the weights
+they show, from one forward pass with the recording switch of MultiHeadAttention on.
 
 Drawing needs matplotlib, an optional extra (`pip install matplotlib`,
 or `pip install -e .[plot]`), imported when a drawing function is called. Left out on purpose:
@@ -12,11 +12,41 @@ import os
 import numpy as np
 
 from . import backend
+from .data import encode_sources
 from .fileio import atomic_write, check_creatable
-from .search import collect_attention  # noqa: F401  (viz.collect_attention: what the drawings show)
 
 MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
                       "pip install matplotlib  (or, in a checkout, pip install -e .[plot])")
+
+
+def collect_attention(model, src_ids, tgt_ids):
+    """The attention weights of every layer for one sentence pair, from one teacher-forced forward pass.
+
+    src_ids: source ids WITHOUT </s> (appended, as in search.py); tgt_ids: output ids without <s> and
+    </s> (a translation's Hypothesis.tokens). With S = len(src_ids) + 1, T = len(tgt_ids) + 1, returns
+    NumPy arrays: "encoder" (n_layers, H, S, S), "decoder" (n_layers, H, T, T), "cross" (n_layers, H, T, S),
+    and the ids on their axes: "src" (x </s>), "tgt_in" (<s> y, the decoder's queries and its
+    self-attention keys) and "tgt_out" (y </s>: query i predicts tgt_out[i]).
+    """
+    c = model.config
+    src, _ = encode_sources([src_ids], c.pad_id, c.eos_id)                 # (1, S)
+    tgt_in = np.array([[c.bos_id] + [int(i) for i in tgt_ids]], dtype=np.int64)  # (1, T)
+    groups = {"encoder": [layer.self_attn for layer in model.encoder.layers],
+              "decoder": [layer.self_attn for layer in model.decoder.layers],
+              "cross": [layer.cross_attn for layer in model.decoder.layers]}
+    modules = [m for group in groups.values() for m in group]
+    for m in modules:
+        m.recorded = []                                                    # the recording switch: on
+    try:
+        with model.inference_mode():
+            model(backend.asarray(src), backend.asarray(tgt_in))
+        weights = {name: np.stack([backend.to_numpy(m.recorded[0][0]) for m in group])  # (n_layers, H, Tq, Tk)
+                   for name, group in groups.items()}
+    finally:
+        for m in modules:
+            m.recorded = None                                              # ... and off
+    return {**weights, "src": src[0].tolist(), "tgt_in": tgt_in[0].tolist(),
+            "tgt_out": tgt_in[0, 1:].tolist() + [c.eos_id]}
 
 
 def token_labels(tokenizer, ids):

@@ -21,7 +21,7 @@ BAD = [
     ("examples/multi30k.py", ["--beam", "0"], r"--beam must be an integer of at least 1, got 0"),
     ("examples/multi30k.py", ["--data-dir", "{tmp}", "--out", "{tmp}/run"], r"Multi30k files missing: .*train\.de\.gz"),
     ("examples/tune_decoding.py", ["{tmp}/run"], r"run is not a directory: give the --out directory of a training run"),
-    ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam and --base's BEAM must be at least 1, got 0"),
+    ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam \(or --base's BEAM\) must be an integer of at least 1, got 0"),
     ("examples/warmup_study.py", ["--max-tokens", "0", "--out", "{tmp}/ws"], r"--max-tokens must be at least 1, got 0"),
     ("benchmarks/bpe_speed.py", ["--vocab-size", "100"], r"--vocab-size must be between 259 .*got 100"),
     ("benchmarks/compare_versions.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),

@@ -4,15 +4,17 @@ against searching to the end, batch invariance, EOS handling, maximum lengths an
 beam search's top-2k selection against a full sort, and its cache reordering against a full copy."""
 import contextlib
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
-from minitransformer import backend, search
+from minitransformer import backend, plain, search
 from minitransformer.attention import padding_mask
 from minitransformer.cache import KVCache
+from minitransformer.config import STOPS, SearchConfig
 from minitransformer.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty
 from minitransformer.translation import translate_lines
@@ -79,12 +81,41 @@ def test_length_penalty_and_source_encoding():
     assert greedy_search(make_model(), []) == [] and beam_search(make_model(), []) == []
 
 
+@pytest.mark.parametrize("field, value, message", [
+    ("beam_size", 0, "beam_size must be an integer of at least 1, got 0"),
+    ("beam_size", 2.0, "beam_size must be an integer"), ("nbest", 0, "nbest must be an integer"),
+    ("nbest", 5, r"nbest \(5\) cannot exceed beam_size \(4\)"),
+    ("alpha", -0.5, r"alpha must be a finite number in \[0.0, 10.0\], got -0.5"), ("alpha", 10.5, "alpha must"),
+    ("alpha", float("nan"), "alpha must"),
+    ("max_len_a", 1000.5, r"max_len_a must be a finite number in \[0.0, 1000.0\]"),
+    ("max_len_b", 1_000_001, "max_len_b must be at most 1,000,000"), ("max_len_b", -1, "max_len_b must"),
+    ("stop", "soon", "stop must be one of 'exact', 'fast', not 'soon'"),
+])
+def test_search_config_refuses_settings_that_make_no_sense(field, value, message):
+    """One SearchConfig for search, translation, evaluation and the command line: a bad value fails when
+    it is made (SettingError, its setting the field), and so does a variant made by replace()."""
+    with pytest.raises(ValueError, match="SearchConfig: " + message) as e:
+        SearchConfig(**{field: value})
+    assert e.value.setting == field or field in e.value.setting
+    with pytest.raises(ValueError, match="SearchConfig: " + message):
+        replace(SearchConfig(), **{field: value})
+
+
+def test_search_config_bounds_and_the_search_argument():
+    with pytest.raises(ValueError, match="max_len_a and max_len_b are both 0: every translation would be empty"):
+        SearchConfig(max_len_a=0, max_len_b=0)
+    SearchConfig(beam_size=4, nbest=4, alpha=10, max_len_a=1000, max_len_b=1_000_000, stop="fast")  # the bounds
+    for run in (greedy_search, beam_search):                 # the old positional settings are refused
+        with pytest.raises(TypeError, match=f"{run.__name__}: search must be a SearchConfig, got int 4"):
+            run(make_model(), [[3]], 4)
+
+
 def test_search_restores_modes_and_ignores_dropout():
     model = make_model(dropout=0.5)
     model.decoder.eval()                                  # a mixed state must come back as it was
     src = random_sources(np.random.default_rng(0), 3, 23)
-    first = [h[0].tokens for h in beam_search(model, src, max_len_b=8)]
-    assert [h[0].tokens for h in beam_search(model, src, max_len_b=8)] == first  # eval: no dropout
+    first = [h[0].tokens for h in beam_search(model, src, SearchConfig(max_len_b=8))]
+    assert [h[0].tokens for h in beam_search(model, src, SearchConfig(max_len_b=8))] == first  # eval: no dropout
     assert model.training and model.encoder.training and not model.decoder.training
     assert mt.tensor([1.0], requires_grad=True).exp().requires_grad  # grad mode is back on
 
@@ -150,69 +181,85 @@ def test_reordered_cache_equals_recomputing_the_selected_beams(xp_backend):
 def test_search_with_cache_equals_search_by_recomputation(beam):
     model = make_model(seed=3, scale=3.0)
     src = random_sources(np.random.default_rng(3), 5, 23)
-    a = beam_search(model, src, beam, alpha=0.6, max_len_b=6, nbest=beam)
-    b = beam_search(model, src, beam, alpha=0.6, max_len_b=6, nbest=beam, use_cache=False)
+    cfg = SearchConfig(beam_size=beam, alpha=0.6, max_len_b=6, nbest=beam)
+    a, b = beam_search(model, src, cfg), beam_search(model, src, cfg, use_cache=False)
     assert [[h.tokens for h in hs] for hs in a] == [[h.tokens for h in hs] for hs in b]
     np.testing.assert_allclose([h.score for hs in a for h in hs], [h.score for hs in b for h in hs], rtol=0,
                                atol=score_tol(model, *(h for hs in a for h in hs)))
-    g, g2 = greedy_search(model, src, max_len_b=6), greedy_search(model, src, max_len_b=6, use_cache=False)
+    g, g2 = greedy_search(model, src, cfg), greedy_search(model, src, cfg, use_cache=False)
     assert [h.tokens for h in g] == [h.tokens for h in g2]
 
 
-def full_sort_top(z, lse, alive, width):
-    """The reference for search._top_candidates: every candidate's log_prob, ranked by a stable sort
-    (ties: lower beam, then lower token), padded with (-inf, beam 0, token 0) past n*V."""
-    (Ba, n), V = alive.shape, z.shape[1]
-    full = ((z - lse) + alive.reshape(-1, 1)).reshape(Ba, n * V)           # (Ba, n*V)
-    idx = np.argsort(-full, axis=1, kind="stable")[:, :width]
-    pad = ((0, 0), (0, width - idx.shape[1]))
-    scores = np.pad(np.take_along_axis(full, idx, 1), pad, constant_values=-np.inf)
-    idx = np.pad(idx, pad)
-    return scores, idx // V, idx % V
+# -------------------------------------------------------------------- the plain forms
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_and_beam_search_equal_their_plain_forms(seed, monkeypatch):
+    """search.greedy_search and beam_search (batched, cached or not, stopped early by the exact bound,
+    or by the fast one where it must agree: alpha = 0) return what plain.greedy_search and
+    plain.beam_search return one sentence at a time, recomputing every prefix and never stopping early:
+    the same tokens, the scores within the rounding of other batch shapes."""
+    model = make_model(vocab_size=11, seed=seed, scale=3.0, dropout=0.0)
+    eos_likelier(model, [], monkeypatch)                     # outputs of many lengths, early stops
+    src = random_sources(np.random.default_rng(seed), 6, 11, hi=5)
+    cfg = SearchConfig(beam_size=3, alpha=0.6, max_len_a=1, max_len_b=4, nbest=3)
+    max_len = search._max_lengths(model, np.array([len(x) for x in src]), cfg.max_len_a, cfg.max_len_b)
+    for x, n, h in zip(src, max_len, greedy_search(model, src, cfg)):
+        tokens, log_prob = plain.greedy_search(model, x, int(n))
+        assert h.tokens == tokens and h.log_prob == pytest.approx(log_prob, abs=score_tol(model, h))
+    for c, use_cache in ((cfg, True), (cfg, False), (replace(cfg, alpha=0.0, stop="fast"), True),
+                         (replace(cfg, beam_size=4, alpha=1.0, nbest=1), True)):
+        for x, n, hyps in zip(src, max_len, beam_search(model, src, c, use_cache=use_cache)):
+            want = plain.beam_search(model, x, c.beam_size, c.alpha, int(n), c.nbest)
+            assert [h.tokens for h in hyps] == [tokens for tokens, _, _ in want]
+            np.testing.assert_allclose([h.score for h in hyps], [score for _, score, _ in want], rtol=0,
+                                       atol=score_tol(model, *hyps))
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_top_candidates_equal_a_full_sort(xp_backend, seed):
-    """_top_candidates searches only the blocks of tokens with the best maxima: it must return what a
-    stable sort of all n*V candidates returns, ties included (made on purpose: values on a coarse grid,
-    so that sums are exact), and -inf: forbidden tokens, dead beams, rows that may only emit one token."""
+def test_top_candidates_equal_the_plain_full_sort(xp_backend, seed):
+    """_top_candidates searches only the blocks of tokens with the best maxima: it must return what
+    plain.top_candidates, a stable sort of all n*V candidates, returns, ties included (made on purpose:
+    values on a coarse grid, so that sums are exact), and -inf: forbidden tokens, dead beams, rows that
+    may only emit one token."""
     rng = np.random.default_rng(seed)
     for V, n, width in ((8000, 4, 8), (23, 1, 8), (64, 4, 8), (5, 3, 64), (97, 3, 6), (60, 2, 4)):
         Ba = 5
-        z = rng.integers(-6, 3, size=(Ba * n, V)).astype(np.float32) / 2          # many exact ties
-        z[rng.random(z.shape) < 0.3] = -np.inf                                     # forbidden tokens
-        z[rng.random(Ba * n) < 0.2, 1:] = -np.inf                                  # forced rows: only token 0
-        lse = rng.integers(0, 3, size=(Ba * n, 1)).astype(np.float32)
+        logp = rng.integers(-6, 3, size=(Ba * n, V)).astype(np.float32) / 2       # many exact ties
+        logp[rng.random(logp.shape) < 0.3] = -np.inf                               # forbidden tokens
+        logp[rng.random(Ba * n) < 0.2, 1:] = -np.inf                               # forced rows: only token 0
         alive = rng.integers(-4, 1, size=(Ba, n)).astype(np.float32)
         alive[rng.random((Ba, n)) < 0.2] = -np.inf                                 # dead beams
         if seed == 0:                                                              # and a smooth case
-            z = rng.standard_normal((Ba * n, V)).astype(np.float32)
-        nb = max(d for d in range(1, 33) if V % d == 0)                           # as beam_search cuts rows
-        zmax = z.reshape(Ba * n, nb, -1).max(axis=-1)                              # as next_logits gives them
-        got = search._top_candidates(*map(backend.asarray, (z, lse, zmax)), alive, width)
-        want = full_sort_top(z, lse, alive, width)
+            logp = rng.standard_normal((Ba * n, V)).astype(np.float32)
+        got = search._top_candidates(backend.asarray(logp), alive, width)
+        want = plain.top_candidates(logp, alive, width)
         for g, w in zip(got, want):
             assert isinstance(g, np.ndarray) and g.shape == (Ba, width)
             np.testing.assert_array_equal(g, w)
 
 
-def test_next_logits_block_maxima_are_those_of_the_masked_shifted_logits(xp_backend):
-    """Beam search takes each block's maximum from the pass that finds the row's maximum, before
-    masking, and mends the blocks masking changed: they must equal the maxima of the z it returns,
-    exactly, and z and lse must be what next_logits gives without blocks (greedy's call)."""
+def test_next_logits_are_the_plain_log_probabilities(xp_backend):
+    """next_logits, batched, padded and cached, step by step: each row's log-softmax with <pad> and <s>
+    forbidden, and only </s> in a forced row, as plain.next_log_probs gives it for one sentence and
+    its whole prefix: the same -inf exactly, the rest within the rounding of other batch shapes."""
     model = make_model(vocab_size=24, dropout=0.0)
-    src, _ = encode_sources([[5, 6, 7], [8, 9], [10, 11, 12, 13]], PAD, EOS)
-    forced = np.array([False, True, False])
-    for blocks in (1, 3, 4, 24):
-        with model.inference_mode():
-            state = search._DecoderState(model, src, True, np.array([5, 5, 5]))
-            z, lse, zmax = map(backend.to_numpy, state.next_logits(forced, blocks))
-            state = search._DecoderState(model, src, True, np.array([5, 5, 5]))
-            z1, lse1 = map(backend.to_numpy, state.next_logits(forced))
-        np.testing.assert_array_equal(zmax, z.reshape(3, blocks, -1).max(axis=-1))
-        np.testing.assert_array_equal(z, z1)
-        np.testing.assert_array_equal(lse, lse1)
-        assert np.isneginf(z[:, [PAD, BOS]]).all() and np.isneginf(np.delete(z[1], EOS)).all()
+    sources, outputs = [[5, 6, 7], [8, 9], [10, 11, 12, 13]], np.array([[4, 17, 3], [9, 9, 20], [3, 5, 8]])
+    src, _ = encode_sources(sources, PAD, EOS)
+    with model.inference_mode():
+        state = search._DecoderState(model, src, True, np.array([5, 5, 5]))
+        memory = [plain.encode_source(model, x) for x in sources]
+        for t in range(outputs.shape[1] + 1):
+            forced = np.array([False, t == 2, t == 3])
+            logp = backend.to_numpy(state.next_logits(forced))                     # (3, V)
+            want = np.stack([plain.next_log_probs(model, m, outputs[i, :t].tolist(), forced[i])
+                             for i, m in enumerate(memory)])
+            assert np.isneginf(logp[:, [PAD, BOS]]).all() and np.isfinite(logp[:, EOS]).all()
+            assert np.isfinite(logp).sum() == (3 - forced.sum()) * 22 + forced.sum()     # a forced row: </s> alone
+            np.testing.assert_array_equal(np.isneginf(logp), np.isneginf(want))
+            ok = np.isfinite(want)
+            np.testing.assert_allclose(logp[ok], want[ok], rtol=0, atol=2 * transformer_tol(model) +
+                                       f32_tol(2, np.abs(want[ok]).max()))
+            if t < outputs.shape[1]:
+                state.append(outputs[:, t])
 
 
 def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_backend, monkeypatch):
@@ -234,7 +281,8 @@ def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_
         return append(self, k, v)
     monkeypatch.setattr(KVCache, "append", spy)
     model = make_model()
-    for run in (lambda s: greedy_search(model, s, max_len_b=5), lambda s: beam_search(model, s, 3, max_len_b=5)):
+    cfg = SearchConfig(beam_size=3, max_len_b=5)
+    for run in (lambda s: greedy_search(model, s, cfg), lambda s: beam_search(model, s, cfg)):
         grown.clear()
         run([[5, 6, 7], [8, 9]])
         assert grown and sum(grown) == model.config.n_decoder_layers  # the first append of each layer only
@@ -276,8 +324,8 @@ def test_beam_size_1_equals_greedy(seed):
     """With alpha = 0, beam 1 keeps the best token each step and stops at the first </s>: greedy."""
     model = make_model(vocab_size=9, seed=seed % 7, scale=4.0, dropout=0.0)
     src = random_sources(np.random.default_rng(seed), 4, 9)
-    greedy = greedy_search(model, src, max_len_a=1, max_len_b=3)
-    beam = beam_search(model, src, beam_size=1, alpha=0.0, max_len_a=1, max_len_b=3)
+    cfg = SearchConfig(beam_size=1, alpha=0.0, max_len_a=1, max_len_b=3)
+    greedy, beam = greedy_search(model, src, cfg), beam_search(model, src, cfg)
     assert [hs[0].tokens for hs in beam] == [h.tokens for h in greedy]
     # bit for bit on purpose: both decode the same rows in the same batch shapes (a sentence leaves
     # both batches at the same step) and add the same float32 log-probabilities in the same order
@@ -290,8 +338,8 @@ def test_beam_with_alpha_0_scores_at_least_greedy(seed):
     path can fall out of the beam; the exact guarantee is the brute-force test below)."""
     model = make_model(vocab_size=9, seed=seed, scale=4.0, dropout=0.0)
     src = random_sources(np.random.default_rng(seed), 6, 9)
-    greedy = greedy_search(model, src, max_len_b=5)
-    beam = beam_search(model, src, beam_size=4, alpha=0.0, max_len_b=5)
+    greedy = greedy_search(model, src, SearchConfig(max_len_b=5))
+    beam = beam_search(model, src, SearchConfig(beam_size=4, alpha=0.0, max_len_b=5))
     for g, b in zip(greedy, beam):
         # the same tokens scored by two code paths (batches of different shapes) may round apart:
         # each of the len + 1 float32 log-probabilities carries a relative error of a few epsilon,
@@ -315,7 +363,7 @@ def test_wide_beam_finds_the_best_of_all_outputs(alpha):
     model = make_model(vocab_size=5, d_model=16, seed=4, scale=3.0, dropout=0.0, float64=True)
     src = [[3], [4, 3, 3], [3, 4]]
     max_len = [2, 4, 3]                                                   # max_len_a=1, max_len_b=1
-    beams = beam_search(model, src, beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1, nbest=31)
+    beams = beam_search(model, src, SearchConfig(beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1, nbest=31))
     for x, m, hyps in zip(src, max_len, beams):
         scored = sorted(((sequence_log_prob(model, x, y) / length_penalty(len(y) + 1, alpha), y)
                          for y in all_outputs(5, m)), key=lambda s: -s[0])
@@ -326,7 +374,7 @@ def test_wide_beam_finds_the_best_of_all_outputs(alpha):
             assert h.log_prob == pytest.approx(h.score * length_penalty(len(h.tokens) + 1, alpha), abs=1e-9)
     # the float32 model agrees on the winner
     model32 = make_model(vocab_size=5, d_model=16, seed=4, scale=3.0, dropout=0.0)
-    best32 = beam_search(model32, src, beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1)
+    best32 = beam_search(model32, src, SearchConfig(beam_size=32, alpha=alpha, max_len_a=1, max_len_b=1))
     assert [b[0].tokens for b in best32] == [b[0].tokens for b in beams]
 
 
@@ -361,7 +409,7 @@ def test_early_stopping_loses_nothing(alpha, nbest, monkeypatch):
         stopped.append(int((d & (t < max_len[active]) & np.isfinite(best_alive)).sum()))  # by the bound
         return d
     monkeypatch.setattr(search, "_done", counting)
-    run = lambda n: beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=n)
+    run = lambda n: beam_search(model, src, SearchConfig(beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=n))
     early, early_rows = run(nbest), sum(rows)
     assert sum(stopped) >= 4, "few sentences stopped early by the bound: the test would prove little"
     if nbest < 3:
@@ -441,20 +489,21 @@ def test_early_stopping_bound_uses_the_largest_reachable_length_penalty():
     -0.69), found first. After step 0, the alive "3" has log p -1.20: -1.20 / lp(2) = -0.88 would
     (wrongly) stop the search; -1.20 / lp(9) = -0.22 (outputs of up to 8 words) keeps it going."""
     model = TableModel(longer_is_better)
-    best = beam_search(model, [[3]], beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8)[0][0]
+    cfg = SearchConfig(beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8)
+    best = beam_search(model, [[3]], cfg)[0][0]
     assert best.tokens == [3, 3, 3, 3]
     assert best.score == pytest.approx(np.log(0.3 * 0.97 ** 3 * 0.9) / length_penalty(5, 2.0))
-    assert greedy_search(model, [[3]], max_len_a=0, max_len_b=8)[0].tokens == []    # greedy stops at once
-    assert beam_search(model, [[3]], beam_size=1, alpha=0.0, max_len_a=0, max_len_b=8)[0][0].tokens == []
+    assert greedy_search(model, [[3]], cfg)[0].tokens == []                          # greedy stops at once
+    assert beam_search(model, [[3]], replace(cfg, alpha=0.0))[0][0].tokens == []
     # and without a cache (the stand-in recomputes from the whole prefix) the same
-    assert beam_search(model, [[3]], 1, 2.0, 0, 8, use_cache=False)[0][0].tokens == [3, 3, 3, 3]
+    assert beam_search(model, [[3]], cfg, use_cache=False)[0][0].tokens == [3, 3, 3, 3]
 
 
 def test_fast_stop_judges_a_prefix_as_if_it_ended_next():
     """stop="fast" divides an alive prefix's log p by the next length's lp: on longer_is_better it stops
     after step 0 (-1.20 / lp(2) = -0.88 < -0.69) and returns "</s>", which the exact bound would not."""
     model = TableModel(longer_is_better)
-    best = beam_search(model, [[3]], beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8, stop="fast")[0][0]
+    best = beam_search(model, [[3]], SearchConfig(beam_size=1, alpha=2.0, max_len_a=0, max_len_b=8, stop="fast"))[0][0]
     assert best.tokens == [] and best.score == pytest.approx(np.log(0.5))
     assert model.calls == 1                                               # done after one decoder step
 
@@ -468,10 +517,11 @@ def test_a_sentence_stops_once_its_best_is_final_with_fewer_than_k_finished():
     """With nbest = 1, "</s>" (log p -0.11) is final after step 0: the alive "3" and "4" (log p -3.0)
     can end no better than -3.0 (alpha 0). Waiting for k = 2 finished hypotheses takes a second step."""
     model = TableModel(likely_eos)
-    best = beam_search(model, [[3]], beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8)
+    cfg = SearchConfig(beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8)
+    best = beam_search(model, [[3]], cfg)
     assert model.calls == 1 and [h.tokens for h in best[0]] == [[]]
     model.calls = 0
-    both = beam_search(model, [[3]], beam_size=2, alpha=0.0, max_len_a=0, max_len_b=8, nbest=2)
+    both = beam_search(model, [[3]], replace(cfg, nbest=2))
     assert model.calls == 2 and [h.tokens for h in both[0]] == [[], [3]]
 
 
@@ -485,18 +535,18 @@ def test_fast_stop_takes_no_more_steps_and_equals_exact_without_length_penalty(a
     rows = []
     eos_likelier(model, rows, monkeypatch)
     out = {}
-    for stop in search.STOPS:
+    cfg = SearchConfig(beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3)
+    for stop in STOPS:
         rows.clear()
-        out[stop] = (beam_search(model, src, beam_size=3, alpha=alpha, max_len_a=2, max_len_b=6, nbest=3, stop=stop),
-                     sum(rows))
+        out[stop] = beam_search(model, src, replace(cfg, stop=stop)), sum(rows)
     assert out["fast"][1] < out["exact"][1] if alpha > 0 else out["fast"][1] == out["exact"][1]
     rows.clear()                                # the fast stop waits for k finished, whatever nbest asks
-    assert [hs[0].tokens for hs in beam_search(model, src, 3, alpha, 2, 6, nbest=1, stop="fast")] == \
+    assert [hs[0].tokens for hs in beam_search(model, src, replace(cfg, nbest=1, stop="fast"))] == \
         [hs[0].tokens for hs in out["fast"][0]] and sum(rows) == out["fast"][1]
     if alpha == 0.0:
         assert [[h.tokens for h in hs] for hs in out["fast"][0]] == [[h.tokens for h in hs] for hs in out["exact"][0]]
-    with pytest.raises(ValueError, match="beam_search: stop must be one of 'exact', 'fast', not 'soon'"):
-        beam_search(model, src, stop="soon")
+    with pytest.raises(ValueError, match="SearchConfig: stop must be one of 'exact', 'fast', not 'soon'"):
+        replace(cfg, stop="soon")
 
 
 def greedy_trap(prefix):
@@ -509,9 +559,11 @@ def greedy_trap(prefix):
 def test_beam_escapes_the_greedy_trap():
     model = TableModel(greedy_trap)
     greedy = greedy_search(model, [[3]])[0]
-    beam = beam_search(model, [[3]], beam_size=2, alpha=0.0, nbest=2)[0]
+    beam = beam_search(model, [[3]], SearchConfig(beam_size=2, alpha=0.0, nbest=2))[0]
     assert greedy.tokens[:2] == [3, 3] and greedy.log_prob == pytest.approx(np.log(0.5 * 0.3 * 1.0))
     assert beam[0].tokens == [4, 5] and beam[0].log_prob == pytest.approx(np.log(0.4 * 0.9 * 1.0))
+    assert plain.greedy_search(model, [3], 50)[0] == greedy.tokens                # and the plain forms
+    assert [h[0] for h in plain.beam_search(model, [3], 2, 0.0, 50, 2)] == [h.tokens for h in beam]
     assert model.training                                                 # mode restored on the stand-in too
 
 
@@ -519,8 +571,8 @@ def test_beam_escapes_the_greedy_trap():
 def test_a_batch_equals_one_sentence_at_a_time(xp_backend):
     model = make_model(seed=6, scale=3.0)
     src = random_sources(np.random.default_rng(6), 6, 23, hi=9)
-    for run in (lambda s: [[h] for h in greedy_search(model, s, max_len_b=7)],
-                lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_len_b=7, nbest=2)):
+    cfg = SearchConfig(beam_size=4, alpha=0.6, max_len_b=7, nbest=2)
+    for run in (lambda s: [[h] for h in greedy_search(model, s, cfg)], lambda s: beam_search(model, s, cfg)):
         batch = run(src)
         alone = [run([x])[0] for x in src]
         assert [[h.tokens for h in hs] for hs in batch] == [[h.tokens for h in hs] for hs in alone]
@@ -543,7 +595,7 @@ def eos_model(sign):
 def test_a_model_that_emits_eos_first_gives_empty_translations():
     model = eos_model(+1)
     src = random_sources(np.random.default_rng(8), 3, 23)
-    for hyps in [[h] for h in greedy_search(model, src)] + beam_search(model, src, nbest=2):
+    for hyps in [[h] for h in greedy_search(model, src)] + beam_search(model, src, SearchConfig(nbest=2)):
         assert hyps[0].tokens == []
         # log p(</s>) = -log(a sum of V exponentials, the largest exp(0) = 1), about -4e-4: float32 rounds
         # it to within V eps; the logits' own error enters only times 1 - p(</s>), about 4e-4
@@ -557,11 +609,12 @@ def test_outputs_stop_at_the_maximum_length_with_eos_forced():
     src = [[5], [5, 6, 7], [8, 9]]
     for a, b in ((1, 2), (2, 0), (0, 3)):
         want = [a * len(x) + b for x in src]
-        assert [len(h.tokens) for h in greedy_search(model, src, a, b)] == want
-        for hyps in beam_search(model, src, 3, 0.6, a, b, nbest=3):
+        cfg = SearchConfig(beam_size=3, alpha=0.6, max_len_a=a, max_len_b=b)
+        assert [len(h.tokens) for h in greedy_search(model, src, cfg)] == want
+        for hyps in beam_search(model, src, replace(cfg, nbest=3)):
             assert all(len(h.tokens) <= a * 1 + b + 2 * a for h in hyps)
-        assert [len(hs[0].tokens) for hs in beam_search(model, src, 3, 0.6, a, b)] == want
-        g = greedy_search(model, src, a, b)
+        assert [len(hs[0].tokens) for hs in beam_search(model, src, cfg)] == want
+        g = greedy_search(model, src, cfg)
         for x, h in zip(src, g):   # the forced </s> keeps its own (tiny) log-probability
             assert h.log_prob == pytest.approx(sequence_log_prob(model, x, h.tokens), abs=score_tol(model, h))
 
@@ -569,7 +622,7 @@ def test_outputs_stop_at_the_maximum_length_with_eos_forced():
 def test_return_attention_gives_the_cross_attention_of_the_best():
     model = make_model(seed=9, scale=3.0)
     src = random_sources(np.random.default_rng(9), 3, 23)
-    for x, hyps in zip(src, beam_search(model, src, max_len_b=5, return_attention=True, nbest=2)):
+    for x, hyps in zip(src, beam_search(model, src, SearchConfig(max_len_b=5, nbest=2), return_attention=True)):
         a = hyps[0].attention
         assert a.shape == (2, 2, len(hyps[0].tokens) + 1, len(x) + 1)    # (layers, H, |Y|, |x| + 1)
         np.testing.assert_allclose(a.sum(-1), 1.0, atol=f32_tol(len(x) + 1))   # softmax over |x| + 1 keys
@@ -593,19 +646,20 @@ def test_translate_lines_keeps_the_order_and_matches_beam_search():
     tok = WordTokenizer()
     lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q", "r s"]
     ids = [tok.encode(s) for s in lines]
-    want = [tok.decode(hs[0].tokens) for hs in beam_search(model, ids, 4, 0.6, 1, 5)]
-    assert translate_lines(model, tok, lines, max_len_b=5, batch_size=4) == want
-    nbest = translate_lines(model, tok, lines, nbest=3, max_len_b=5, batch_size=2)
+    cfg = SearchConfig(beam_size=4, alpha=0.6, max_len_a=1, max_len_b=5)
+    want = [tok.decode(hs[0].tokens) for hs in beam_search(model, ids, cfg)]
+    assert translate_lines(model, tok, lines, cfg, batch_size=4) == want
+    nbest = translate_lines(model, tok, lines, replace(cfg, nbest=3), batch_size=2)
     assert [n[0] for n in nbest] == want and all(len(n) == 3 for n in nbest)
-    greedy = [tok.decode(h.tokens) for h in greedy_search(model, ids, 1, 5)]
-    assert translate_lines(model, tok, lines, beam_size=1, max_len_b=5) == greedy
+    greedy = [tok.decode(h.tokens) for h in greedy_search(model, ids, cfg)]
+    assert translate_lines(model, tok, lines, replace(cfg, beam_size=1)) == greedy
 
 
 def test_translate_lines_progress_counts_every_sentence_on_stderr(capsys):
     model, tok = make_model(seed=10, scale=3.0), WordTokenizer()
     lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q"]
-    translate_lines(model, tok, lines, max_len_b=5, batch_size=2)
+    translate_lines(model, tok, lines, SearchConfig(max_len_b=5), batch_size=2)
     assert capsys.readouterr().err == ""                                        # off by default
-    translate_lines(model, tok, lines, max_len_b=5, batch_size=2, progress=True)
+    translate_lines(model, tok, lines, SearchConfig(max_len_b=5), batch_size=2, progress=True)
     err = capsys.readouterr().err
     assert "translating" in err and "5/5" in err

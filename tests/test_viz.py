@@ -1,6 +1,6 @@
-"""Attention maps: the collected weights against the attention modules called directly, their shapes
-and masks, the model left untouched, the drawing (when matplotlib is installed) and the clear error
-when it is not."""
+"""Attention maps: the collected weights (viz.collect_attention, which beam search calls too) against
+the attention modules called directly, their shapes and masks, the model left untouched, the drawing
+(when matplotlib is installed) and the clear error when it is not."""
 import sys
 
 import numpy as np
@@ -8,6 +8,7 @@ import pytest
 
 from minitransformer import backend, search, viz
 from minitransformer.attention import causal_mask, padding_mask
+from minitransformer.config import SearchConfig
 
 from conftest import f32_tol, transformer_tol
 from test_search import WordTokenizer, make_model
@@ -52,7 +53,7 @@ def test_collected_weights_equal_the_first_layers_called_directly(xp_backend):
 
 def test_beam_search_attention_is_the_collected_cross_attention():
     model = make_model(seed=2, scale=3.0)
-    best = search.beam_search(model, [SRC], max_len_b=5, return_attention=True)[0][0]
+    best = search.beam_search(model, [SRC], SearchConfig(max_len_b=5), return_attention=True)[0][0]
     # beam_search calls this very function on the same model and ids: bit for bit
     np.testing.assert_array_equal(best.attention, viz.collect_attention(model, SRC, best.tokens)["cross"])
 

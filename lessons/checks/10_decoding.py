@@ -122,7 +122,8 @@ class StepModel:
 def package_beam_search(step, V, beam_size, max_len, alpha):
     """The package's beam_search on step(): (tokens, log_prob) of the best output."""
     model = StepModel(step, V, max_len)
-    h = search.beam_search(model, [[3]], beam_size, alpha, max_len_a=0, max_len_b=max_len, use_cache=False)[0][0]
+    settings = config.SearchConfig(beam_size=beam_size, alpha=alpha, max_len_a=0, max_len_b=max_len)
+    h = search.beam_search(model, [[3]], settings, use_cache=False)[0][0]
     return [t - 2 for t in h.tokens], h.log_prob
 
 
