@@ -4,17 +4,17 @@ text, and its JSON file.
 Adds: regex pre-tokenization, 256 byte tokens (every string round-trips, no unknown token),
 special tokens, a JSON file format. The merge learners themselves are in bpe_learn.py.
 Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, parallel counting.
-Imports only bpe_learn and fileio of the package (lesson 08).
+Imports only bpe_learn, fileio and checks of the package (lesson 08).
 """
 import json
-import numbers
 import operator
 import os
 from collections import Counter
 
 import regex
 
-from .bpe_learn import learn_merges, learn_merges_naive, merge
+from .bpe_learn import MAX_VOCAB, learn_merges, learn_merges_naive, merge
+from .checks import FileError, SettingError, check_int, fail
 from .fileio import atomic_write, read_text
 
 # Pre-tokenization. A word is an optional leading space and then a run of letters (with their
@@ -25,6 +25,9 @@ from .fileio import atomic_write, read_text
 PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+# The vocabulary limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to
+# MAX_VOCAB = 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character).
+MIN_VOCAB = len(SPECIALS) + 256
 FORMAT, VERSION = "minitransformer-bpe", 1
 PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"  # a pattern must cut this into words, dropping nothing
 
@@ -56,18 +59,18 @@ class BPE:
             raise TypeError(f"special_tokens takes a list of strings, not one str: [{special_tokens!r}]")
         extra = [t for t in special_tokens if t not in SPECIALS]
         if not all(isinstance(t, str) and t and not t.isspace() for t in extra):
-            raise ValueError(f"special tokens must be non-empty strings, got {extra}")
+            fail("BPE", f"special tokens must be non-empty strings, got {extra}", "special_tokens", extra)
         if len(set(extra)) != len(extra):
-            raise ValueError(f"special tokens are repeated: {extra}")
+            fail("BPE", f"special tokens are repeated: {extra}", "special_tokens", extra)
         if not pattern:
-            raise ValueError("the pre-tokenization pattern is empty: it would encode every text to []")
+            fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []", "pattern", pattern)
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.pattern, self._regex = pattern, regex.compile(pattern)
         self._custom = pattern != PATTERN  # PATTERN matches every character; encode checks any other
         if self._regex.groups or "".join(self._regex.findall(PROBE)) != PROBE:
-            raise ValueError(f"the pattern {pattern!r} does not cut every text into words (it drops characters "
-                             f"or has a capturing group): encode would lose text")
+            fail("BPE", f"the pattern {pattern!r} does not cut every text into words (it drops characters or has "
+                 f"a capturing group): encode would lose text", "pattern", pattern)
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
@@ -103,14 +106,15 @@ class BPE:
         Ties: of the pairs with the highest count, the smallest (left id, right id) is merged.
         BPE.train(["low lower lowest"], 260, min_frequency=1).merges -> [(111, 114)]  ("l", "o")
         """
-        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in (vocab_size, min_frequency)):
-            raise TypeError(f"vocab_size and min_frequency must be integers, got {vocab_size!r} and {min_frequency!r}")
+        check_int("BPE.train", "vocab_size", vocab_size, 0)
+        check_int("BPE.train", "min_frequency", min_frequency, 1)
         tok = cls((), special_tokens, pattern)
-        if vocab_size > 0x110000:
-            raise ValueError(f"vocab_size {vocab_size:,} is too large: at most 1,114,112 ids")
+        if vocab_size > MAX_VOCAB:
+            fail("BPE.train", f"vocab_size {vocab_size:,} is too large: at most {MAX_VOCAB:,} ids", "vocab_size",
+                 vocab_size)
         if vocab_size < tok.vocab_size:
-            raise ValueError(f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens "
-                             f"and 256 bytes already take {tok.vocab_size} ids")
+            fail("BPE.train", f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens and 256 bytes "
+                 f"already take {tok.vocab_size} ids", "vocab_size", vocab_size)
         words = tok.count_words(lines_or_paths)
         if all(w.isspace() for w in words):  # nothing, or blank lines only
             items = [lines_or_paths] if isinstance(lines_or_paths, os.PathLike) else lines_or_paths
@@ -262,7 +266,7 @@ class BPE:
 
     @classmethod
     def load(cls, path):
-        """Read a file that save() wrote; another version or a damaged file raises ValueError."""
+        """Read a file that save() wrote; another version or a damaged file raises checks.FileError."""
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
@@ -270,7 +274,7 @@ class BPE:
         except FileNotFoundError:
             raise FileNotFoundError(f"cannot read {path}: no such file") from None
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path} is not a tokenizer file: it is not valid JSON ({e})") from None
+            raise FileError(path, None, f"is not a tokenizer file: it is not valid JSON ({e})") from None
         return cls.from_json(text, path)
 
     @classmethod
@@ -279,12 +283,12 @@ class BPE:
         try:
             d = json.loads(text)
         except (ValueError, RecursionError) as e:  # invalid JSON, or nested too deep
-            raise ValueError(f"{source} is not a tokenizer file: it is not valid JSON ({e})") from None
+            raise FileError(source, None, f"is not a tokenizer file: it is not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError(f'{source} is not a tokenizer file: it lacks "format": "{FORMAT}"')
+            raise FileError(source, None, f'is not a tokenizer file: it lacks "format": "{FORMAT}"')
         if d.get("version") != VERSION:
-            raise ValueError(f"{source} has format version {d.get('version')!r}, "
-                             f"but this code reads version {VERSION}")
+            raise FileError(source, None, f"has format version {d.get('version')!r}, but this code reads "
+                                          f"version {VERSION}")
         try:
             merges = d["merges"]
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
@@ -293,6 +297,8 @@ class BPE:
             for k, m in enumerate(merges):
                 if len(m) != 3 or tok.id_to_token(tok.offset + 256 + k) != m[2]:
                     raise ValueError(f"merge {k} {m} does not spell its text")
+        except SettingError as e:  # the file's pattern or special tokens
+            raise FileError(source, None, f"is a damaged tokenizer file: {e.message}") from None
         except (KeyError, TypeError, IndexError, ValueError, regex.error) as e:
-            raise ValueError(f"{source} is a damaged tokenizer file: {e}") from None
+            raise FileError(source, None, f"is a damaged tokenizer file: {e}") from None
         return tok

@@ -10,6 +10,8 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
+MAX_VOCAB = 0x110000  # the most ids a vocabulary holds: learn_merges stores an id as a character, chr(id)
+
 
 def merge(ids, pair, new_id):
     """Replace each occurrence of pair in ids by new_id, left to right.
@@ -64,9 +66,9 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     right like merge()), and 2-character strs sort like (left, right) tuples.
     learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
     """
-    if offset + 256 + num_merges > 0x110000:
+    if offset + 256 + num_merges > MAX_VOCAB:
         raise ValueError(f"vocab_size {offset + 256 + num_merges:,} is too large: ids are stored as "
-                         f"characters, so at most 1,114,112 ids")
+                         f"characters, so at most {MAX_VOCAB:,} ids")
     min_frequency = max(1, min_frequency)
     # 1. Every word as a str of token ids (byte b -> chr(b + offset)), with its count.
     shift = {b: b + offset for b in range(256)}

@@ -1,25 +1,58 @@
 """Argument checks shared by the whole package: a value is an integer or a finite real number in a
 range, or a ValueError of one sentence naming its owner and the argument ("Adam: lr must be a finite
 number in [0.0, inf), got -1.0"). What every layer calls where an argument enters it.
+
+Errors are data: a SettingError carries the owner, the setting and the value; a FileError the file
+and the line. The command line names its option or file from these fields, never from the message.
 Left out on purpose: a schema language; each check is one call.
 """
 import math
 import numbers
+import re
 
 import numpy as np
 
 
 class SettingError(ValueError):
-    """A bad value of one setting, as data: `owner` ("Adam"), `setting` ("lr"), `value`; str() is the
-    sentence ("Adam: lr must be ..."). The command line maps `setting` to its option (cli/common.py)
-    without reading the message."""
+    """A bad value of a setting, as data: `owner` ("Adam"), `setting` ("lr"; a tuple of names when a
+    combination is at fault, ("max_len_a", "max_len_b"); None when no setting is), `value`, `message`
+    (the sentence without the owner, naming the settings as spelled in `setting`); str() is
+    "Adam: lr must be ...". The command line calls renamed() to name its options instead."""
 
     def __init__(self, owner, setting, message, value=None):
         super().__init__(f"{owner}: {message}")
         self.owner, self.setting, self.value, self.message = owner, setting, value, message
 
+    def renamed(self, names):
+        """The message without the owner, each of the error's settings called by its name in `names`:
+        SettingError("Adam", "lr", "lr must be ...").renamed({"lr": "--lr"}) -> "--lr must be ..."."""
+        settings = (self.setting,) if isinstance(self.setting, str) else self.setting or ()
+        message = self.message
+        for setting in settings:
+            if setting in names:  # the word itself, not a part of another: steps, not warmup_steps
+                message = re.sub(rf"(?<![\w-]){re.escape(setting)}(?![\w-])", names[setting], message)
+        return message
+
+
+class FileError(ValueError):
+    """A fault in an input, as data: `path` (None while only the caller knows the file; "-" is stdin),
+    `line` (1-based, or None for the whole file), `message` (what is wrong, after the file and line);
+    str() is "train.de: line 3 is not valid UTF-8 (...)", or "line 3 has 300 tokens, ..." without a path.
+    The caller that knows the file names it with in_file(path)."""
+
+    def __init__(self, path, line, message):
+        where = [] if path is None else ["stdin" if path == "-" else str(path)]
+        where += [] if line is None else [f"line {line}"]
+        super().__init__(": ".join(where) + " " + message if where else message)
+        self.path, self.line, self.message = path, line, message
+
+    def in_file(self, path):
+        """The same error, naming the file `path`."""
+        return FileError(path, self.line, self.message)
+
 
 def fail(owner, msg, setting=None, value=None):
+    """Raise SettingError(owner, setting, msg, value): msg is one sentence, beginning with the setting."""
     raise SettingError(owner, setting, msg, value)
 
 

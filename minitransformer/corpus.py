@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .checks import check_int
+from .checks import check_int, fail
 from .fileio import read_lines
 
 
@@ -50,7 +50,8 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
         raise TypeError("encode_pairs takes lists of lines, not a string: split the text into lines first")
     check_int("encode_pairs", "max_len", max_len, 1, allow_none=True)             # None: no limit
     if len(src_lines) != len(tgt_lines):
-        raise ValueError(f"encode_pairs got {len(src_lines):,} source lines but {len(tgt_lines):,} target lines")
+        fail("encode_pairs", f"src_lines and tgt_lines must pair up, got {len(src_lines):,} source lines but "
+             f"{len(tgt_lines):,} target lines", ("src_lines", "tgt_lines"))
     encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
     src_ids, tgt_ids = encode_batch(list(src_lines)), encode_batch(list(tgt_lines))
     pairs, indices, empty, too_long = [], [], 0, 0
@@ -80,8 +81,9 @@ def check_pairs(pairs, pad_id, bos_id, eos_id, ids=None):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an integer token id, got {value!r}")
     if pad_id in (bos_id, eos_id):
-        raise ValueError(f"pad_id {pad_id} is also the {'bos_id' if pad_id == bos_id else 'eos_id'}: padding is "
-                         f"masked out of attention and of the loss, so that token would be too; give <pad> its own id")
+        fail("check_pairs", f"pad_id {pad_id} is also the {'bos_id' if pad_id == bos_id else 'eos_id'}: padding is "
+             f"masked out of attention and of the loss, so that token would be too; give <pad> its own id", "pad_id",
+             pad_id)
     specials = {pad_id: "<pad>", bos_id: "<s>", eos_id: "</s>"}
     bad = next((i for i, p in enumerate(pairs) if not (isinstance(p, (tuple, list)) and len(p) == 2)
                 or any(isinstance(s, str) or not hasattr(s, "__len__") for s in p)), None)

@@ -11,7 +11,7 @@ import operator
 import numpy as np
 
 from . import backend
-from .checks import check_int
+from .checks import check_int, fail
 from .corpus import check_pairs
 
 
@@ -55,8 +55,8 @@ def encode_sources(src, pad_id, eos_id):
                         f"got {str(src)[:60]}") from None
     for i, s in enumerate(src):
         if pad_id in s or eos_id in s:
-            raise ValueError(f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the "
-                             f"sentence alone; search appends </s> itself")
+            fail("search", f"source {i} contains <pad> ({pad_id}) or </s> ({eos_id}): pass the ids of the sentence "
+                 f"alone; search appends </s> itself", "src")
     return pad(src, pad_id, end=eos_id), np.array([len(s) for s in src], dtype=np.int64)
 
 
@@ -125,6 +125,11 @@ def _cut(order, src_len, tgt_len, max_tokens):
     return batches
 
 
+def check_max_tokens(owner, max_tokens):
+    """The one check of a batch's token budget, for every place that takes one: an integer >= 1."""
+    check_int(owner, "max_tokens", max_tokens, 1)
+
+
 def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):
     """Plan one epoch: a list of index arrays into `pairs`, each batch within `max_tokens`.
 
@@ -136,8 +141,7 @@ def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):
     tie-break come from np.random.default_rng((seed, epoch)): each epoch differs, and is reproducible.
     Without shuffle the batches come sorted by length, ties in corpus order.
     """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    check_max_tokens("batch_by_tokens", max_tokens)
     src_len, tgt_len = _lengths(pairs)
     rng = np.random.default_rng((seed, epoch)) if shuffle else None
     tie = rng.permutation(len(pairs)) if shuffle else np.arange(len(pairs))
@@ -161,9 +165,10 @@ class BatchIterator:
     def __init__(self, pairs, max_tokens, pad_id, bos_id, eos_id, seed=0, shuffle=True):
         pairs = pairs if isinstance(pairs, list) else list(pairs)   # a generator, a tuple, an array of pairs
         if not pairs:
-            raise ValueError("no sentence pairs to train on: the corpus is empty, or every pair was empty or too long")
+            fail("BatchIterator", "no sentence pairs to train on: the corpus is empty, or every pair was empty or too "
+                 "long", "pairs")
         check_pairs(pairs, pad_id, bos_id, eos_id)
-        check_int("BatchIterator", "max_tokens", max_tokens, 1)
+        check_max_tokens("BatchIterator", max_tokens)
         self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.epoch, self.index = 0, 0        # the position of the next batch

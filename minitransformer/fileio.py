@@ -1,17 +1,19 @@
 """Files: read UTF-8 text (plain, .gz, or stdin), write a file atomically. Every reader and writer of
-the package goes through these three functions, so they agree on encodings and on failure.
+the package goes through these functions, so they agree on encodings and on failure.
 
 Reading: UTF-8, a leading byte-order mark dropped, only "\\n" ends a line (not U+2028 and friends, so
 parallel files stay aligned), a trailing "\\r" removed; an undecodable byte is an error naming the
-file and the line. Writing: to a temporary file in the same directory, then a rename, so a reader or
-a crash sees the old file or the new one, never half of one; the file gets the mode a plain open()
-would give (the umask), and the temporary's name says which file it was for. Imports nothing of the
-package. Left out on purpose: other encodings, streaming reads (corpora are read whole).
+file and the line (a checks.FileError). Writing: to a temporary file in the same directory, then a
+rename, so a reader or a crash sees the old file or the new one, never half of one; the file gets
+the mode a plain open() would give (the umask), and the temporary's name says which file it was for.
+Imports only checks.py of the package. Left out on purpose: other encodings, streaming reads (corpora are read whole).
 """
 import gzip
 import os
 import sys
 import tempfile
+
+from .checks import FileError
 
 TEMP_PREFIX = ".tmp-"  # atomic_write's temporaries: .tmp-<random>-<final name>
 
@@ -22,7 +24,6 @@ def read_text(path):
     read_text("train.de.gz") -> "Zwei junge weiße Männer ...\\n..."
     """
     path = os.fspath(path)
-    name = "stdin" if path == "-" else path
     try:
         if path == "-":
             raw = sys.stdin.buffer.read()
@@ -32,18 +33,17 @@ def read_text(path):
     except FileNotFoundError:
         raise FileNotFoundError(f"cannot read {path}: no such file") from None
     except IsADirectoryError:
-        raise ValueError(f"{path} is a directory, not a text file") from None
+        raise FileError(path, None, "is a directory, not a text file") from None
     except (OSError, EOFError) as e:  # gzip.BadGzipFile, a truncated archive
         raise ValueError(f"{path}: cannot read the file ({e})") from None
     try:
         return raw.decode("utf-8-sig")  # UTF-8, dropping a byte-order mark if there is one
     except UnicodeDecodeError as e:
         if raw[:2] == b"\x1f\x8b":  # the gzip magic number
-            raise ValueError(f"{name} holds gzip-compressed data, not text: name it *.gz, or gunzip it") from None
+            raise FileError(path, None, "holds gzip-compressed data, not text: name it *.gz, or gunzip it") from None
         line = raw.count(b"\n", 0, e.start) + 1
         column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
-        raise ValueError(f"{name}: line {line} is not valid UTF-8 ({e.reason} at byte {column} "
-                         f"of the line)") from None
+        raise FileError(path, line, f"is not valid UTF-8 ({e.reason} at byte {column} of the line)") from None
 
 
 def read_lines(path):
@@ -67,6 +67,14 @@ def check_creatable(directory, what):
         raise ValueError(f"{what} cannot be written: {nearest} is a file, not a directory")
     if not os.access(nearest, os.W_OK | os.X_OK):
         raise ValueError(f"{what} cannot be written: no permission to write in {nearest}")
+
+
+def check_writable_dir(path, what):
+    """Before any work: `path` is a directory this user may write in, or one that can be made; else a
+    ValueError "<what> <path> is a file, not a directory" or check_creatable's. Creates nothing."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{what} {path} is a file, not a directory")
+    check_creatable(os.path.normpath(path), f"{what} {path}")
 
 
 def atomic_write(path, write, mode="wb"):

@@ -36,6 +36,16 @@ def list_checkpoints(out_dir):
     return sorted(paths, key=step_of)
 
 
+def check_new_run(out_dir, what, hint=""):
+    """Before a new run in out_dir: it holds no step checkpoint, which the run would mix with its own
+    (and replace the tokenizer.json and log.jsonl beside it); else a ValueError naming `what`, then
+    `hint` ("continue that run (--resume auto), or "), then the ways out."""
+    found = list_checkpoints(out_dir) if os.path.isdir(out_dir) else []
+    if found:
+        raise ValueError(f"{what} {out_dir} already holds {os.path.basename(found[-1])} of an earlier run: "
+                         f"{hint}move its checkpoints away, or choose another output directory")
+
+
 class RunDirectory:
     """The checkpoints of one training run in out_dir: checkpoint_<step>.npz, of which the last
     `keep` that THIS run wrote are kept (files of other runs are never deleted), and

@@ -12,7 +12,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minitransformer import backend, distributed  # noqa: E402
-from minitransformer.cli.demo import make_splits  # noqa: E402
+from minitransformer.demo_task import make_splits  # noqa: E402
 from minitransformer.corpus import encode_pairs  # noqa: E402
 from minitransformer.pipeline import load_or_learn_tokenizer  # noqa: E402
 from minitransformer.training import Trainer, TrainingConfig  # noqa: E402

@@ -1,6 +1,7 @@
 """The package keeps the shape docs/architecture.md draws: imports run down the layers, no import
-circle but tensor <-> ops, every module listed in the document, none over 320 lines, and each
-subcommand of cli/ importing only cli/common.py and the library."""
+circle but tensor <-> ops, every module listed in the document, none over 320 lines, each
+subcommand of cli/ importing only cli/common.py and the library, and the command line a leaf: nothing
+outside cli/ (the package, examples, benchmarks, lessons) imports it."""
 import ast
 import re
 from pathlib import Path
@@ -11,9 +12,9 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 # the layers of docs/architecture.md, bottom (0) to top
 LAYERS = [
-    {"backend", "corpus", "data", "bpe", "bpe_learn", "fileio", "checks"},
-    {"tensor", "ops"},
-    {"functional", "kernels", "gradcheck", "profiler"},
+    {"backend", "corpus", "data", "bpe", "bpe_learn", "fileio", "checks", "demo_task"},
+    {"tensor", "ops", "profiler"},
+    {"functional", "kernels", "gradcheck", "plain"},
     {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
     {"search", "translation", "viz"},
@@ -93,6 +94,41 @@ def test_subcommands_import_only_common_and_the_library():
         if name.startswith("cli.") and name != "cli.common":
             others = {t for t in imports(path) if t.startswith("cli") and t not in ("cli.common", "cli")}
             assert not others, f"{name} imports {sorted(others)}: subcommands share only cli/common.py"
+
+
+def imports_of_the_command_line(path):
+    """The lines of a Python file that import minitransformer.cli (or a module of it), anywhere in it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        if any(n == "minitransformer.cli" or n.startswith("minitransformer.cli.") for n in names):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_command_line_is_a_leaf():
+    root = PACKAGE.parent
+    files = [p for p in PACKAGE.rglob("*.py") if "cli" not in p.relative_to(PACKAGE).parts[:1]]
+    files += [p for folder in ("examples", "benchmarks", "lessons") for p in (root / folder).rglob("*.py")]
+    assert len(files) > 40, "the files to check were not found"
+    for path in files:
+        if path.name == "__main__.py":  # `python -m minitransformer` runs the command line
+            continue
+        relative = path.is_relative_to(PACKAGE) and any(top(t) == "cli" for t in imports(path))  # from .cli import
+        assert not (relative or imports_of_the_command_line(path)), \
+            f"{path.relative_to(root)} imports minitransformer.cli: what it needs belongs in the library"
+
+
+def test_the_leaf_rule_sees_every_form_of_import(tmp_path):
+    for line in ("import minitransformer.cli", "from minitransformer.cli import demo",
+                 "from minitransformer.cli.common import UsageError", "from minitransformer import cli",
+                 "def f():\n    import minitransformer.cli.train as t"):
+        (tmp_path / "x.py").write_text(line + "\n")
+        assert imports_of_the_command_line(tmp_path / "x.py"), line
+    (tmp_path / "x.py").write_text("from minitransformer import checks, client\nimport minitransformer.clip\n")
+    assert not imports_of_the_command_line(tmp_path / "x.py")
 
 
 def test_the_design_documents_of_the_founding_are_not_referred_to():

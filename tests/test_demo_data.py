@@ -1,8 +1,11 @@
-"""The demo task of cli/demo.py: number_to_words against hand-written answers, determinism by seed, disjoint splits."""
+"""The demo task (demo_task.py): number_to_words against hand-written answers, determinism by seed, disjoint
+splits, every argument checked; and cli/demo.py's loss curve."""
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.cli.demo import generate, make_splits, number_to_words, split
+from minitransformer.checks import SettingError
+from minitransformer.demo_task import generate, make_splits, number_to_words, split
 
 KNOWN = {
     0: "zero", 7: "seven", 10: "ten", 13: "thirteen", 19: "nineteen", 20: "twenty", 40: "forty",
@@ -22,9 +25,10 @@ def test_number_to_words_known_answers(n, words):
 
 
 def test_number_to_words_range():
-    for bad in (-1, 1_000_000):
-        with pytest.raises(ValueError, match="covers 0 to 999,999"):
+    for bad, says in ((-1, "an integer of at least 0"), (1_000_000, "at most 999,999"), (12.0, "an integer")):
+        with pytest.raises(SettingError, match=f"number_to_words: n must be {says}"):
             number_to_words(bad)
+    assert number_to_words(np.int64(12)) == "twelve"
 
 
 def test_number_to_words_is_one_to_one():
@@ -54,8 +58,24 @@ def test_generate_deterministic_by_seed():
 
 def test_generate_fails_when_too_few_distinct_lines():
     assert len(generate(10, seed=0, max_numbers=1, max_digits=1)[0]) == 10  # all ten digits
-    with pytest.raises(ValueError, match="cannot draw 11 distinct lines"):
+    with pytest.raises(SettingError, match="cannot draw 11 distinct lines") as e:
         generate(11, seed=0, max_numbers=1, max_digits=1)
+    assert e.value.setting == ("n", "max_numbers", "max_digits") and e.value.value == 11
+
+
+@pytest.mark.parametrize("kwargs,says", [
+    (dict(max_digits=7), "max_digits must be at most 6"), (dict(max_digits=0), "max_digits must be an integer of at"),
+    (dict(max_numbers=0), "max_numbers must be an integer"), (dict(n=2.5), "n must be an integer")])
+def test_generate_refuses_bad_sizes(kwargs, says):
+    with pytest.raises(SettingError, match=f"^generate: {says}"):
+        generate(**{"n": 5, **kwargs})
+
+
+def test_split_refuses_what_cannot_be_split():
+    with pytest.raises(SettingError, match="src and tgt must pair up, got 2 sources and 1 targets"):
+        split(["a", "b"], ["x"], 1)
+    with pytest.raises(SettingError, match="n_heldout must be at most 1, got 2"):   # nothing left to train on
+        split(["a", "b", "a"], ["x", "y", "x"], 2)
 
 
 @settings(max_examples=15, deadline=None)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from minitransformer import distributed
-from minitransformer.cli.demo import make_splits
+from minitransformer.demo_task import make_splits
 from minitransformer.data import BatchIterator
 from minitransformer.nn import Linear
 from minitransformer.optim import Adam, WarmupSchedule

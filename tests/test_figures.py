@@ -121,7 +121,7 @@ def test_lesson_09_learning_rate_table_is_eq_3():
 
 
 def test_lesson_09_demo_figures_are_those_recorded_in_the_demo():
-    from minitransformer.cli import demo
+    from minitransformer import demo_task as demo
     lesson, source = text("09_"), inspect.getsource(demo)
     assert "100% after 1,000 steps, 124 s in all when idle, 243 s under load" in lesson
     assert "100% after 1,000 steps, 124 s in all when idle, 243 s under load" in source

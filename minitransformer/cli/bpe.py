@@ -7,12 +7,11 @@ Left out on purpose: encoding corpora to ids (data.py does that when training), 
 import time
 from pathlib import Path
 
-from minitransformer.bpe import BPE
+from minitransformer.bpe import BPE, MAX_VOCAB
+from minitransformer.checks import SettingError
 from minitransformer.fileio import read_lines
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file, writing
-
-MAX_VOCAB = 0x110000  # BPE.train's limit
 
 NOTE = """
 The files are learned from together (one joint vocabulary for source and target). The ids are
@@ -49,8 +48,8 @@ def run_bpe(args):
         existing(path, "--input file")  # missing, or a directory: a UsageError (exit 2), as in every subcommand
     try:
         smallest = BPE((), args.special_tokens).vocab_size  # repeated or empty special tokens are refused here
-    except ValueError as e:
-        raise UsageError(f"--special-tokens: {e}") from None
+    except SettingError as e:
+        raise UsageError(f"--special-tokens: {e.message}") from None
     if not smallest <= args.vocab_size <= MAX_VOCAB:
         raise UsageError(f"--vocab-size must be between {smallest} (the special tokens and the 256 bytes) and "
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")

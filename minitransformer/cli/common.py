@@ -1,7 +1,7 @@
 """What every subcommand shares: the program name, the model presets, the usage error, the help
 layout with its examples, the checks of input files and output paths (before any work) and the
-naming of a failed write, turning a library's ValueError
-about a setting into a UsageError naming the option, and the device switch.
+naming of a failed write, turning a library's SettingError into a UsageError naming the option
+(from the error's fields, not its message), and the device switch.
 
 Each subcommand module imports this one and the library, never another subcommand.
 Left out on purpose: parsing and dispatch (cli/__init__.py), anything one subcommand alone needs.
@@ -10,11 +10,11 @@ import argparse
 import contextlib
 import os
 import sys
-import re
 
 from minitransformer import backend, distributed
-from minitransformer.rundir import list_checkpoints
-from minitransformer.fileio import check_creatable
+from minitransformer.checks import SettingError
+from minitransformer.fileio import check_creatable, check_writable_dir
+from minitransformer.rundir import check_new_run
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -57,7 +57,7 @@ def writable_file(path, option, stdout=True):
         raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
     if os.path.isfile(path) and not os.access(path, os.W_OK):
         raise UsageError(f"{option} {path} is read-only; make it writable or give another file name")
-    _check_creatable(os.path.dirname(os.path.normpath(path)), option, path)
+    _usage(check_creatable, os.path.dirname(os.path.normpath(path)), f"{option} {path}")
     return path
 
 
@@ -82,26 +82,21 @@ def not_an_input(path, option, inputs):
 def writable_dir(path, option):
     """path itself when it is a writable directory or one that can be created; a UsageError naming
     `option` otherwise (a file, a directory without write permission). Creates nothing."""
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise UsageError(f"{option} {path} is a file, not a directory")
-    _check_creatable(os.path.normpath(path), option, path)
+    _usage(check_writable_dir, path, option)
     return path
 
 
 def no_earlier_run(path, option, hint=""):
     """path itself when it holds no step checkpoint; a UsageError naming `option` otherwise, before a
     new run mixes its checkpoints with them and replaces the tokenizer.json and log.jsonl beside them."""
-    found = list_checkpoints(path) if os.path.isdir(path) else []
-    if found:
-        raise UsageError(f"{option} {path} already holds {os.path.basename(found[-1])} of an earlier run: "
-                         f"{hint}move its checkpoints away, or choose another output directory")
+    _usage(check_new_run, path, option, hint)
     return path
 
 
-def _check_creatable(directory, option, path):
-    """`directory` exists and is writable, or its nearest existing ancestor is a writable directory."""
+def _usage(check, *args):
+    """Run a library check of a path, its ValueError (which names the option) as a UsageError."""
     try:
-        check_creatable(directory, f"{option} {path}")
+        check(*args)
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -116,12 +111,9 @@ def writing(option, path):
 
 
 def option_error(error, options):
-    """A UsageError from a library ValueError about settings ("TrainingConfig: lr_scale must be ...",
-    "translate_lines: beam_size must be ..."), its field names replaced by the options
-    ({"lr_scale": "--lr-scale"}) and its owner prefix dropped: "--lr-scale must be ..."."""
-    message = re.sub(r"^\w+: ", "", str(error))
-    pattern = r"\b(" + "|".join(map(re.escape, sorted(options, key=len, reverse=True))) + r")\b"
-    return UsageError(re.sub(pattern, lambda m: options[m.group(1)], message))
+    """A UsageError from a library SettingError, naming the option of its setting ({"lr_scale":
+    "--lr-scale"}: "--lr-scale must be ...", without the owner); any other ValueError as it is."""
+    return UsageError(error.renamed(options) if isinstance(error, SettingError) else str(error))
 
 
 def use_device(name):

@@ -11,7 +11,9 @@ import dataclasses
 import json
 
 from minitransformer import distributed
-from minitransformer.bpe import BOS_ID, BPE, EOS_ID, PAD_ID, SPECIALS
+from minitransformer.bpe import BOS_ID, BPE, EOS_ID, MAX_VOCAB, MIN_VOCAB, PAD_ID
+from minitransformer.checks import SettingError
+from minitransformer.config import SearchConfig
 from minitransformer.corpus import read_parallel
 from minitransformer.pipeline import prepare_training
 from minitransformer.training import TrainingConfig
@@ -77,12 +79,11 @@ def add_parser(subparsers):
     return p
 
 
-# TrainingConfig's fields and search.check_search_args' arguments -> the options that set them
+# TrainingConfig's and SearchConfig's fields -> the options that set them
 OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps", "epochs": "--epochs",
            "warmup_steps": "--warmup", "lr_scale": "--lr-scale", "clip_norm": "--clip-norm",
            "eval_every": "--eval-every", "save_every": "--save-every", "keep": "--keep", "seed": "--seed",
            "beam_size": "--beam", "eval_sentences": "--eval-sentences"}
-MIN_VOCAB, MAX_VOCAB = len(SPECIALS) + 256, 0x110000  # a BPE's ids: <pad> <s> </s>, the bytes, merges
 
 
 def model_config(spec, vocab_size):
@@ -110,8 +111,8 @@ def model_config(spec, vocab_size):
                          f"n_layers for both stacks, and preset are known)")
     try:
         config = getattr(TransformerConfig, preset)(vocab_size=vocab_size, **fields)
-    except ValueError as e:
-        raise UsageError(f"config file {spec}: {str(e).replace('TransformerConfig: ', '')}") from None
+    except SettingError as e:
+        raise UsageError(f"config file {spec}: {e.message}") from None
     ids = (config.pad_id, config.bos_id, config.eos_id)
     if ids != (PAD_ID, BOS_ID, EOS_ID):
         raise UsageError(f"config file {spec}: pad_id, bos_id, eos_id must be the tokenizer's "
@@ -119,13 +120,14 @@ def model_config(spec, vocab_size):
     return config
 
 
-def training_config(args):
+def training_config_of(args):
     """The TrainingConfig of the options; a UsageError naming the option of a bad value."""
     try:
         return TrainingConfig(max_tokens=args.max_tokens, accum=args.accum, steps=args.steps, epochs=args.epochs,
                               warmup_steps=args.warmup, lr_scale=args.lr_scale, clip_norm=args.clip_norm,
                               eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-                              seed=args.seed, beam_size=args.beam, eval_sentences=args.eval_sentences,
+                              seed=args.seed, search=SearchConfig(beam_size=args.beam),
+                              eval_sentences=args.eval_sentences,
                               progress=not args.no_progress)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
@@ -150,7 +152,7 @@ def check_args(args):
         raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
     if args.resume and args.resume != "auto":
         existing(args.resume, "--resume checkpoint")
-    settings = training_config(args)
+    training_config = training_config_of(args)
     config = model_config(args.config, args.vocab_size or MIN_VOCAB)  # the real vocabulary comes later
     longest = config.max_len - 1
     max_len = min(DEFAULT_MAX_LEN, longest) if args.max_len is None else args.max_len
@@ -160,20 +162,20 @@ def check_args(args):
     writable_dir(args.out, "--out")
     if args.resume is None:
         no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ")
-    return settings, max_len
+    return training_config, max_len
 
 
 def run_train(args):
     """Check the options, read the corpus, prepare and run the training; the exit code (130 when
     interrupted by Ctrl-C, 143 when terminated by SIGTERM, a checkpoint saved in both cases)."""
-    settings, max_len = check_args(args)
+    training_config, max_len = check_args(args)
     if args.tokenizer:
         BPE.load(args.tokenizer)  # a damaged file is named now, before the corpus is read
     use_device(args.device)
     train_src, train_tgt = read_parallel(args.train_src, args.train_tgt)
     valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None
     trainer, _ = prepare_training(train_src, train_tgt, lambda vocab_size: model_config(args.config, vocab_size),
-                                  settings, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                                  training_config, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
                                   valid=valid, max_len=max_len, resume=args.resume,
                                   train_names=(args.train_src, args.train_tgt),
                                   valid_names=(args.valid_src, args.valid_tgt))

@@ -11,8 +11,10 @@ import sys
 
 from minitransformer import viz
 from minitransformer.checkpoint import load_model
+from minitransformer.checks import FileError, check_int
+from minitransformer.config import STOPS, SearchConfig
 from minitransformer.fileio import atomic_write, read_lines
-from minitransformer.search import STOPS, beam_search, check_search_args
+from minitransformer.search import beam_search
 from minitransformer.translation import translate_lines
 
 from .common import (
@@ -64,7 +66,7 @@ def add_parser(subparsers):
     return p
 
 
-# search.check_search_args' arguments -> the options that set them
+# SearchConfig's fields and translate_lines' batch_size -> the options that set them
 OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
            "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
 
@@ -77,8 +79,9 @@ def run_translate(args):
     existing(args.tokenizer, "--tokenizer file")
     existing(args.input, "--input file")
     try:
-        check_search_args("translate", args.beam, args.nbest, args.alpha, args.max_len_a, args.max_len_b,
-                          args.batch_size, args.stop)
+        search = SearchConfig(beam_size=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
+                              max_len_b=args.max_len_b, nbest=args.nbest, stop=args.stop)
+        check_int("translate", "batch_size", args.batch_size, 1)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
     inputs = [("the --input file", args.input), ("the --checkpoint file", args.checkpoint),
@@ -99,15 +102,11 @@ def run_translate(args):
     if args.attention and not lines:
         raise ValueError(f"--attention: {'stdin' if args.input == '-' else args.input} holds no line to draw")
     try:
-        translations = translate_lines(model, tokenizer, lines, beam_size=args.beam, alpha=args.alpha,
-                                       nbest=args.nbest, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                                       batch_size=args.batch_size, stop=args.stop,
+        translations = translate_lines(model, tokenizer, lines, search, batch_size=args.batch_size,
                                        progress=not args.no_progress and sys.stderr.isatty())
-    except ValueError as e:  # a line too long for the model's positions, found before any decoding
-        if str(e).startswith("line "):
-            raise ValueError(f"{'stdin' if args.input == '-' else args.input}: {e}") from None
-        raise
-    if args.nbest > 1:
+    except FileError as e:  # a line too long for the model's positions, found before any decoding
+        raise e.in_file(args.input) from None
+    if search.nbest > 1:
         translations = [f"{i}\t{text}" for i, hypotheses in enumerate(translations) for text in hypotheses]
     text = "".join(line + "\n" for line in translations)
     if args.output == "-":
@@ -117,17 +116,16 @@ def run_translate(args):
         with writing("--output", args.output):
             atomic_write(args.output, lambda f: f.write(text), mode="w")
     if args.attention and lines:
-        draw_attention(model, tokenizer, lines[0], args)
+        draw_attention(model, tokenizer, lines[0], search, args.attention)
     return 0
 
 
-def draw_attention(model, tokenizer, line, args):
-    """The cross-attention of the line's best translation, saved to args.attention."""
+def draw_attention(model, tokenizer, line, search, path):
+    """The cross-attention of the line's best translation (viz.collect_attention), saved to path."""
     ids = tokenizer.encode(line)
-    best = beam_search(model, [ids], beam_size=args.beam, alpha=args.alpha,
-                       max_len_a=args.max_len_a, max_len_b=args.max_len_b, stop=args.stop)[0][0]
+    best = beam_search(model, [ids], search)[0][0]
     try:
-        viz.plot_sentence_attention(model, tokenizer, ids, best.tokens, args.attention)
+        viz.plot_sentence_attention(model, tokenizer, ids, best.tokens, path)
     except ImportError as e:
         raise RuntimeError(str(e)) from None
-    print(f"attention map of line 1 saved to {args.attention}", file=sys.stderr)
+    print(f"attention map of line 1 saved to {path}", file=sys.stderr)
