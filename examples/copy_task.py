@@ -17,8 +17,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import minitransformer as mt  # noqa: E402
-from minitransformer.cli.common import option_error, use_device  # noqa: E402
-from minitransformer.cli.train import MAX_VOCAB  # noqa: E402
+from minitransformer.bpe import MAX_VOCAB  # noqa: E402
+from minitransformer.checks import SettingError  # noqa: E402
+from minitransformer.config import SearchConfig  # noqa: E402
 from minitransformer.search import greedy_search  # noqa: E402
 from minitransformer.training import Trainer, TrainingConfig  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
@@ -48,17 +49,17 @@ def main(argv=None):
     try:
         # the tiny preset, smaller still; Note: no dropout and a short warmup suit this noise-free task
         cfg = TransformerConfig.tiny(vocab_size=args.vocab_size, d_model=64, d_ff=256, dropout=0.0)
-        tc = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100, lr_scale=args.lr_scale,
-                            eval_every=0, save_every=0, seed=args.seed, progress=not args.no_progress)
-    except ValueError as e:
-        p.error(str(option_error(e, {"steps": "--steps", "lr_scale": "--lr-scale", "seed": "--seed"})))
+        training_config = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100, lr_scale=args.lr_scale,
+                                         eval_every=0, save_every=0, seed=args.seed, progress=not args.no_progress)
+    except SettingError as e:
+        p.error(e.renamed({"steps": "--steps", "lr_scale": "--lr-scale", "seed": "--seed"}))
     if not 1 <= args.max_len <= cfg.max_len - 1:
         p.error(f"--max-len must be between 1 and {cfg.max_len - 1} (the model's {cfg.max_len} positions hold "
                 f"</s> too), got {args.max_len}")
     try:
-        use_device(args.device)
+        mt.use(args.device)
     except RuntimeError as e:
-        raise SystemExit(f"{p.prog}: error: {e}") from None
+        raise SystemExit(f"{p.prog}: error: --device {args.device}: {e}") from None
     start = time.perf_counter()
 
     train = random_sequences(20000, args.vocab_size, args.max_len, args.seed)
@@ -66,12 +67,12 @@ def main(argv=None):
     pairs = [(s, s) for s in train]
     mt.seed(args.seed)
     model = Transformer(cfg)
-    summary = Trainer(model, None, pairs, None, tc).train()
+    summary = Trainer(model, None, pairs, None, training_config).train()
     if summary["stopped"] != "done":  # Ctrl-C (130) or SIGTERM (143): no decoding
         return 143 if summary["stopped"] == "terminated" else 130
     losses = summary["last_loss"]
 
-    hyps = greedy_search(model, test, max_len_a=1, max_len_b=5)
+    hyps = greedy_search(model, test, SearchConfig(max_len_a=1, max_len_b=5))
     correct = sum(h.tokens == s for h, s in zip(hyps, test))
     for s, h in list(zip(test, hyps))[:3]:
         print(f"  source {s}\n  output {h.tokens}")

@@ -34,15 +34,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer import distributed  # noqa: E402
-from minitransformer.bpe import BPE  # noqa: E402
-from minitransformer.rundir import list_checkpoints  # noqa: E402
-from minitransformer.cli.common import UsageError, no_earlier_run, option_error, use_device, writable_dir  # noqa: E402
-from minitransformer.cli.train import MAX_VOCAB, MIN_VOCAB  # noqa: E402
+from minitransformer import backend, distributed  # noqa: E402
+from minitransformer.bpe import BPE, MAX_VOCAB, MIN_VOCAB  # noqa: E402
+from minitransformer.checks import SettingError  # noqa: E402
+from minitransformer.fileio import check_writable_dir  # noqa: E402
+from minitransformer.rundir import check_new_run, list_checkpoints  # noqa: E402
 from minitransformer.corpus import read_parallel  # noqa: E402
 from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.pipeline import prepare_training  # noqa: E402
-from minitransformer.search import check_search_args  # noqa: E402
+from minitransformer.config import SearchConfig  # noqa: E402
 from minitransformer.translation import translate_lines  # noqa: E402
 from minitransformer.training import TrainingConfig, TrainingError  # noqa: E402
 from minitransformer.transformer import TransformerConfig  # noqa: E402
@@ -56,11 +56,15 @@ QUICK = {"config": "tiny", "steps": 1200, "dropout": 0.1, "label_smoothing": 0.1
 QUICK_BLEU = "36.5"                   # measured with the defaults: test BLEU 36.50 (chosen on val: 36.07)
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
-# TrainingConfig's and TransformerConfig's fields, search.check_search_args' arguments -> the options that set them
+# TrainingConfig's, TransformerConfig's and SearchConfig's fields -> the options that set them
 OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps", "warmup_steps": "--warmup",
            "lr_scale": "--lr-scale", "eval_every": "--eval-every", "save_every": "--save-every", "keep": "--average",
            "seed": "--seed", "dropout": "--dropout", "label_smoothing": "--label-smoothing", "beam_size": "--beam",
            "alpha": "--alpha"}
+
+
+class UsageError(Exception):
+    """A bad option or data directory: argparse's error line and exit code 2."""
 
 
 def count_lines(path):
@@ -121,27 +125,31 @@ def model_config(args, vocab_size):
 
 def check_args(args):
     """Every option, before any work (only a tokenizer.json in --out is read, nothing is written): the
-    TrainingConfig, or a UsageError naming the option of the first bad one. (A checkpoint to resume is
+    (TrainingConfig, SearchConfig of the final translation), or a UsageError naming the option of the first
+    bad one. (A checkpoint to resume is
     checked by prepare_training: the same model, not past --steps.)"""
     if not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
         raise UsageError(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and "
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
     try:
-        training = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum,
-                                  warmup_steps=args.warmup, lr_scale=args.lr_scale, eval_every=args.eval_every,
-                                  save_every=args.save_every, keep=args.average, seed=args.seed,
-                                  eval_sentences=300, progress=not args.no_progress)
+        training_config = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum,
+                                         warmup_steps=args.warmup, lr_scale=args.lr_scale,
+                                         eval_every=args.eval_every, save_every=args.save_every, keep=args.average,
+                                         seed=args.seed, eval_sentences=300, progress=not args.no_progress)
         model_config(args, args.vocab_size)
-        check_search_args("translate_lines", beam_size=args.beam, alpha=args.alpha)
-    except ValueError as e:
-        raise option_error(e, OPTIONS) from None
-    if args.download:
-        writable_dir(args.data_dir, "--data-dir")
-    else:
-        find_files(args.data_dir)
-    writable_dir(args.out, "--out")
-    if not args.resume:
-        no_earlier_run(args.out, "--out", "continue that run (--resume), or ")
+        search = SearchConfig(beam_size=args.beam, alpha=args.alpha)
+    except SettingError as e:
+        raise UsageError(e.renamed(OPTIONS)) from None
+    try:
+        if args.download:
+            check_writable_dir(args.data_dir, "--data-dir")
+        else:
+            find_files(args.data_dir)
+        check_writable_dir(args.out, "--out")
+        if not args.resume:
+            check_new_run(args.out, "--out", "continue that run (--resume), or ")
+    except ValueError as e:  # the library's checks of a path name the option
+        raise UsageError(str(e)) from None
     tokenizer_file = args.out / "tokenizer.json"
     if tokenizer_file.exists():  # learned by an earlier run: used again, so it must be the one asked for
         try:
@@ -152,7 +160,7 @@ def check_args(args):
             raise UsageError(f"--out {args.out} holds the tokenizer.json of an earlier run, {ids:,} ids, but "
                              f"--vocab-size is {args.vocab_size:,}: give --vocab-size {ids} to use it, or move it "
                              f"away to learn a new one")
-    return training
+    return training_config, search
 
 
 def main(argv=None):
@@ -198,14 +206,14 @@ def main(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, default)
     try:
-        training = check_args(args)
-        use_device(args.device)
+        training_config, search = check_args(args)
+        backend.use(args.device)
     except UsageError as e:
         p.error(str(e))
     except RuntimeError as e:  # --device gpu without a usable GPU
-        raise SystemExit(f"{p.prog}: error: {e}") from None
+        raise SystemExit(f"{p.prog}: error: --device {args.device}: {e}") from None
     try:
-        return run(args, training)
+        return run(args, training_config, search)
     except (UsageError, ckpt.CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
         print(f"{p.prog}: error: {e}", file=sys.stderr)  # a damaged data file, a full disk: one line
         return 1
@@ -214,7 +222,7 @@ def main(argv=None):
         return 130
 
 
-def run(args, training):
+def run(args, training_config, search):
     """Download (with --download), train, average, translate and score; the exit code."""
     start = time.perf_counter()
     if args.download:  # data parallel: rank 0 fetches, the others wait for the files
@@ -228,7 +236,7 @@ def run(args, training):
     tokenizer_file = args.out / "tokenizer.json"
     trainer, tokenizer = prepare_training(
         *read_parallel(files["train.de"], files["train.en"]), lambda vocab_size: model_config(args, vocab_size),
-        training, str(args.out),
+        training_config, str(args.out),
         tokenizer=tokenizer_file if tokenizer_file.exists() else None, vocab_size=args.vocab_size,
         valid=read_parallel(files["val.de"], files["val.en"]), max_len=256, resume="auto" if args.resume else None)
     model = trainer.model
@@ -252,8 +260,7 @@ def run(args, training):
     split = "test_2016_flickr" if args.score_on == "test" else "val"
     sources, references = read_parallel(files[f"{split}.de"], files[f"{split}.en"])
     t0 = time.perf_counter()
-    hyps = translate_lines(model, tokenizer, sources, beam_size=args.beam, alpha=args.alpha,
-                           progress=not args.no_progress)
+    hyps = translate_lines(model, tokenizer, sources, search, progress=not args.no_progress)
     bleu, signature = corpus_bleu(hyps, [references])
     (args.out / f"{split}.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     for source, reference, hypothesis in list(zip(sources, references, hyps))[:3]:

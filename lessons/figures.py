@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 import minitransformer as mt  # noqa: E402
 import minitransformer.functional as F  # noqa: E402
 from minitransformer.attention import causal_mask, padding_mask  # noqa: E402
-from minitransformer.cli import demo  # noqa: E402  (the demo task: numbers in digits -> words)
+from minitransformer import demo_task  # noqa: E402  (the demo task: numbers in digits -> words)
 from minitransformer.fileio import atomic_write  # noqa: E402
 
 DPI = 100
@@ -250,10 +250,10 @@ def bpe_corpus():
 
 def bpe_merges():
     """Per merge: how often the merged pair occurred, and how long the corpus is in tokens."""
-    from minitransformer.bpe import BPE
+    from minitransformer.bpe import BPE, MIN_VOCAB
     from minitransformer.bpe_learn import merge
     lines = bpe_corpus()
-    tok = BPE.train(lines, vocab_size=259 + 400, min_frequency=2)
+    tok = BPE.train(lines, vocab_size=MIN_VOCAB + 400, min_frequency=2)
     words = tok.count_words(lines)
     corpus = {w: [b + tok.offset for b in w.encode("utf-8")] for w in words}
     n_bytes = sum(len(ids) * c for ids, c in ((corpus[w], words[w]) for w in words))
@@ -341,18 +341,17 @@ def train_demo_run(out_dir):
     from minitransformer.bpe import BPE
     from minitransformer.corpus import encode_pairs
     from minitransformer.training import Trainer, TrainingConfig
-    task = demo
     mt.use("cpu")
-    (train_src, train_tgt), (valid_src, valid_tgt), _ = task.make_splits(
+    (train_src, train_tgt), (valid_src, valid_tgt), _ = demo_task.make_splits(
         4000, 100, 0, seed=0, max_numbers=2, max_digits=3)
     tok = BPE.train(train_src + train_tgt, 400)
     pairs, _ = encode_pairs(train_src, train_tgt, tok)
     mt.seed(0)
     model = mt.Transformer(mt.TransformerConfig.tiny(vocab_size=tok.vocab_size, d_model=32, d_ff=128, n_heads=4,
                                                      n_layers=1, dropout=0.0))
-    cfg = TrainingConfig(steps=LOSS_CURVE_STEPS, max_tokens=500, warmup_steps=100, lr_scale=0.5,
-                         eval_every=50, save_every=0, keep=1, eval_sentences=40, progress=False)
-    Trainer(model, tok, pairs, (valid_src, valid_tgt), cfg, out_dir, log=lambda *a: None).train()
+    training_config = TrainingConfig(steps=LOSS_CURVE_STEPS, max_tokens=500, warmup_steps=100, lr_scale=0.5,
+                                     eval_every=50, save_every=0, keep=1, eval_sentences=40, progress=False)
+    Trainer(model, tok, pairs, (valid_src, valid_tgt), training_config, out_dir, log=lambda *a: None).train()
     return Path(out_dir) / "log.jsonl"
 
 
@@ -422,8 +421,8 @@ def reversal_model():
 
 def attention_heads():
     """viz.plot_attention: the encoder-decoder attention of a trained model, one panel per head."""
-    from minitransformer.search import beam_search, collect_attention
-    from minitransformer.viz import plot_attention
+    from minitransformer.search import beam_search
+    from minitransformer.viz import collect_attention, plot_attention
     model = reversal_model()
     x = [3, 4, 5, 6, 7, 8, 9]
     y = beam_search(model, [x])[0][0].tokens

@@ -10,6 +10,7 @@ import os
 
 from . import backend, distributed
 from .bpe import BPE
+from .checks import FileError
 from .rundir import RunDirectory, list_checkpoints
 from .corpus import encode_pairs
 from .training import Trainer
@@ -114,8 +115,8 @@ def check_valid_lengths(valid, names, tokenizer, longest):
     for lines, name in zip(valid, names):
         for n, ids in enumerate(encode_lines(tokenizer, lines), 1):
             if len(ids) > longest:
-                raise ValueError(f"{name}: line {n} has {len(ids):,} tokens, but the model's positions hold at "
-                                 f"most {longest:,} (max_len {longest + 1} with <s> or </s>): shorten or split it")
+                raise FileError(name, n, f"has {len(ids):,} tokens, but the model's positions hold at most "
+                                         f"{longest:,} (max_len {longest + 1} with <s> or </s>): shorten or split it")
 
 
 def load_or_learn_tokenizer(corpus, tokenizer, vocab_size, out_dir, reuse=False, log=print):

@@ -64,26 +64,27 @@ class Trainer:
     (distributed.world() by default), rank 0 alone writes files, logs, shows progress and evaluates.
     """
 
-    def __init__(self, model, tokenizer, train_pairs, valid=None, config=None, out_dir=None,
+    def __init__(self, model, tokenizer, train_pairs, valid=None, training_config=None, out_dir=None,
                  callbacks=(), tokenizer_path=None, log=None, world=None):
-        self.model, self.tokenizer, self.config = model, tokenizer, config or TrainingConfig(steps=1000)
+        self.model, self.tokenizer, self.training_config = model, tokenizer, training_config or TrainingConfig(steps=1000)
         self.out_dir, self.callbacks, self.tokenizer_path = out_dir, list(callbacks), tokenizer_path
         self.world = world or distributed.world()
         self.log = (log or tqdm.write) if self.world.is_main else (lambda message: None)
-        run, ids = self.config, model.config  # the run's settings; the model's special ids
+        training_config, ids = self.training_config, model.config  # the run's settings; the model's special ids
         if tokenizer is not None and tokenizer.vocab_size != ids.vocab_size:
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size:,} ids but the model was built for "
                              f"{ids.vocab_size:,}: build it with vocab_size=tokenizer.vocab_size")
-        self.optimizer = Adam(model.parameters(), lr=0.0, betas=run.betas, eps=run.eps)
-        self.schedule = WarmupSchedule(ids.d_model, run.warmup_steps, run.lr_scale)
-        self.iterator = BatchIterator(train_pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id, seed=run.seed)
+        self.optimizer = Adam(model.parameters(), lr=0.0, betas=training_config.betas, eps=training_config.eps)
+        self.schedule = WarmupSchedule(ids.d_model, training_config.warmup_steps, training_config.lr_scale)
+        special = ids.pad_id, ids.bos_id, ids.eos_id
+        self.iterator = BatchIterator(train_pairs, training_config.max_tokens, *special, seed=training_config.seed)
         self.valid, self.valid_iterator = valid, None
         if valid is not None:
             pairs, _ = encode_pairs(valid[0], valid[1], tokenizer)
             if pairs:
-                self.valid_iterator = BatchIterator(pairs, run.max_tokens, ids.pad_id, ids.bos_id, ids.eos_id,
-                                                    shuffle=False)
-        self.run_dir = rundir.RunDirectory(out_dir, run.keep) if out_dir is not None and self.world.is_main else None
+                self.valid_iterator = BatchIterator(pairs, training_config.max_tokens, *special, shuffle=False)
+        self.run_dir = (rundir.RunDirectory(out_dir, training_config.keep)
+                        if out_dir is not None and self.world.is_main else None)
         self.step, self.best_bleu, self.last_checkpoint = 0, None, None
         self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
         self.losses = {}              # step -> training loss (per target token), as read from the device
@@ -94,25 +95,25 @@ class Trainer:
         self._started = time.perf_counter()       # when train() began: log records carry the seconds since
         self._stops = [0, 0]          # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
         self._updating = False        # the update is being applied: a signal now stops the run after it
-        self.log_every = run.log_every or (20 if backend.device == "gpu" else 1)
+        self.log_every = training_config.log_every or (20 if backend.device == "gpu" else 1)
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
 
     # ---------------------------------------------------------------- one update
     @property
     def total_steps(self):
-        run = self.config
-        if run.steps is not None:
-            return int(run.steps)
-        return max(1, math.ceil(run.epochs * len(self.iterator) / (run.accum * self.world.size)))
+        training_config = self.training_config
+        if training_config.steps is not None:
+            return int(training_config.steps)
+        return max(1, math.ceil(training_config.epochs * len(self.iterator) / (training_config.accum * self.world.size)))
 
     def train_step(self):
         """One update over `accum` batches (on each rank); returns (device loss per target token, target
         tokens, of all ranks). self.step advances only once the update is complete."""
-        run, world = self.config, self.world
+        training_config, world = self.training_config, self.world
         step = self.step + 1
-        backend.seed(step_seed(run.seed, step, world.rank))  # dropout masks depend on (seed, step, rank) only
-        plans = [self.iterator.next_indices() for _ in range(run.accum * world.size)]
+        backend.seed(step_seed(training_config.seed, step, world.rank))  # dropout masks: (seed, step, rank) only
+        plans = [self.iterator.next_indices() for _ in range(training_config.accum * world.size)]
         n_total = sum(map(self.iterator.target_tokens, plans))  # the update's target tokens, every rank's
         batches = [self.iterator.make_batch(idx) for idx in plans[world.rank::world.size]]  # r, r+N, r+2N, ...
         step_loss = None
@@ -126,8 +127,8 @@ class Trainer:
         if world.size > 1:  # each rank holds its batches' part of the sums: add them up
             seen, self._stops = self._stops, [0, 0]  # a signal from now on counts for the next update
             step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen)
-        if run.clip_norm:
-            clip_grad_norm(self.optimizer.params, run.clip_norm)
+        if training_config.clip_norm:
+            clip_grad_norm(self.optimizer.params, training_config.clip_norm)
         self.optimizer.step(self.schedule(step))
         self.optimizer.zero_grad()
         self.step = step
@@ -182,18 +183,18 @@ class Trainer:
         """Run until total_steps; returns a summary dict (stopped: "done", "interrupted" by Ctrl-C or a
         callback's KeyboardInterrupt, or "terminated" by SIGTERM; a checkpoint is saved in every case).
         Refuses (CheckpointError) an out_dir holding a later checkpoint than the starting step."""
-        run = self.config
+        training_config = self.training_config
         total = self.total_steps
         self.model.train()
-        bar = tqdm(total=total, initial=self.step, disable=not (run.progress and self.world.is_main), unit="step",
-                   dynamic_ncols=True)
+        bar = tqdm(total=total, initial=self.step, disable=not (training_config.progress and self.world.is_main),
+                   unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
         self._started = start
         self._window_tokens, self._window_start = 0, time.perf_counter()
         if self.run_dir is not None:  # before anything is written there
             self.run_dir.check_start(self.step)
         self._write_log({"event": "start", "step": self.step, "total_steps": total,
-                         "training": asdict(run), "model": self.model.config.to_dict()})
+                         "training": asdict(training_config), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
         for flat in self.optimizer.flat.values():  # data parallel: every rank starts from rank 0's weights
             self.world.broadcast_(flat["data"])
@@ -207,12 +208,13 @@ class Trainer:
                 self._window_tokens += n
                 tokens += n
                 bar.update(1)
-                if due(self.log_every) or due(run.eval_every) or due(run.save_every) or self.step == total:
+                evaluate_now, save_now = due(training_config.eval_every), due(training_config.save_every)
+                if due(self.log_every) or evaluate_now or save_now or self.step == total:
                     self._read_losses(bar)
-                if self.step < total and (due(run.eval_every) or due(run.save_every)):
-                    if due(run.eval_every):
+                if self.step < total and (evaluate_now or save_now):
+                    if evaluate_now:
                         self.evaluate()
-                    if due(run.save_every) or self._best_pending:  # the best copy holds the weights judged
+                    if save_now or self._best_pending:  # the best copy holds the weights judged
                         self.save()
                     self._window_tokens, self._window_start = 0, time.perf_counter()  # tokens/s: training only
                 for cb in self.callbacks:
@@ -238,8 +240,7 @@ class Trainer:
         seconds = time.perf_counter() - start
         summary = {"stopped": stopped, "step": self.step, "steps_run": self.step - start_step,
                    "seconds": seconds, "tgt_tokens": tokens, "tokens_per_s": tokens / max(seconds, 1e-9),
-                   "best_bleu": self.best_bleu,
-                   "checkpoint": self.last_checkpoint,
+                   "best_bleu": self.best_bleu, "checkpoint": self.last_checkpoint,
                    "last_loss": self.losses[max(self.losses)] if self.losses else None}
         self._write_log({"event": "end", **summary})
         return summary
@@ -257,14 +258,13 @@ class Trainer:
         translations of the validation sources; logged, printed, and returned as a dict."""
         if self.valid is None or not self.world.is_main:
             return {}
-        run = self.config
+        training_config = self.training_config
         src, ref = self.valid
-        if run.eval_sentences:
-            src, ref = src[:run.eval_sentences], ref[:run.eval_sentences]
+        if training_config.eval_sentences:
+            src, ref = src[:training_config.eval_sentences], ref[:training_config.eval_sentences]
         batches = None if self.valid_iterator is None else self.valid_iterator.epoch_batches()
         result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2),
-                  **evaluation.evaluate(self.model, self.tokenizer, src, ref, batches, beam_size=run.beam_size,
-                                        alpha=run.alpha, max_len_a=run.max_len_a, max_len_b=run.max_len_b)}
+                  **evaluation.evaluate(self.model, self.tokenizer, src, ref, batches, training_config.search)}
         bleu, signature = result["bleu"], result["bleu_signature"]
         self._write_log(result)
         loss = f"valid loss {result['valid_loss']:.3f} (ppl {result['valid_ppl']:.2f}), " if "valid_loss" in result else ""
@@ -278,9 +278,9 @@ class Trainer:
     def state(self):
         """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
         scalars, arrays = self.optimizer.state_dict()
-        meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.config)),
+        meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.training_config)),
                 "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
-                "seed": self.config.seed, "best_bleu": self.best_bleu,
+                "seed": self.training_config.seed, "best_bleu": self.best_bleu,
                 "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
                 "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
         return self.model.state_dict(), meta, arrays

@@ -1,14 +1,29 @@
 """Shared fixtures: every test that takes `xp_backend` runs once on the CPU and once on the GPU
-(the GPU case skipped, with the reason, where CuPy or a GPU is absent)."""
+(the GPU case skipped, with the reason, where CuPy or a GPU is absent); the float32 tolerances; the
+small training task of the training, checkpoint, run-directory and evaluation tests."""
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import minitransformer as mt
 from minitransformer import backend
+from minitransformer.training import TrainingConfig
+from minitransformer.transformer import Transformer, TransformerConfig
 
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
+PAD, BOS, EOS = 0, 1, 2                                          # the special ids of the data tests
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"   # Multi30k, where present
+# the BPE tests' corpus: German, English and French, an emoji, a combining accent
+CORPUS = [
+    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
+    "Two young, White males are outside near many bushes.",
+    "Ein Mann in einem T-Shirt spielt Gitarre; a man's guitar.",
+    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
+    "A little girl climbing into a wooden playhouse.",
+    "Un homme à l'école, 2 enfants, 3 chiens 🐕🐕 et café (cafe\u0301).",
+] * 3
 
 
 @pytest.fixture(params=["cpu", "gpu"])
@@ -75,3 +90,35 @@ def transformer_tol(model, magnitude=None, safety=4.0):
         magnitude = float(np.sqrt(c.d_model) * np.sqrt((backend.to_numpy(w) ** 2).sum(-1).max()))
     n = (c.n_encoder_layers + c.n_decoder_layers) * (4 * c.d_model + c.d_ff) + c.d_model + c.vocab_size
     return safety * F32_EPS * np.sqrt(n) * max(1.0, magnitude)
+
+
+# -------------------------------------------------------------------- a small training task
+@pytest.fixture(scope="module")
+def task():
+    """A small generated corpus, its tokenizer and encoded pairs (shared by the module's tests)."""
+    from minitransformer.bpe import BPE
+    from minitransformer.corpus import encode_pairs
+    from minitransformer.demo_task import make_splits
+    train, valid, _ = make_splits(300, 12, 0, seed=3, max_numbers=2, max_digits=2)
+    tok = BPE.train(train[0] + train[1], 300)
+    pairs, _ = encode_pairs(train[0], train[1], tok)
+    return tok, pairs, valid
+
+
+def tiny_model(tok, dropout=0.1, seed=0, **overrides):
+    """A one-layer Transformer (d_model 32) for tokenizer tok, initialised from seed."""
+    mt.seed(seed)
+    cfg = TransformerConfig.tiny(vocab_size=tok.vocab_size, d_model=32, d_ff=64, n_heads=2, n_layers=1,
+                                 dropout=dropout, **overrides)
+    return Transformer(cfg)
+
+
+def training_config(**kw):
+    """A TrainingConfig for the small task: 6 steps, no evaluation, no checkpoint, no progress bar; kw overrides."""
+    base = dict(steps=6, max_tokens=120, warmup_steps=4, lr_scale=1.0, eval_every=0, save_every=0,
+                keep=3, progress=False)
+    return TrainingConfig(**{**base, **kw})
+
+
+def quiet(*args):
+    pass

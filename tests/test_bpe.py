@@ -1,12 +1,12 @@
-"""Tests of bpe.py and cli/bpe.py: a hand-computed merge sequence, the fast learner against the
-naive one, round trips on arbitrary Unicode, the file format, special tokens, every error path."""
+"""Tests of bpe.py and cli/bpe.py: a hand-computed merge sequence learned by both learners, round trips
+on arbitrary Unicode, the file format, special tokens, every error path (bpe_learn.py's learners
+against each other: test_bpe_learn.py)."""
 import argparse
 import gzip
 import json
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,17 +14,11 @@ from hypothesis import given, settings, strategies as st
 
 from minitransformer import cli
 from minitransformer.cli import bpe as bpe_command
-from minitransformer.bpe import BPE, learn_merges, learn_merges_naive, merge
+from minitransformer.bpe import BPE, merge
+
+from conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = [
-    "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
-    "Two young, White males are outside near many bushes.",
-    "Ein Mann in einem T-Shirt spielt Gitarre; a man's guitar.",
-    "Ein kleines Mädchen klettert in ein Spielhaus aus Holz.",
-    "A little girl climbing into a wooden playhouse.",
-    "Un homme à l'école, 2 enfants, 3 chiens 🐕🐕 et café (cafe\u0301).",
-] * 3
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +26,7 @@ def tok():
     return BPE.train(CORPUS, vocab_size=400, min_frequency=2)
 
 
-def byte_id(ch, offset=3):
-    return ord(ch) + offset
-
-
 # ---- known answers -----------------------------------------------------------------------------
-
-def test_merge_helper():
-    assert merge([1, 2, 3, 1, 2], (1, 2), 4) == [4, 3, 4]
-    assert merge([5, 5, 5], (5, 5), 6) == [6, 5]
-    assert merge([5, 5, 5, 5], (5, 5), 6) == [6, 6]
-    assert merge([], (1, 2), 3) == [] and merge([1], (1, 2), 3) == [1]
-
 
 @pytest.mark.parametrize("naive", [False, True])
 def test_wikipedia_example(naive):
@@ -71,31 +54,6 @@ def test_pattern_words():
     words = BPE().count_words(["Ein Mann im T-Shirt, a man's 2024 café  ok\n"])
     assert list(words) == ["Ein", " Mann", " im", " T-Shirt", ",", " a", " man's", " 2024", " café",
                            " ", " ok", "\n"]
-
-
-# ---- the fast learner equals the naive one ------------------------------------------------------
-
-corpora = st.lists(st.text(alphabet="ab cé😀\n-'", max_size=24), min_size=1, max_size=8)
-
-
-@settings(max_examples=60, deadline=None)
-@given(corpora, st.integers(259, 300), st.integers(1, 3))
-def test_fast_equals_naive(lines, vocab_size, min_frequency):
-    words = BPE().count_words(lines)
-    fast = learn_merges(words, vocab_size - 259, min_frequency, 3, progress=False)
-    assert fast == learn_merges_naive(words, vocab_size - 259, min_frequency, 3)
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.dictionaries(st.text(alphabet="aab", min_size=1, max_size=12), st.integers(1, 5), max_size=12))
-def test_fast_equals_naive_on_runs(word_counts):
-    # Runs of one letter stress overlapping pairs (aaaa -> ZZ).
-    assert learn_merges(word_counts, 30, 1, 0, False) == learn_merges_naive(word_counts, 30, 1, 0)
-
-
-def test_fast_equals_naive_on_text():
-    words = BPE().count_words(CORPUS)
-    assert learn_merges(words, 150, 1, 3, False) == learn_merges_naive(words, 150, 1, 3)
 
 
 def test_encode_applies_merges_in_order(tok):
@@ -285,7 +243,7 @@ def test_errors_on_bad_input(tmp_path):
 def test_train_sizes_must_be_integers():
     # vocab_size 300.5 learned 42 merges (301 ids); 1e4 worked in train but not in train_naive; NaN meant 1.
     for vocab_size, min_frequency in ((300.5, 2), (1e4, 2), ("300", 2), (300, float("nan")), (300, None)):
-        with pytest.raises(TypeError, match="vocab_size and min_frequency must be integers"):
+        with pytest.raises(ValueError, match="(vocab_size|min_frequency) must be an integer"):
             BPE.train(CORPUS, vocab_size, min_frequency)
 
 
@@ -312,17 +270,6 @@ def test_lone_surrogates_named(tok):
     for naive in (False, True):
         with pytest.raises(ValueError, match=r"the corpus word ' \\udcff' holds the lone surrogate"):
             BPE.train(["ok", "bad \udcff line"], 300, naive=naive)
-
-
-def test_long_word_learns_in_linear_time():
-    # A word was listed once per occurrence of each pair, and scanned whole each time: 100,000 characters
-    # without a space took 12 s, 200,000 took 45 s; now a fraction of a second.
-    word = "".join(random.Random(0).choice("abcdefghij") for _ in range(200_000))
-    start = time.perf_counter()
-    BPE.train([word], 400, min_frequency=1)
-    assert time.perf_counter() - start < 10
-    words = {word[:20_000]: 1, "abc": 3}
-    assert learn_merges(words, 60, 1, 3) == learn_merges_naive(words, 60, 1, 3)
 
 
 def test_crlf_files_learn_what_lf_files_do(tmp_path):

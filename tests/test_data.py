@@ -1,127 +1,21 @@
-"""Reading corpora (every error path), encoding with its skip report, batches (shift, padding, masks),
-batching by tokens (budget, coverage, shuffling by seed and epoch) and resuming the batch stream."""
-import gzip
+"""data.py: batches (shift, padding, masks), batching by tokens (budget, coverage, shuffling by seed and
+epoch) and the resumable batch stream."""
 import json
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from minitransformer import backend
-from minitransformer.corpus import EncodeReport, encode_pairs, load_pairs, read_parallel
 from minitransformer.data import Batch, BatchIterator, batch_by_tokens, pad
-from minitransformer.fileio import read_lines
 
-PAD, BOS, EOS = 0, 1, 2
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-class WordTokenizer:
-    """A tiny stand-in tokenizer: whitespace split, a new id for each new word (ids from 3)."""
-    pad_id, bos_id, eos_id = PAD, BOS, EOS
-
-    def __init__(self):
-        self.vocab = {}
-
-    def encode(self, text):
-        return [self.vocab.setdefault(w, 3 + len(self.vocab)) for w in text.split()]
+from conftest import BOS, EOS, PAD
 
 
 def random_pairs(n, seed=0, max_len=30):
     rng = np.random.default_rng(seed)
     return [(rng.integers(3, 50, rng.integers(1, max_len + 1)).tolist(),
              rng.integers(3, 50, rng.integers(1, max_len + 1)).tolist()) for _ in range(n)]
-
-
-# ---------------------------------------------------------------- reading
-def test_read_lines_plain_and_gzip(tmp_path):
-    text = "ein Haus\r\nzwei Häuser\n\nletzte\u2028Zeile\n"
-    (tmp_path / "a.txt").write_bytes(text.encode("utf-8"))
-    with gzip.open(tmp_path / "a.txt.gz", "wb") as f:
-        f.write(text.encode("utf-8"))
-    expected = ["ein Haus", "zwei Häuser", "", "letzte\u2028Zeile"]  # U+2028 does not end a line
-    assert read_lines(tmp_path / "a.txt") == expected
-    assert read_lines(str(tmp_path / "a.txt.gz")) == expected
-    (tmp_path / "b.txt").write_bytes(b"no newline at the end")
-    assert read_lines(tmp_path / "b.txt") == ["no newline at the end"]
-
-
-def test_read_lines_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="cannot read .*nowhere.de: no such file"):
-        read_lines(tmp_path / "nowhere.de")
-
-
-def test_read_lines_names_the_bad_utf8_line(tmp_path):
-    path = tmp_path / "bad.en"
-    path.write_bytes(b"fine\nstill fine\nbroken \xff here\nfine again\n")
-    with pytest.raises(ValueError, match=r"bad.en: line 3 is not valid UTF-8 .*byte 8 of the line"):
-        read_lines(path)
-    gz = tmp_path / "bad.en.gz"
-    with gzip.open(gz, "wb") as f:
-        f.write(b"\xc3\n")
-    with pytest.raises(ValueError, match=r"bad.en.gz: line 1 is not valid UTF-8"):
-        read_lines(gz)
-
-
-def test_read_lines_bad_gzip(tmp_path):
-    path = tmp_path / "fake.gz"
-    path.write_bytes(b"not gzip at all")
-    with pytest.raises(ValueError, match="fake.gz: cannot read the file"):
-        read_lines(path)
-
-
-def test_read_parallel(tmp_path):
-    (tmp_path / "x.de").write_text("a\nb\n", encoding="utf-8")
-    (tmp_path / "x.en").write_text("A\nB\n", encoding="utf-8")
-    (tmp_path / "y.en").write_text("A\nB\nC\n", encoding="utf-8")
-    assert read_parallel(tmp_path / "x.de", tmp_path / "x.en") == (["a", "b"], ["A", "B"])
-    pairs, report = load_pairs(tmp_path / "x.de", tmp_path / "x.en", WordTokenizer())
-    assert pairs == [([3], [5]), ([4], [6])] and report.kept == 2
-    with pytest.raises(ValueError, match=r"x.de has 2 lines but .*y.en has 3"):
-        read_parallel(tmp_path / "x.de", tmp_path / "y.en")
-
-
-@pytest.mark.skipif(not (DATA / "multi30k").exists(), reason="/work/shared/data/multi30k is not present")
-def test_read_parallel_on_multi30k():
-    files = sorted((DATA / "multi30k").glob("*.de*"))
-    pairs = [(f, f.with_name(f.name.replace(".de", ".en"))) for f in files]
-    pairs = [(s, t) for s, t in pairs if t.exists()]
-    if not pairs:
-        pytest.skip("no .de/.en file pair found in multi30k")
-    src, tgt = read_parallel(*pairs[0])
-    assert len(src) == len(tgt) > 0 and all(isinstance(s, str) for s in src[:10])
-
-
-# ---------------------------------------------------------------- encoding
-def test_encode_pairs_skip_report():
-    src = ["a b c", "", "a", "a b c d e", "b", "   "]
-    tgt = ["x y", "x", "", "x", "x y z w v u", "y"]
-    tok = WordTokenizer()
-    pairs, report = encode_pairs(src, tgt, tok, max_len=4)
-    assert isinstance(report, EncodeReport)
-    assert (report.total, report.kept, report.empty, report.too_long) == (6, 1, 3, 2)
-    assert report.indices == [0]
-    assert pairs == [([tok.vocab["a"], tok.vocab["b"], tok.vocab["c"]], [tok.vocab["x"], tok.vocab["y"]])]
-    assert str(report) == "kept 1 of 6 pairs (3 empty, 2 longer than 4 tokens)"
-    _, report = encode_pairs(src, tgt, tok)  # no length limit
-    assert report.summary() == "kept 3 of 6 pairs (3 empty)"
-    big = EncodeReport(29000, 28950, 12, 38, 100)
-    assert str(big) == "kept 28,950 of 29,000 pairs (12 empty, 38 longer than 100 tokens)"
-    with pytest.raises(ValueError, match="2 source lines but 1 target lines"):
-        encode_pairs(["a", "b"], ["x"], tok)
-
-
-def test_encode_pairs_with_bpe():
-    bpe = pytest.importorskip("minitransformer.bpe")
-    src = ["ein Haus", "zwei Häuser", "ein Hund"] * 5
-    tgt = ["a house", "two houses", "a dog"] * 5
-    tok = bpe.BPE.train(src + tgt, vocab_size=300)
-    pairs, report = encode_pairs(src, tgt, tok, max_len=50)
-    assert report.kept == 15 and tok.decode(pairs[1][0]) == "zwei Häuser"
-    batch = Batch(pairs[:3], tok.pad_id, tok.bos_id, tok.eos_id)
-    assert tok.decode(backend.to_numpy(batch.tgt_out)[1][:len(pairs[1][1])].tolist()) == "two houses"
 
 
 # ---------------------------------------------------------------- one batch
@@ -207,6 +101,7 @@ def test_shuffling_reproducible_by_seed_and_differs_across_epochs():
     assert len(plan(7, 0)) == len(plan(7, 3))  # the number of batches does not change
 
 
+# ---------------------------------------------------------------- the batch stream
 def test_iterator_streams_epochs():
     pairs = random_pairs(60, 3)
     it = BatchIterator(pairs, 100, PAD, BOS, EOS, seed=5)
@@ -243,99 +138,9 @@ def test_iterator_resume_gives_identical_remaining_batches():
         BatchIterator(pairs[:79], 120, PAD, BOS, EOS, seed=11).load_state_dict(state)
 
 
-def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path):
-    import os
-    import stat
-    from minitransformer import checkpoint
-    from minitransformer.bpe import BPE
-    previous = os.umask(0o027)
-    try:
-        checkpoint.save(tmp_path / "ck.npz", {"w": np.ones(2, np.float32)}, {"step": 1})
-        BPE().save(tmp_path / "tok.json")
-    finally:
-        os.umask(previous)
-    for name in ("ck.npz", "tok.json"):
-        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o640, name       # 0o666 & ~0o027
-    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
-
-
-def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_and_keeps_the_link(tmp_path):
-    from minitransformer.fileio import atomic_write
-    (tmp_path / "real").mkdir()
-    (tmp_path / "real" / "out.txt").write_text("old")
-    link = tmp_path / "out.txt"
-    link.symlink_to(tmp_path / "real" / "out.txt")
-    assert atomic_write(link, lambda f: f.write("new"), mode="w") == str(link)
-    assert link.is_symlink() and (tmp_path / "real" / "out.txt").read_text() == "new"
-    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.txt"]   # no temporary left
-
-
-@pytest.mark.skipif(not (DATA / "multi30k").exists(), reason="../shared/data/multi30k is not present")
-def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
-    """Each results table row of the README that links a results/ folder holding test translations:
-    scoring them again against the references must give the row's BLEU, lowercased BLEU and chrF."""
-    from minitransformer.metrics import corpus_bleu, corpus_chrf
-    root = Path(__file__).resolve().parents[1]
-    ref = [read_lines(DATA / "multi30k" / "test_2016_flickr.en.gz")]
-    rows = [line for line in (root / "README.md").read_text(encoding="utf-8").splitlines()
-            if line.startswith("| ") and "test_2016_flickr sacreBLEU" in line]
-    checked = 0
-    for row in rows:
-        for folder in re.findall(r"\]\((results/[^)]+?)/?\)", row):
-            hyp_file = root / folder / "test_2016_flickr.hyp.en"
-            if not hyp_file.exists():
-                continue
-            hyp = read_lines(hyp_file)
-            scores = [corpus_bleu(hyp, ref)[0], corpus_bleu(hyp, ref, lowercase=True)[0], corpus_chrf(hyp, ref)[0]]
-            for score in scores:
-                assert f"{score:.2f}" in row, f"{folder}: {score:.2f} is not in its README row"
-            checked += 1
-    assert checked >= 2, "no README row links the recipe's results folders"
-
-
 def test_iterator_refuses_text_pairs_and_senseless_max_tokens():
     with pytest.raises(TypeError, match=r"pairs must be \(source ids, target ids\) .* is \('ein', 'a'\)"):
         BatchIterator([("ein", "a")], 100, PAD, BOS, EOS)     # text not encoded yet
     for max_tokens in (0, 2.5, None):                          # 2.5 was cut to 2 without a word
         with pytest.raises(ValueError, match="max_tokens must be an integer of at least 1"):
             BatchIterator([([5], [6])], max_tokens, PAD, BOS, EOS)
-
-
-def test_special_ids_inside_a_pair_are_refused_naming_the_pair():
-    """A <pad> inside a sentence was masked out as padding without a word; <s> or </s> inside one, or a
-    <pad> sharing the id of either, trained the model on something else than the sentence."""
-    ok = ([5, 6], [7])
-    cases = [([ok, ([5, 6], [7, 8, PAD])], r"pair 1's target holds <pad> \(0\) at position 2"),
-             ([ok, ok, ([5, EOS], [7])], r"pair 2's source holds </s> \(2\) at position 1"),
-             ([([BOS, 5], [7])], r"pair 0's source holds <s> \(1\) at position 0"),
-             ([ok, ([5, -1], [7])], r"pair 1's source holds -1 at position 1, which is no token id"),
-             ([ok, ([5, 3.7], [7])], r"pair 1's source holds 3.7 at position 1, which is no token id")]
-    for pairs, message in cases:       # refused when the stream is made, before any batch
-        with pytest.raises(ValueError, match=message):
-            BatchIterator(pairs, 100, PAD, BOS, EOS)
-    with pytest.raises(TypeError, match=r"pair 1 is \('ab', 'cd'\)"):        # not only the first pair
-        BatchIterator([ok, ("ab", "cd")], 100, PAD, BOS, EOS)
-    for pad_id in (BOS, EOS):
-        with pytest.raises(ValueError, match=f"pad_id {pad_id} is also the (bos|eos)_id"):
-            BatchIterator([ok], 100, pad_id, BOS, EOS)
-    with pytest.raises(TypeError, match="pad_id must be an integer token id, got None"):
-        BatchIterator([ok], 100, None, BOS, EOS)
-    with pytest.raises(ValueError, match=r"pair 20's source holds <pad> \(0\) at position 1"):
-        Batch([ok, ([5, PAD, 6], [7])], PAD, BOS, EOS, ids=[10, 20])    # Batch itself, named by its ids
-    with pytest.raises(ValueError, match="pad_id 2 is also the eos_id"):
-        Batch([ok], EOS, BOS, EOS)
-    assert len(BatchIterator((p for p in [ok]), 100, PAD, BOS, EOS)) == 1   # a generator of pairs is fine
-
-
-def test_encode_pairs_refuses_a_string_and_a_senseless_max_len():
-    for max_len in (0, -1, 2.5, "50", True):
-        with pytest.raises(ValueError, match="encode_pairs: max_len must be an integer of at least 1"):
-            encode_pairs(["a"], ["x"], WordTokenizer(), max_len=max_len)
-    with pytest.raises(TypeError, match="takes lists of lines, not a string"):
-        encode_pairs("a b\nc", "x y\nz", WordTokenizer())      # each character was a line
-
-
-def test_gzip_data_under_a_plain_name_is_named_as_such(tmp_path):
-    (tmp_path / "train.de").write_bytes(gzip.compress("ein Haus\n".encode("utf-8")))
-    with pytest.raises(ValueError, match="train.de holds gzip-compressed data, not text"):
-        read_lines(tmp_path / "train.de")

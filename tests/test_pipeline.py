@@ -16,13 +16,13 @@ def tiny(vocab_size):
     return TransformerConfig.tiny(vocab_size=vocab_size, d_model=16, d_ff=32, n_heads=2, n_layers=1)
 
 
-def settings(steps=2):
+def training_config(steps=2):
     return TrainingConfig(steps=steps, max_tokens=64, warmup_steps=2, eval_every=0, save_every=1, progress=False)
 
 
 def test_learns_a_tokenizer_and_builds_a_matching_trainer(tmp_path):
     messages = []
-    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280,
+    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280,
                                           valid=(SOURCE[:2], TARGET[:2]), log=messages.append)
     assert isinstance(trainer, Trainer) and isinstance(tokenizer, BPE)
     assert trainer.model.config.vocab_size == tokenizer.vocab_size <= 280
@@ -36,22 +36,22 @@ def test_learns_a_tokenizer_and_builds_a_matching_trainer(tmp_path):
 def test_given_tokenizer_and_resume(tmp_path):
     tokenizer = BPE.train(SOURCE + TARGET, 270, min_frequency=1)
     config = tiny(tokenizer.vocab_size)                                        # a config, not a function
-    trainer, same = prepare_training(SOURCE, TARGET, config, settings(), tmp_path, tokenizer=tokenizer)
+    trainer, same = prepare_training(SOURCE, TARGET, config, training_config(), tmp_path, tokenizer=tokenizer)
     assert same is tokenizer and trainer.model.config == config
     trainer.train()
     path = tmp_path / "tok.json"
     tokenizer.save(path)
-    resumed, loaded = prepare_training(SOURCE, TARGET, tiny, settings(steps=3), tmp_path, tokenizer=path,
+    resumed, loaded = prepare_training(SOURCE, TARGET, tiny, training_config(steps=3), tmp_path, tokenizer=path,
                                        resume="auto", log=lambda message: None)
     assert loaded.merges == tokenizer.merges and resumed.step == 2
 
 
 def test_resume_reuses_the_learned_tokenizer(tmp_path, monkeypatch):
-    first, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280)
+    first, tokenizer = prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280)
     first.train()
     monkeypatch.setattr(BPE, "train", None)                                    # learning again would fail
     messages = []
-    resumed, reused = prepare_training(SOURCE, TARGET, tiny, settings(steps=3), tmp_path, vocab_size=280,
+    resumed, reused = prepare_training(SOURCE, TARGET, tiny, training_config(steps=3), tmp_path, vocab_size=280,
                                        resume="auto", log=messages.append)
     assert reused.merges == tokenizer.merges and resumed.step == 2
     assert any("using the tokenizer learned before" in m for m in messages)
@@ -62,7 +62,7 @@ def test_resume_auto_without_a_checkpoint_learns_the_tokenizer_asked_for(tmp_pat
     a tokenizer of the vocab_size given now, not the one left there."""
     BPE.train(SOURCE + TARGET, 262, min_frequency=1).save(tmp_path / "tokenizer.json")
     messages = []
-    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280,
+    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280,
                                           resume="auto", log=messages.append)
     assert tokenizer.vocab_size > 262 and trainer.step == 0
     assert BPE.load(tmp_path / "tokenizer.json").merges == tokenizer.merges
@@ -70,15 +70,15 @@ def test_resume_auto_without_a_checkpoint_learns_the_tokenizer_asked_for(tmp_pat
 
 
 def test_a_new_run_into_an_earlier_runs_directory_is_refused_before_it_writes(tmp_path, monkeypatch):
-    first, _ = prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=280)
+    first, _ = prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280)
     first.train()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     monkeypatch.setattr(BPE, "train", None)                  # the refusal comes before a tokenizer is learned
     with pytest.raises(CheckpointError, match=r"already holds checkpoint_0*2\.npz.*--resume auto"):
-        prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path, vocab_size=300)
+        prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=300)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before     # tokenizer.json, log.jsonl kept
 
 
 def test_needs_a_tokenizer_or_a_vocab_size(tmp_path):
     with pytest.raises(ValueError, match="vocab_size"):
-        prepare_training(SOURCE, TARGET, tiny, settings(), tmp_path)
+        prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path)

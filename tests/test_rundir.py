@@ -1,0 +1,88 @@
+"""rundir.py: the run directory keeps the last k step checkpoints and the best copy, lists only step
+checkpoints, and refuses to resume with another tokenizer or over a later step's checkpoint."""
+import os
+
+import numpy as np
+import pytest
+
+from minitransformer import checkpoint as ckpt
+from minitransformer.bpe import BPE
+from minitransformer.rundir import RunDirectory, list_checkpoints
+from minitransformer.training import Trainer
+
+from conftest import quiet, tiny_model, training_config
+
+
+def test_keeps_last_k_and_best(task, tmp_path):
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, training_config(steps=5, save_every=1, eval_every=2, keep=2),
+                      str(tmp_path), log=quiet)
+    trainer.train()
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == \
+        ["checkpoint_0000004.npz", "checkpoint_0000005.npz"]
+    best = ckpt.load(tmp_path / "checkpoint_best.npz")
+    assert best.meta["best_bleu"] == trainer.best_bleu
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]  # no temporary file left
+
+
+def test_the_best_copy_holds_the_weights_of_the_best_evaluation(task, tmp_path, monkeypatch):
+    """Evaluating every 2 steps and saving every 4: the best copy is step 2's weights, not step 4's."""
+    from minitransformer import evaluation
+    tok, pairs, valid = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, valid, training_config(steps=6, eval_every=2, save_every=4, keep=5),
+                      str(tmp_path), log=quiet)
+    bleu = {2: 10.0, 4: 5.0, 6: 4.0}
+    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: {"bleu": bleu[trainer.step], "bleu_signature": ""})
+    trainer.train()
+    best, step_2 = ckpt.load(tmp_path / "checkpoint_best.npz"), ckpt.load(tmp_path / "checkpoint_0000002.npz")
+    assert best.meta["step"] == 2 and best.meta["best_bleu"] == 10.0
+    for k, a in step_2.model.items():
+        np.testing.assert_array_equal(best.model[k], a, err_msg=k)
+
+
+def test_list_checkpoints_skips_other_files_named_like_checkpoints(tmp_path):
+    for name in ("checkpoint_0000002.npz", "checkpoint_avg_5.npz", "checkpoint_best.npz", "checkpoint_0000010.npz"):
+        (tmp_path / name).write_bytes(b"")                     # checkpoint_avg_5.npz was an AttributeError
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == \
+        ["checkpoint_0000002.npz", "checkpoint_0000010.npz"]
+
+
+def test_run_directory_refuses_a_senseless_keep(tmp_path):
+    for keep in (0, -1, None, 2.5):                           # keep=0 deleted each checkpoint it wrote
+        with pytest.raises(ValueError, match="RunDirectory: keep must be an integer of at least 1"):
+            RunDirectory(str(tmp_path), keep)
+
+
+def test_resume_refuses_another_tokenizer(task, tmp_path):
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    trainer.train()
+    q = tok.offset + ord("q")
+    other = BPE(list(tok.merges[:-1]) + [(q, q)])            # same vocabulary size, another last merge
+    assert other.vocab_size == tok.vocab_size
+    again = Trainer(tiny_model(tok), other, pairs, None, training_config(steps=2), str(tmp_path), log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match="another tokenizer"):
+        again.resume(trainer.last_checkpoint)
+
+
+def test_resume_refuses_a_directory_with_later_checkpoints_and_keeps_other_files(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=6, save_every=2, keep=5), str(tmp_path),
+                    log=quiet)
+    first.train()
+    earlier = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=8, keep=1), str(tmp_path), log=quiet)
+    earlier.resume(str(tmp_path / "checkpoint_0000002.npz"))
+    log = open(tmp_path / "log.jsonl").read()
+    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint_0000006\.npz, a later step than 2"):
+        earlier.train()
+    assert len(list_checkpoints(str(tmp_path))) == 3                     # nothing deleted
+    assert open(tmp_path / "log.jsonl").read() == log                   # not even a "start" line written
+    # resuming the latest works, and pruning (keep=1) spares the files this run did not write
+    latest = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=8, save_every=1, keep=1), str(tmp_path),
+                     log=quiet)
+    latest.resume(list_checkpoints(str(tmp_path))[-1])
+    summary = latest.train()
+    names = [os.path.basename(p) for p in list_checkpoints(str(tmp_path))]
+    assert names == ["checkpoint_0000002.npz", "checkpoint_0000004.npz", "checkpoint_0000006.npz",
+                     "checkpoint_0000008.npz"]
+    assert os.path.exists(summary["checkpoint"])
