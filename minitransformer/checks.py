@@ -75,3 +75,9 @@ def check_real(owner, name, value, low, high=math.inf, low_open=False, high_open
     if not ok:
         interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         fail(owner, f"{name} must be a finite number in {interval}, got {value!r}", name, value)
+
+
+def check_max_tokens(owner, max_tokens):
+    """A batch's token budget, the one check for every place that takes one (batching, TrainingConfig):
+    an integer >= 1."""
+    check_int(owner, "max_tokens", max_tokens, 1)

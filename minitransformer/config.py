@@ -8,7 +8,7 @@ Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
 
-from .checks import check_int, check_real, fail as _fail
+from .checks import check_int, check_max_tokens, check_real, fail as _fail
 
 
 @dataclasses.dataclass
@@ -168,7 +168,8 @@ class TrainingConfig:
             _fail(owner, "give steps or epochs")
         check_int(owner, "steps", self.steps, 1, allow_none=True)
         check_real(owner, "epochs", self.epochs, 0.0, low_open=True, allow_none=True)
-        for name in ("max_tokens", "accum", "warmup_steps", "keep"):
+        check_max_tokens(owner, self.max_tokens)
+        for name in ("accum", "warmup_steps", "keep"):
             check_int(owner, name, getattr(self, name), 1)
         for name in ("eval_every", "save_every", "seed"):
             check_int(owner, name, getattr(self, name), 0)

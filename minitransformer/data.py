@@ -11,7 +11,7 @@ import operator
 import numpy as np
 
 from . import backend
-from .checks import check_int, fail
+from .checks import check_max_tokens, fail
 from .corpus import check_pairs
 
 
@@ -123,11 +123,6 @@ def _cut(order, src_len, tgt_len, max_tokens):
     if len(lengths) > start:
         batches.append(order[start:])
     return batches
-
-
-def check_max_tokens(owner, max_tokens):
-    """The one check of a batch's token budget, for every place that takes one: an integer >= 1."""
-    check_int(owner, "max_tokens", max_tokens, 1)
 
 
 def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import backend
 from .ops import where
-from .tensor import Tensor, data_of, tensor
+from .tensor import Tensor, data_of
 
 
 # -------------------------------------------------------------------- softmax and friends (lesson 04)

@@ -1,5 +1,5 @@
-"""The package keeps the shape docs/architecture.md draws: imports run down the layers, no import
-circle but tensor <-> ops, every module listed in the document, none over 320 lines, each
+"""The package keeps the shape docs/architecture.md draws: two wings (numeric, text) that import nothing
+of each other, imports running down the layers, no import circle but tensor <-> ops, every module listed in the document, none over 320 lines, each
 subcommand of cli/ importing only cli/common.py and the library, and the command line a leaf: nothing
 outside cli/ (the package, examples, benchmarks, lessons) imports it."""
 import ast
@@ -12,8 +12,8 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 # the layers of docs/architecture.md, bottom (0) to top
 LAYERS = [
-    {"backend", "corpus", "data", "bpe", "bpe_learn", "fileio", "checks", "demo_task"},
-    {"tensor", "ops", "profiler"},
+    {"backend", "checks"},
+    {"tensor", "ops", "profiler", "fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"},
     {"functional", "kernels", "gradcheck", "plain"},
     {"attention", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
@@ -22,6 +22,10 @@ LAYERS = [
     {"pipeline", "training"},
     {"cli", "__main__"},
 ]
+# the two wings of docs/architecture.md: neither imports the other; they meet from search upwards
+NUMERIC = {"tensor", "ops", "profiler", "functional", "kernels", "gradcheck", "plain", "attention", "cache", "nn",
+           "optim", "distributed", "transformer", "config"}
+TEXT = {"fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"}
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 ALLOWED_CIRCLE = {("ops", "tensor"), ("tensor", "ops")}
 
@@ -50,6 +54,14 @@ def imports(path):
 
 def top(name):
     return name.split(".")[0]
+
+
+def test_the_numeric_and_text_wings_import_nothing_of_each_other():
+    for name, path in modules().items():
+        for wing, other in ((NUMERIC, TEXT), (TEXT, NUMERIC)):
+            if top(name) in wing:
+                crossing = sorted(top(t) for t in imports(path) if top(t) in other)
+                assert not crossing, f"{name}.py imports {crossing} of the other wing (docs/architecture.md)"
 
 
 def test_imports_never_go_up_a_layer():
