@@ -97,16 +97,59 @@ def asarray(a, dtype=None):
 
 
 def scatter_add(target, index, values):
-    """target[index] += values, adding repeated indices up (np.add.at; cupyx.scatter_add on the GPU).
+    """target[index] += values, adding repeated indices up: scatter_add(zeros(3), [0, 0, 2], [1, 1, 5]) -> [2, 0, 5].
 
-    scatter_add(zeros(3), [0, 0, 2], [1, 1, 5]) -> [2, 0, 5]
+    On the CPU np.add.at, in the order of index. On the GPU an integer array index (the embedding's
+    backward) goes through sorted_scatter_add: the same bits on every run. Other indices (a tuple of
+    arrays, a boolean mask) take cupyx.scatter_add, whose atomic adds land in whatever order the
+    hardware takes: a last-bit difference from run to run where an index repeats.
     """
-    if device_of(target) == "gpu":
+    if device_of(target) == "cpu":
+        np.add.at(target, index, values)
+    elif getattr(index, "dtype", np.dtype(float)).kind in "iu":
+        sorted_scatter_add(target, index, values)
+    else:
         import cupyx
         cupyx.scatter_add(target, index, values)
-    else:
-        np.add.at(target, index, values)
     return target
+
+
+def sorted_scatter_add(target, index, values):
+    """target[index] += values for an integer array index into target's first axis, adding in an order
+    that the index alone fixes: the same bits on every run, on NumPy and on CuPy (float additions are
+    correctly rounded on both, so both give the bits of this same code).
+
+    The rows of values are sorted by index (stably); within each run of one index, neighbours are added
+    pairwise: in round s = 1, 2, 4, ... the row at rank r of its run, r a multiple of 2s, takes in the
+    row at rank r + s where the run has one. After ceil(log2(longest run)) rounds the first row of each
+    run holds the run's sum (rounded like a pairwise sum: log2(n) eps, not n eps), added to target.
+    The bookkeeping (sort, runs, ranks) is done on the host in NumPy: a host index costs no copy, a
+    device one is read back once (a sync). Plain form: np.add.at.
+    """
+    ids = to_numpy(index).reshape(-1)                                 # (N,) on the host
+    if ids.size == 0:
+        return target
+    put = np.asarray if device_of(target) == "cpu" else _cupy.asarray  # host index arrays -> target's device
+    order = np.argsort(ids, kind="stable")                            # (N,) the rows, sorted by index
+    sid = ids[order]
+    first = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])          # (U,) where each run starts
+    length = np.diff(np.r_[first, ids.size])                          # (U,) its number of rows
+    run = np.repeat(np.arange(first.size), length)                    # (N,) the run of each sorted row
+    rank = np.arange(ids.size) - first[run]                           # (N,) its place in the run
+    rows = values.reshape((ids.size,) + target.shape[1:])[put(order)]  # (N, ...) sorted: a copy
+    s = 1
+    while s < length.max():
+        i = put(np.flatnonzero((rank % (2 * s) == 0) & (rank + s < length[run])))  # rows taking one in
+        rows[i] += rows[i + s]
+        s *= 2
+    target[put(sid[first])] += rows[put(first)]                       # one row per index: no repeats
+    return target
+
+
+def host_copy(a):
+    """A NumPy array of a backend array's values that shares no memory with it: one device-to-host copy
+    on the GPU (to_numpy's own), one np.array copy on the CPU. What a checkpoint stores."""
+    return to_numpy(a) if device_of(a) == "gpu" else np.array(a, copy=True)
 
 
 def seed(n):
@@ -116,18 +159,37 @@ def seed(n):
 
 
 def rng():
-    """The seeded generator of the current backend (numpy.random.Generator or cupy's).
+    """The seeded generator of the current backend: NumPy's default generator, or CuPy's over Philox4x32-10.
 
-    The trainer re-seeds it at every update from (seed, step), so it must be cheap to make. NumPy's
-    default generator is. On the GPU, CuPy's default (XORWOW) initialises a state per thread with a
-    costly skip-ahead, so a counter-based Philox4x32-10 is used where CuPy offers it: its states are
-    just (key, counter). Note: not yet run on a GPU (see the GPU issue); the fallback is CuPy's default.
+    The trainer re-seeds it at every update from (seed, step), so it must be cheap to make. NumPy's is.
+    On the GPU, CuPy draws with one generator state per thread, GPU_RNG_STATES of them here rather than
+    CuPy's default of 2048 per multiprocessor, so the stream is the same on every GPU model; Philox's
+    states are just (key, counter), and _gpu_rng re-initialises the same 16 MB of them in place at each
+    seed instead of allocating new ones.
     """
     global _rng
     if _rng is None:
-        philox = getattr(xp.random, "Philox4x3210", None) if device == "gpu" else None
-        _rng = xp.random.Generator(philox(_seed)) if philox is not None else xp.random.default_rng(_seed)
+        _rng = _gpu_rng(_seed) if device == "gpu" else np.random.default_rng(_seed)
     return _rng
+
+
+GPU_RNG_STATES = 1 << 18   # Philox states on the GPU: about an H100's 132 multiprocessors x 2048 threads
+_gpu_generator = None      # CuPy's Generator, made once; re-seeded in place
+
+
+def _gpu_rng(n):
+    """CuPy's Generator over Philox4x3210(n, size=GPU_RNG_STATES), made on the first call; later calls
+    re-initialise its states with seed n through CuPy's own init_curand, as the constructor does (the
+    same 32-bit seed from NumPy's SeedSequence), so the stream equals a new generator's."""
+    global _gpu_generator
+    if _gpu_generator is None:
+        _gpu_generator = _cupy.random.Generator(_cupy.random.Philox4x3210(n, size=GPU_RNG_STATES))
+        return _gpu_generator
+    from cupy.random._generator_api import init_curand               # private in CuPy 14; pinned >= 14
+    bits = _gpu_generator.bit_generator
+    init_curand(bits.generator, bits.state(), np.random.SeedSequence(n).generate_state(1, np.uint32)[0],
+                GPU_RNG_STATES)
+    return _gpu_generator
 
 
 def host_rng():

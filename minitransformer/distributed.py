@@ -26,6 +26,8 @@ from . import backend
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 BUCKET_BYTES = 25 * 2**20   # gradient bytes per Allreduce call (PyTorch DDP's default bucket)
 INSTALL_HINT = 'pip install -e ".[mpi]" (mpi4py and MPICH from wheels; a system MPI works too)'
+NCCL_HINT = ('pip install -e ".[gpu-cuda12]" (or ".[gpu-cuda13]"), which brings NCCL as the nvidia-nccl-cu12 '
+             '(nvidia-nccl-cu13) wheel')
 
 
 class LocalWorld:
@@ -76,9 +78,9 @@ class MPIWorld(LocalWorld):
         for lo in range(0, flat.size, step):
             part = flat[lo:lo + step]
             if not isinstance(part, np.ndarray):         # a CuPy array: NCCL, on the current stream
-                nccl, stream = self._nccl_comm(), backend.xp.cuda.get_current_stream().ptr
-                nccl.allReduce(part.data.ptr, part.data.ptr, part.size, self._nccl_dtype(part),
-                               backend.nccl().NCCL_SUM, stream)
+                comm, stream = self._nccl_comm(), backend.xp.cuda.get_current_stream().ptr
+                comm.allReduce(part.data.ptr, part.data.ptr, part.size, self._nccl_dtype(part),
+                               nccl().NCCL_SUM, stream)
             else:
                 self.comm.Allreduce(self.MPI.IN_PLACE, part, op=self.MPI.SUM)
         return array
@@ -99,8 +101,10 @@ class MPIWorld(LocalWorld):
         self.comm.Barrier()
 
     def bind_device(self):
+        """One GPU per rank, and NCCL checked before any work (every rank fails alike without it)."""
         if backend.device == "gpu":
             backend.select_gpu(self.local_rank)
+            nccl()
 
     def abort(self, code):
         """End every rank of the world now with exit code `code` (MPI_Abort)."""
@@ -111,15 +115,24 @@ class MPIWorld(LocalWorld):
     def _nccl_comm(self):
         """The NCCL communicator of the world's GPUs, made once: rank 0 makes its id, MPI sends it."""
         if self._nccl is None:
-            nccl = backend.nccl()
-            uid = self.comm.bcast(nccl.get_unique_id() if self.rank == 0 else None, root=0)
-            self._nccl = nccl.NcclCommunicator(self.size, uid, self.rank)
+            lib = nccl()
+            uid = self.comm.bcast(lib.get_unique_id() if self.rank == 0 else None, root=0)
+            self._nccl = lib.NcclCommunicator(self.size, uid, self.rank)
         return self._nccl
 
     @staticmethod
     def _nccl_dtype(array):
-        nccl = backend.nccl()
-        return {np.float32: nccl.NCCL_FLOAT32, np.float64: nccl.NCCL_FLOAT64}[array.dtype.type]
+        lib = nccl()
+        return {np.float32: lib.NCCL_FLOAT32, np.float64: lib.NCCL_FLOAT64}[array.dtype.type]
+
+
+def nccl():
+    """CuPy's NCCL bindings (backend.nccl()), checked: CuPy imports them even where no NCCL library is
+    installed, then without NcclCommunicator; a RuntimeError says what to install."""
+    module = backend.nccl()
+    if not getattr(module, "available", False) or not hasattr(module, "NcclCommunicator"):
+        raise RuntimeError(f"summing gradients across GPUs needs NCCL, which CuPy did not find: {NCCL_HINT}")
+    return module
 
 
 def launched_size(environ=None):

@@ -1,20 +1,18 @@
 """Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout and Adam (lesson 11).
 
-functional.py (its softmax core too, through forward_rows) and optim.py call these only when `active()`:
-the CuPy backend, `backend.fused` on (MINITRANSFORMER_FUSED=0 turns it off), float32 or float64.
+functional.py (its softmax core too, through forward_rows) and optim.py call these only when `active()`.
 Elsewhere their NumPy code runs, whose numbers every kernel must give (tests/test_kernels.py); plain.py
-holds the plain forms of both. Each op builds the same one graph node as its NumPy op. The CUDA C is
-compiled by CuPy on first use, never at import, and kept in `_cache`: RawKernels with one thread block
-per row, ElementwiseKernels, a ReductionKernel. Note: written without a GPU; not yet run on one in this
-project. Left out on purpose: float16 and softmax over another axis than the last (both take the NumPy
-path), and warp-shuffle reductions (a tree in shared memory is easier to read).
+holds the plain forms of both. The CUDA C is compiled by CuPy on first use, never at import, and kept
+in `_cache`. CuPy compiles with -ftz=true: subnormal results flush to zero, so "the same bits as NumPy"
+holds for normal numbers only. Note: not yet run on a GPU in this project. Left out on purpose: float16,
+softmax over another axis (both take the NumPy path), warp-shuffle reductions (lesson 11 says why).
 """
 import math
 
 import numpy as np
 
 from . import backend
-from .tensor import make_node
+from .tensor import data_of, make_node
 
 MAX_BLOCK = 256                           # threads per block at most (a power of two)
 _CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -22,10 +20,11 @@ _cache = {}                               # name or (name, dtype) -> a compiled 
 
 
 def active(*arrays):
-    """True when the fused kernels run: the CuPy backend, backend.fused on, and the arrays (or Tensors)
-    non-empty and all float32 or all float64. The device is checked first: on NumPy it costs nothing."""
+    """True when the fused kernels run: the CuPy backend, backend.fused on, the arrays (or Tensors) non-empty
+    CuPy arrays, all float32 or all float64. The backend is checked first: on NumPy it costs nothing."""
     return (backend.device == "gpu" and backend.fused and
-            all(a.dtype in _CTYPES and a.dtype == arrays[0].dtype and a.size for a in arrays))
+            all(backend.device_of(a) == "gpu" and a.dtype in _CTYPES and a.dtype == arrays[0].dtype and a.size
+                for a in map(data_of, arrays)))
 
 
 # -------------------------------------------------------------------- CUDA C of the row kernels
@@ -152,7 +151,8 @@ extern "C" __global__ void layer_norm_backward_rows(const T* dy, const T* xhat, 
 """, "cross_entropy_rows": r"""
 // Per row of v logits z with target t: m = max(z), s = sum(exp(z - m)) (both kept for backward) and
 // loss = log(s) - keep * (z[t] - m) - eps * mean(z - m), keep = 1 - eps (the mean only if eps > 0).
-// One block per row. A target outside [0, v) gives a NaN loss instead of a read outside the row.
+// One block per row. A target outside [0, v) gives a NaN loss instead of a read outside the row (a host
+// target is refused before, as on the plain path; a device target is not checked: the plain path wraps it).
 extern "C" __global__ void cross_entropy_rows(const T* z, const long long* target, const long long v,
                                               const T keep, const T eps, T* row_loss, T* row_max, T* row_sum) {
     __shared__ T buf[MAX_BLOCK];

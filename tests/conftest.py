@@ -26,9 +26,10 @@ CORPUS = [
 ] * 3
 
 
-@pytest.fixture(params=["cpu", "gpu"])
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 def xp_backend(request):
-    """Switch the backend for one test and give the array module; restore the default after."""
+    """Switch the backend for one test and give the array module; restore the default after. The GPU
+    case carries the `gpu` marker, so `pytest -m gpu` runs it with the fused-kernel tests."""
     if request.param == "gpu" and not backend.gpu_available():
         pytest.skip("GPU backend: CuPy or a CUDA GPU is not available on this machine")
     xp = mt.use(request.param)

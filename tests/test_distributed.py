@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -53,6 +54,18 @@ def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
     assert world.sum_(a) is a and world.broadcast_(a) is a and world.broadcast_object({"x": 1}) == {"x": 1}
     assert a.tolist() == [0, 1, 2, 3, 4]
     assert distributed.world().size == 1  # pytest is not started by mpiexec
+
+
+@pytest.mark.parametrize("module", [SimpleNamespace(available=False), SimpleNamespace(available=True)],
+                         ids=["no NCCL library", "no NcclCommunicator"])
+def test_a_gpu_world_without_nccl_is_told_what_to_install(monkeypatch, module):
+    """CuPy imports cupy.cuda.nccl where no NCCL library is installed (available False, and in CuPy 14
+    no NcclCommunicator): one sentence naming the wheel, not an AttributeError in the first Allreduce."""
+    monkeypatch.setattr(distributed.backend, "nccl", lambda: module)
+    with pytest.raises(RuntimeError, match="needs NCCL.*nvidia-nccl-cu12"):
+        distributed.nccl()
+    module.available, module.NcclCommunicator = True, object
+    assert distributed.nccl() is module
 
 
 def test_each_rank_draws_its_own_dropout_stream_and_rank_0_keeps_the_single_process_one():
@@ -188,10 +201,11 @@ print("nccl ok")
 """
 
 
-@needs_mpi
+@pytest.mark.skipif(not HAVE_MPI4PY, reason='needs mpi4py (no mpiexec: one process is a world of one): pip install -e ".[mpi]"')
 @pytest.mark.skipif(gpu_count() < 1, reason="the NCCL path needs a CUDA GPU (and CuPy)")
 def test_the_nccl_path_runs_on_one_gpu():
-    """What a 1-GPU machine can check of the NCCL path: the communicator, the calls, the dtypes."""
+    """What a 1-GPU machine can check of the NCCL path: the communicator, the calls, the dtypes. mpi4py
+    alone makes the world of one (MPI's singleton start): no mpiexec needed."""
     run = subprocess.run([sys.executable, "-c", NCCL_PLUMBING], capture_output=True, text=True, timeout=TIMEOUT,
                          cwd=ROOT)
     assert run.returncode == 0 and "nccl ok" in run.stdout, run.stderr

@@ -5,7 +5,9 @@ kernel on CuPy (backend.fused on, checked by a spy on kernels.py that the kernel
 compares outputs and gradients after backend.to_numpy. The GPU tests carry the `gpu` marker and are
 skipped, with the reason, where CuPy or a CUDA GPU is absent (`pytest -m gpu` selects them). The
 tests at the top run everywhere: the switch (kernels.active, backend.fused, MINITRANSFORMER_FUSED),
-the NumPy path never calling a kernel, and the lesson showing the kernel that kernels.py compiles.
+the NumPy path never calling a kernel, the lesson showing the kernel that kernels.py compiles, the C
+compiled by nvcc and CuPy's NVRTC where they are installed, and the GPU's deterministic scatter-add
+(backend.sorted_scatter_add) run through NumPy.
 
 Tolerances come from float32 (or float64) epsilon and the size of the computation, see tol().
 """
@@ -98,10 +100,13 @@ def test_kernels_run_only_on_cupy_with_backend_fused_on(monkeypatch):
     mt.use("cpu")
     t = mt.tensor(x)
     assert not kernels.active(x) and not kernels.active(t)
-    # the switch alone, with the device name patched: nothing here imports cupy or launches a kernel
+    # the switch alone, with the device patched: nothing here imports cupy or launches a kernel
     monkeypatch.setattr(backend, "device", "gpu")
     monkeypatch.setattr(backend, "fused", True)
+    assert not kernels.active(x) and not kernels.active(t)               # host arrays on the GPU backend
+    monkeypatch.setattr(backend, "device_of", lambda a: "gpu" if isinstance(a, np.ndarray) else "cpu")
     assert kernels.active(x) and kernels.active(t, x) and kernels.active(x.astype(np.float64))
+    assert not kernels.active(x, x.tolist())                             # one array not on the device
     assert not kernels.active(x.astype(np.float16))                      # no float16 kernels
     assert not kernels.active(x, x.astype(np.float64))                   # mixed dtypes: the plain path
     assert not kernels.active(np.zeros((0, 3), np.float32))              # empty: the plain path
@@ -137,9 +142,27 @@ def test_numpy_path_calls_no_kernel(monkeypatch):
     F.softmax_array(x.data, out=x.data), F.log_softmax_array(x.data)                    # the softmax core
 
 
-def test_kernel_sources_are_built_lazily_and_the_lesson_shows_the_one_compiled():
-    if not HAVE_GPU:
-        assert "cupy" not in sys.modules and kernels._cache == {}      # importing compiled nothing
+def test_out_of_range_targets_are_refused_on_the_host_before_either_path(monkeypatch):
+    """The fused kernel would give NaN and plain CuPy indexing would wrap: a host target never gets there."""
+    def refuse(*arrays):
+        raise AssertionError("kernels.active was asked: the target was not checked first")
+    monkeypatch.setattr(kernels, "active", refuse)
+    z = mt.tensor(np.zeros((2, 3), np.float32))
+    for bad in ([0, 3], [-1, 0]):
+        with pytest.raises(ValueError, match=f"target id {bad[0] or bad[1]} is out of range for 3 classes"):
+            F.cross_entropy(z, np.array(bad))
+
+
+def test_importing_the_package_imports_no_cupy_and_compiles_nothing():
+    """Even where CuPy is installed (with or without a GPU): CuPy comes in with use("gpu") alone."""
+    code = ("import sys; import minitransformer, minitransformer.kernels as k; "
+            "print('cupy' in sys.modules, k._cache)")
+    env = {k: v for k, v in os.environ.items() if k != "MINITRANSFORMER_DEVICE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "{}"], out.stdout + out.stderr
+
+
+def test_kernel_sources_are_balanced_and_the_lesson_shows_the_one_compiled():
     for name in kernels._ROW_KERNELS:
         for dtype in (np.float32, np.float64):
             src = kernels.source(name, dtype)
@@ -153,8 +176,8 @@ def test_kernel_sources_are_built_lazily_and_the_lesson_shows_the_one_compiled()
 
 class _Recorder:
     """Stands in for cupy when kernels._BUILD is called: returns the ElementwiseKernel's arguments."""
-    def ElementwiseKernel(self, in_params, out_params, operation, name, **options):
-        return in_params, out_params, operation, name
+    def ElementwiseKernel(self, in_params, out_params, operation, name, options=()):
+        return in_params, out_params, operation, name, options
 
     def ReductionKernel(self, *args, **kwargs):
         return None                                                      # a stock sum: nothing to compile
@@ -169,25 +192,121 @@ def elementwise_as_cuda(in_params, out_params, operation, name):
     return f"__device__ void {name}({', '.join(params)}) {{ {operation} }}\n"
 
 
+def kernel_sources(dtype):
+    """[(name, CUDA C, options)]: each row kernel exactly as source() gives it to CuPy, and each
+    ElementwiseKernel's operation in a device function with its parameters and the options it gives CuPy
+    (CuPy's loop around it is generated only for arrays on a GPU)."""
+    found = [(name, kernels.source(name, dtype), ()) for name in kernels._ROW_KERNELS]
+    for built in (kernels._BUILD[name](_Recorder()) for name in kernels._BUILD):
+        if built:
+            *kernel, options = built
+            found.append((kernel[3], f"typedef {kernels._CTYPES[np.dtype(dtype)]} T;\n" + elementwise_as_cuda(*kernel),
+                          options))
+    return found
+
+
+def cupy_nvrtc():
+    """CuPy's NVRTC bindings where CuPy and its NVRTC library are installed (no GPU needed), else None."""
+    try:
+        from cupy.cuda import nvrtc
+        nvrtc.getVersion()
+    except Exception:                                                    # no CuPy, or no NVRTC library
+        return None
+    return nvrtc
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None,
                     reason="nvcc, the CUDA compiler, is not on PATH (the kernels' C compiles only where it is)")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_kernel_sources_compile_with_nvcc_without_a_gpu(dtype, tmp_path):
-    """The CUDA C of every kernel compiles to PTX, no GPU needed: each row kernel exactly as source()
-    gives it to CuPy, and each ElementwiseKernel's operation in a device function with its parameters."""
+    """The CUDA C of every kernel (kernel_sources) compiles to PTX, no GPU needed."""
     files = []
-    for name in kernels._ROW_KERNELS:
+    for name, source, _ in kernel_sources(dtype):
         files.append(tmp_path / f"{name}.cu")
-        files[-1].write_text(kernels.source(name, dtype), encoding="utf-8")
-    built = [kernels._BUILD[name](_Recorder()) for name in kernels._BUILD]
-    files.append(tmp_path / "elementwise.cu")
-    files[-1].write_text(f"typedef {kernels._CTYPES[np.dtype(dtype)]} T;\n"
-                         + "".join(elementwise_as_cuda(*args) for args in built if args), encoding="utf-8")
+        files[-1].write_text(source, encoding="utf-8")
     run = subprocess.run(["nvcc", "-ptx", "--output-directory", str(tmp_path), *map(str, files)],
                          check=False, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     for name in kernels._ROW_KERNELS:
         assert f".entry {name}(" in (tmp_path / f"{name}.ptx").read_text(encoding="utf-8"), name
+
+
+@pytest.mark.skipif(cupy_nvrtc() is None, reason="CuPy with its NVRTC library is not installed here")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_sources_compile_through_cupys_nvrtc_without_a_gpu(dtype):
+    """The same sources through CuPy's own compiler (NVRTC) with the options CuPy 14 adds (-ftz=true, device
+    code by default; here for an H100's sm_90) and each kernel's own (--fmad=false for Adam)."""
+    nvrtc = cupy_nvrtc()
+    for name, source, options in kernel_sources(dtype):
+        program = nvrtc.createProgram(source, f"{name}.cu", [], [])
+        try:
+            nvrtc.compileProgram(program, ["-ftz=true", "--device-as-default-execution-space", "-arch=compute_90",
+                                           *options])
+        except Exception as e:
+            pytest.fail(f"{name}: {e}\n{nvrtc.getProgramLog(program)}")
+        assert name not in kernels._ROW_KERNELS or f".entry {name}(".encode() in nvrtc.getPTX(program), name
+
+
+# ==================================================================== the embedding's backward on the GPU
+# backend.sorted_scatter_add replaces cupyx.scatter_add's atomics there; NumPy runs the very same code.
+def scatter_case(seed, n, rows, width):
+    """ids with many repeats (one id in every 3, as padding or a full stop), values and a non-zero target."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, rows, n)
+    ids[::3] = rows // 2
+    return ids, rng.standard_normal((n, width)).astype(np.float32), rng.standard_normal((rows, width)).astype(np.float32)
+
+
+@pytest.mark.parametrize("n, rows, width", [(0, 3, 2), (1, 3, 2), (7, 1, 3), (100, 9, 4), (2000, 50, 3)])
+def test_sorted_scatter_add_on_numpy_equals_np_add_at(n, rows, width):
+    ids, values, target = scatter_case(n, n, rows, width)
+    want = target.copy()
+    np.add.at(want, ids, values)
+    got = backend.sorted_scatter_add(target.copy(), ids, values)
+    # pairwise against a running sum: each a sum of the run's terms, rounded differently (the longest run
+    # is about n/3 rows; a lost, doubled or misplaced row is off by a whole term, ~1)
+    runs = np.bincount(ids, minlength=rows)[:, None] if n else 1
+    atol = 4 * float(np.finfo(np.float32).eps) * runs * (np.abs(values).max(initial=0) + np.abs(target))
+    assert_close(got, want, atol, "sorted_scatter_add")
+    small = np.round(values * 4)                                          # integers: every sum exact
+    exact = target.round()
+    np.add.at(exact, ids, small)
+    np.testing.assert_array_equal(backend.sorted_scatter_add(target.round(), ids, small), exact)
+    if n:                                                                 # rows of more than one axis
+        added = exact - target.round()                                    # (rows, width)
+        np.testing.assert_array_equal(backend.sorted_scatter_add(np.zeros((rows, 2, width), np.float32), ids,
+                                                                 np.stack([small, small], 1)), np.stack([added, added], 1))
+
+
+@gpu
+@pytest.mark.parametrize("float_type", [np.float32, np.float64])
+def test_the_gpu_embedding_backward_gives_numpys_bits_on_every_run(float_type):
+    ids, values, target = scatter_case(0, 5000, 300, 64)
+    values = values.astype(float_type)
+    want = backend.sorted_scatter_add(np.zeros((300, 64), float_type), ids, values)   # NumPy, the same code
+    mt.use("gpu")
+    for index in (ids, backend.asarray(ids)):                              # a host index, a device one
+        got = backend.scatter_add(backend.xp.zeros((300, 64), float_type), index, backend.asarray(values))
+        np.testing.assert_array_equal(backend.to_numpy(got), want)         # additions alone: correctly rounded
+    weight = mt.tensor(np.zeros((300, 64), float_type), requires_grad=True)
+    F.embedding(weight, ids.reshape(50, 100)).backward(backend.asarray(values.reshape(50, 100, 64)))
+    np.testing.assert_array_equal(backend.to_numpy(weight.grad), want)
+
+
+@gpu
+def test_reseeding_the_gpu_generator_reuses_its_states_and_restarts_its_stream():
+    cupy = backend._import_cupy()
+    mt.use("gpu")
+    mt.seed(7)
+    first, states = backend.rng(), backend.rng().bit_generator.state()
+    a = backend.to_numpy(backend.rng().random(100_000, dtype=np.float32))
+    mt.seed(8)
+    backend.rng().random(10)
+    mt.seed(7)
+    assert backend.rng() is first and backend.rng().bit_generator.state() == states   # no new 16 MB
+    np.testing.assert_array_equal(backend.to_numpy(backend.rng().random(100_000, dtype=np.float32)), a)
+    fresh = cupy.random.Generator(cupy.random.Philox4x3210(7, size=backend.GPU_RNG_STATES))
+    np.testing.assert_array_equal(backend.to_numpy(fresh.random(100_000, dtype=np.float32)), a)
 
 
 # ==================================================================== on a GPU: softmax and log-softmax
@@ -341,7 +460,8 @@ def test_dropout_matches_the_plain_path_on_the_same_draw(p, shape, calls, monkey
     y1, (dx1,), dy = forward_backward("gpu", lambda t: F.dropout(t, p), [x])
     assert calls == ["dropout"]
     # the plain formula in NumPy on the same uniforms: one comparison and one float32 product per element,
-    # correctly rounded on both sides, so equal exactly
+    # correctly rounded on both sides, so equal exactly (normal numbers: CuPy's -ftz=true flushes subnormals,
+    # and standard normals times 1/(1-p) have none)
     mask = (u >= p).astype(np.float32)
     mask *= 1.0 / (1.0 - p)
     np.testing.assert_array_equal(y1, x * mask)
@@ -379,7 +499,8 @@ def test_adam_matches_the_plain_update(weight_decay, dtype, calls):
     plain, fused = train("cpu"), train("gpu")
     assert calls and set(calls) == {"adam"}
     # the same operations in the same order, each rounded once (the kernel is compiled with --fmad=false):
-    # equal up to the last bit expected; allowed 4 ulp per step of the values' size
+    # equal up to the last bit expected for normal numbers (-ftz=true flushes subnormal ones, as v's g^2 can
+    # be); allowed 4 ulp per step of the values' size
     t = 4 * float(np.finfo(dtype).eps) * len(steps)
     for what, a0, a1 in zip(("parameters", "m", "v"), plain, fused):
         for i, (x0, x1) in enumerate(zip(a0, a1)):
