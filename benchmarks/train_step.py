@@ -4,11 +4,14 @@ Multi30k's, for the tiny, small and base presets; side by side with an equivalen
     python benchmarks/train_step.py --preset small            # ours only
     python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
     python benchmarks/train_step.py --preset tiny small base --torch --steps 10
-    python benchmarks/train_step.py --device gpu              # on CuPy
+    python benchmarks/train_step.py --device gpu --data-dir data/multi30k        # on CuPy
+    python benchmarks/train_step.py --device gpu --torch --tf32 --json tf32.json  # TF32 matmuls, both sides
 
-Batches: sentence lengths from ../shared/data/multi30k/train.{de,en}.gz (word counts x 1.25 for BPE; a
-generated length distribution when the data is absent), random token ids, pairs sorted by length and
-cut into batches of at most --max-tokens padded target tokens; the same batches for both frameworks.
+Batches: sentence lengths from train.{de,en}.gz in --data-dir (default: ../shared/data/multi30k where it
+exists; word counts x 1.25 for BPE; without it, a generated length distribution, with a warning), random
+token ids, pairs sorted by length and cut into batches of at most --max-tokens padded target tokens; the
+same batches for both frameworks. --tf32 lets float32 matmuls use TF32 tensor cores on both sides
+(CUPY_TF32=1; torch.backends.cuda.matmul.allow_tf32); without it both compute in full FP32.
 
 Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shapes: per encoder layer
 2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
@@ -31,14 +34,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data" / "multi30k"
+SHARED = ROOT.parent / "shared" / "data" / "multi30k"
+GENERATED = "generated (no Multi30k train.de.gz/train.en.gz given)"
 VOCAB = {"tiny": 8000, "small": 8000, "base": 37000, "big": 37000}
 
 
-def sentence_lengths(n_max=29000, seed=0):
-    """(source, target) token lengths: Multi30k word counts x 1.25, or a generated distribution."""
-    src, tgt = DATA / "train.de.gz", DATA / "train.en.gz"
-    if src.exists() and tgt.exists():
+def sentence_lengths(data_dir, n_max=29000, seed=0):
+    """(source, target) token lengths: the word counts x 1.25 of data_dir's Multi30k train files, or a
+    generated distribution when data_dir is None."""
+    if data_dir is not None:
+        src, tgt = Path(data_dir) / "train.de.gz", Path(data_dir) / "train.en.gz"
         with gzip.open(src, "rt", encoding="utf-8") as f, gzip.open(tgt, "rt", encoding="utf-8") as g:
             lens = [(len(a.split()), len(b.split())) for a, b in zip(f, g)]
         source = "multi30k train"
@@ -46,14 +51,14 @@ def sentence_lengths(n_max=29000, seed=0):
         rng = np.random.default_rng(seed)
         w = np.clip(rng.gamma(6.0, 2.1, n_max).round(), 3, 40).astype(int)
         lens = list(zip((w * rng.uniform(0.85, 1.15, n_max)).round().astype(int), w))
-        source = "generated (multi30k not found)"
+        source = GENERATED
     lens = [(max(1, round(a * 1.25)), max(1, round(b * 1.25))) for a, b in lens[:n_max]]
     return lens, source
 
 
-def make_batches(vocab, max_tokens, n_batches, seed=0):
+def make_batches(vocab, max_tokens, n_batches, data_dir, seed=0):
     """Length-sorted batches of at most `max_tokens` padded target tokens (<s> y), random ids >= 3."""
-    lens, source = sentence_lengths()
+    lens, source = sentence_lengths(data_dir)
     order = sorted(range(len(lens)), key=lambda i: (lens[i][1], lens[i][0]))
     plans, cur = [], []
     for i in order:
@@ -143,6 +148,7 @@ def run_torch(preset, batches, steps, device):
     from torch_reference import TorchTransformer
     import minitransformer as mt
     torch.set_num_threads(os.cpu_count() or 1)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ["CUPY_TF32"] == "1"
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     dev = "cuda" if device == "gpu" else "cpu"
@@ -169,7 +175,7 @@ def run_torch(preset, batches, steps, device):
 
 def worker(args):
     """Time one framework on one preset; print one JSON line."""
-    batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, seed=0)
+    batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, args.data_dir)
     runner = run_torch if args.worker == "torch" else run_ours
     cfg, step, data, sync, xp, peak = runner(args.preset, batches, args.steps, args.device)
     for b in data[: args.warmup]:
@@ -199,7 +205,8 @@ def worker(args):
         "ceiling": ceiling, "peak_mem_mb": (gpu_peak if gpu_peak is not None else max(maxrss - rss0, 0)) / 2 ** 20,
         "rss_mb": maxrss / 2 ** 20, "avg_tgt_tokens": statistics.mean(tokens),
         "avg_padded_tgt": statistics.mean(b[1].size for b in batches[args.warmup:]),
-        "lengths": source, "loss": float(loss.item()), "steps": len(times)}))
+        "lengths": source, "loss": float(loss.item()), "steps": len(times), "device": args.device,
+        "tf32": os.environ["CUPY_TF32"] == "1"}))
 
 
 def _torch_ceiling(torch, device, n=2048, reps=5):
@@ -216,7 +223,7 @@ def _torch_ceiling(torch, device, n=2048, reps=5):
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", nargs="+", default=["small"], choices=["tiny", "small", "base", "big"])
     p.add_argument("--torch", action="store_true", help="also run the PyTorch eager reference, if installed")
@@ -225,8 +232,12 @@ def main():
     p.add_argument("--max-tokens", type=int, default=4096,
                    help="padded target tokens per batch at most (default: 4096)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    p.add_argument("--data-dir", type=Path, help="where Multi30k's train.de.gz and train.en.gz are, for the "
+                   f"sentence lengths (default: {SHARED} where it exists, else generated lengths)")
+    p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
+    p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.worker:
         args.preset = args.preset[0]
         return worker(args)
@@ -234,19 +245,31 @@ def main():
                                ("--max-tokens", args.max_tokens, 1)):
         if value < low:
             p.error(f"{option} must be at least {low}, got {value}")
-    results, failed = [], 0
+    if args.data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
+        args.data_dir = SHARED
+    elif args.data_dir is not None:
+        missing = [n for n in ("train.de.gz", "train.en.gz") if not (args.data_dir / n).is_file()]
+        if missing:
+            p.error(f"--data-dir {args.data_dir} holds no {' or '.join(missing)}: give the Multi30k folder")
+        args.data_dir = args.data_dir.resolve()
+    else:
+        print(f"WARNING: no Multi30k train files (no --data-dir, and {SHARED} is absent): the batches take "
+              f"GENERATED sentence lengths, not Multi30k's; give --data-dir for comparable figures", file=sys.stderr)
+    results, failed = [], []
+    env = {**os.environ, "CUPY_TF32": "1" if args.tf32 else "0"}
     for preset in args.preset:
         for fw in ["ours"] + (["torch"] if args.torch else []):
             cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                    "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent)
+            cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
             if out.returncode != 0:
                 tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
                 if fw == "torch" and "No module named 'torch'" in out.stderr:
                     print("PyTorch is not installed: skipping the side-by-side run")
                     continue
                 print(f"{fw} {preset} failed: {tail[0]}")
-                failed += 1
+                failed.append({"framework": fw, "preset": preset, "error": tail[0]})
                 continue
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             r = results[-1]
@@ -261,7 +284,10 @@ def main():
                   f"memory ours / PyTorch = {o['peak_mem_mb'] / max(t['peak_mem_mb'], 1e-9):.2f}x")
     if results:
         print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
-              f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}")
+              f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}"
+              f"{', TF32' if args.tf32 else ''}")
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "failed": failed}, indent=1) + "\n")
     return 1 if failed else 0  # PyTorch not installed is skipped; a run that failed is an error
 
 

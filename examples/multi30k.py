@@ -4,7 +4,7 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
     python examples/multi30k.py                      # the CPU recipe: 67-106 minutes on 2 cores, BLEU 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset: about 8 minutes, BLEU 36.5
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
-    python examples/multi30k.py --download --data-dir data/multi30k --device gpu --steps 20000 --max-tokens 4096 --accum 6 --warmup 4000
+    python examples/multi30k.py --data-dir data/multi30k --device gpu --max-tokens 8192 --steps 1500 --eval-every 500 --minutes 10
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
     mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py   # data parallel, 2 ranks (lesson 12)
 
@@ -18,6 +18,10 @@ recipe's first run, trained in two pieces, scored 41.93 (lowercased 42.17): the 
 run-to-run noise. Why pre-LN (Note: the paper is post-LN), dropout 0.3, label smoothing 0.2 (Note: the
 paper's is 0.1) and every run: docs/experiments.md; logs and curves: results/multi30k-cpu-onepiece/,
 results/multi30k-cpu-session9/ and results/multi30k-cpu/.
+
+The GPU recipe (not yet run): the same model and settings on 4x larger batches, 8,192 tokens, for 4x fewer
+updates (1,500: the same 25 epochs), stopped after 10 minutes of training at the latest (--minutes stops the
+run with a checkpoint, then averages and scores; --resume continues it); benchmarks/gpu_run.py runs it.
 
 Expects train / val / test_2016_flickr .de.gz and .en.gz (29,000 / 1,014 / 1,000 lines) in --data-dir;
 --download fetches them from the dataset's public repository (needs internet).
@@ -128,6 +132,10 @@ def check_args(args):
     (TrainingConfig, SearchConfig of the final translation), or a UsageError naming the option of the first
     bad one. (A checkpoint to resume is
     checked by prepare_training: the same model, not past --steps.)"""
+    if args.minutes is not None and not args.minutes > 0:
+        raise UsageError(f"--minutes must be a number above 0, got {args.minutes}")
+    if args.minutes is not None and distributed.world().size > 1:  # ranks would stop at different updates
+        raise UsageError("--minutes works in one process only, not under mpiexec: give --steps instead")
     if not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
         raise UsageError(f"--vocab-size must be between {MIN_VOCAB} (<pad> <s> </s> and the 256 bytes) and "
                          f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
@@ -200,6 +208,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    p.add_argument("--minutes", type=float, help="stop training this many minutes after the start (a checkpoint "
+                   "is saved), then average, translate and score as after the last update (default: no limit)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     for name, default in (QUICK if args.quick else RECIPE).items():  # what the command line left unset
@@ -241,14 +251,24 @@ def run(args, training_config, search):
         valid=read_parallel(files["val.de"], files["val.en"]), max_len=256, resume="auto" if args.resume else None)
     model = trainer.model
     print(f"{args.config} preset, {args.layer_norm}-LN; {trainer.total_steps} updates")
+    out_of_time = []
+
+    def stop_in_time(trainer):  # --minutes: a Ctrl-C of our own, after a whole update (a checkpoint is saved)
+        if args.minutes is not None and time.perf_counter() - start > 60 * args.minutes:
+            out_of_time.append(trainer.step)
+            raise KeyboardInterrupt
+    trainer.callbacks.append(stop_in_time)
     summary = trainer.train()
-    if summary["stopped"] != "done":
+    if out_of_time:
+        print(f"--minutes {args.minutes}: training stopped at update {out_of_time[0]} of {trainer.total_steps}")
+    elif summary["stopped"] != "done":
         return 143 if summary["stopped"] == "terminated" else 130
     if not distributed.world().is_main:  # data parallel: rank 0 alone averages, translates and scores
         return 0
     print(f"trained {summary['steps_run']} steps in {summary['seconds']:.0f} s, {summary['tgt_tokens']:,} target "
           f"tokens, {summary['tokens_per_s']:.0f} target tokens/s (evaluations included); now in epoch "
-          f"{trainer.iterator.epoch + 1}; best validation BLEU {summary['best_bleu']:.2f}")
+          f"{trainer.iterator.epoch + 1}" + ("" if summary["best_bleu"] is None else
+                                               f"; best validation BLEU {summary['best_bleu']:.2f}"))
 
     # 3. average the last checkpoints, 4. translate the test set (or val, while tuning)
     last = list_checkpoints(str(args.out))[-args.average:]

@@ -19,6 +19,7 @@ BAD = [
     ("examples/copy_task.py", ["--max-len", "5000"], r"--max-len must be between 1 and 1023 .*got 5000"),
     ("examples/multi30k.py", ["--steps", "0"], r"--steps must be an integer of at least 1, got 0"),
     ("examples/multi30k.py", ["--beam", "0"], r"--beam must be an integer of at least 1, got 0"),
+    ("examples/multi30k.py", ["--minutes", "0"], r"--minutes must be a number above 0, got 0\.0"),
     ("examples/multi30k.py", ["--data-dir", "{tmp}", "--out", "{tmp}/run"], r"Multi30k files missing: .*train\.de\.gz"),
     ("examples/tune_decoding.py", ["{tmp}/run"], r"run is not a directory: give the --out directory of a training run"),
     ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam \(or --base's BEAM\) must be an integer of at least 1, got 0"),
@@ -28,7 +29,10 @@ BAD = [
     ("benchmarks/data_parallel.py", ["--ranks", "1"], r"--ranks must be at least 2 .*got 1"),
     ("benchmarks/decode_speed.py", ["--n", "0"], r"--n must be at least 1, got 0"),
     ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),
+    ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"], r"--minutes must be a number above 0, got 0\.0"),
+    ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"], r"--data-dir .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--data-dir", "{tmp}"], r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
 ]
 
 

@@ -1,0 +1,388 @@
+"""The first GPU run as one command: versions; the fused-kernel tests, then the whole suite on CuPy; each
+fused op against its plain form; training-step speed against PyTorch eager (FP32 and TF32); Multi30k
+trained on the GPU recipe and scored on test_2016_flickr. One results folder, small enough to commit.
+
+    python benchmarks/gpu_run.py --data-dir data/multi30k --out results/gpu-run-h100 --minutes 25
+    python benchmarks/gpu_run.py --data-dir data/multi30k --out results/gpu-run-h100 --stages multi30k  # again
+    python benchmarks/gpu_run.py --dry-run --out /tmp/gpu-dry      # the CPU, tiny sizes, in seconds
+
+Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes
+what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
+PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
+pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, train_step
+16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
+on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
+A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
+stages are skipped with that reason. Data comes from --data-dir alone (Multi30k's train, val and
+test_2016_flickr .de.gz/.en.gz), never from ../shared or the network. After every stage --out holds
+results.json and summary.md (every stage: ran, failed or skipped, the reason, seconds, figures) and the
+logs: under 1 MB. Checkpoints stay in --run-dir (default runs/gpu-run), not in --out.
+--dry-run: the CPU, a generated 60-line corpus unless --data-dir is given, tests/test_checks.py for the
+suite, tiny shapes and steps: it tests the plumbing, not the GPU.
+"""
+import argparse
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "train_step": 0.16, "multi30k": None}
+FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
+SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
+GPU_RECIPE = ["--max-tokens", "8192", "--steps", "1500", "--eval-every", "500"]   # examples/multi30k.py
+DRY_RECIPE = ["--config", "tiny", "--vocab-size", "300", "--max-tokens", "256", "--steps", "6",
+              "--eval-every", "3", "--save-every", "2", "--average", "2", "--beam", "1", "--minutes", "0.001"]
+LOG_TAIL = 100_000             # characters of a command's output kept in its log
+
+
+class Skip(Exception):
+    """A stage that cannot run here: recorded as skipped, with this reason."""
+
+
+def run_command(cmd, seconds, env=None):
+    """Run cmd from the repository's root for at most `seconds` (then SIGTERM, and SIGKILL 30 s later);
+    (its exit code, or "timeout", and the last LOG_TAIL characters of its output)."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env={**os.environ, **(env or {})}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, code = proc.communicate(timeout=max(seconds, 1))[0], proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out = proc.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out = proc.communicate()[0]
+        code = "timeout"
+    return code, out[-LOG_TAIL:]
+
+
+def last_json(out):
+    """The last line of a worker's output that is a JSON object."""
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+# -------------------------------------------------------------------- workers (run in a subprocess)
+def worker_env(device):
+    """The versions and the GPU, as one JSON object."""
+    import numpy as np
+    import minitransformer as mt
+    from minitransformer import backend
+    info = {"python": sys.version.split()[0], "numpy": np.__version__, "minitransformer": mt.__version__,
+            "gpu usable": backend.gpu_available()}
+    git = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True)
+    info["commit"] = git.stdout.strip() or "unknown"
+    if shutil.which("nvidia-smi"):
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        info["nvidia-smi"] = smi.stdout.strip() or smi.stderr.strip()
+    try:
+        import cupy
+        rt = cupy.cuda.runtime
+        props = rt.getDeviceProperties(0)
+        info.update({"cupy": cupy.__version__, "cuda runtime": rt.runtimeGetVersion(),
+                     "cuda driver": rt.driverGetVersion(), "gpu": props["name"].decode(),
+                     "gpu memory GiB": round(props["totalGlobalMem"] / 2 ** 30, 1),
+                     "multiprocessors": props["multiProcessorCount"]})
+    except Exception as e:  # not installed, or no GPU: recorded, not fatal
+        info["cupy"] = f"not usable: {type(e).__name__}: {e}"
+    try:
+        import torch
+        info.update({"torch": torch.__version__, "torch cuda": torch.version.cuda,
+                     "torch sees a GPU": torch.cuda.is_available()})
+    except ImportError:
+        info["torch"] = "not installed"
+    return info
+
+
+def worker_fused(device, dry):
+    """Each fused op, forward + backward (Adam: one update), with backend.fused off (the plain code) and on
+    (the CUDA kernels; on the CPU both time the plain code): median milliseconds of `reps` runs."""
+    import numpy as np
+    import minitransformer as mt
+    from minitransformer import backend, kernels
+    import minitransformer.functional as F
+    mt.use(device)
+    rows, vocab, d, heads = (64, 50, 32, (4, 8, 8)) if dry else (8192, 8000, 512, (512, 32, 32))
+    reps = 2 if dry else 20
+    rng = np.random.default_rng(0)
+
+    def tensor(*shape):
+        return mt.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    x_att, x_rows, x_d, x_ff = tensor(*heads), tensor(rows, vocab), tensor(rows, d), tensor(rows, 4 * d)
+    gamma, beta = tensor(d), tensor(d)
+    target = backend.asarray(rng.integers(0, vocab, rows))
+    params = [tensor(n) for n in ([1000, 200] if dry else [8000 * 256, 4 * 256 * 256 * 6, 1024 * 256 * 12])]
+    adam = mt.optim.Adam(params)
+    for p in params:
+        p.grad = backend.xp.ones_like(p.data)
+    cases = [("softmax (attention weights)", heads, lambda: F.softmax(x_att).sum().backward()),
+             ("log_softmax", (rows, vocab), lambda: F.log_softmax(x_rows).sum().backward()),
+             ("cross_entropy, smoothing 0.1", (rows, vocab),
+              lambda: F.cross_entropy(x_rows, target, ignore_index=0, label_smoothing=0.1).backward()),
+             ("layer_norm", (rows, d), lambda: F.layer_norm(x_d, gamma, beta).sum().backward()),
+             ("dropout 0.1", (rows, 4 * d), lambda: F.dropout(x_ff, 0.1).sum().backward()),
+             ("Adam update", (sum(p.data.size for p in params),), lambda: adam.step(1e-4))]
+    table = []
+    for name, shape, run in cases:
+        ms = {}
+        for fused in (False, True):
+            backend.fused = fused
+            times = []
+            for i in range(reps + 2):     # two untimed runs first: compilation, the memory pool
+                backend.synchronize()
+                start = time.perf_counter()
+                run()
+                backend.synchronize()
+                times.append(time.perf_counter() - start)
+            ms[fused] = statistics.median(times[2:]) * 1e3
+        table.append({"op": name, "shape": list(shape), "plain_ms": ms[False], "fused_ms": ms[True],
+                      "speedup": ms[False] / ms[True], "kernels used": kernels.active(x_rows)})
+    return {"ops": table, "reps": reps, "device": device}
+
+
+# -------------------------------------------------------------------- stages
+def pytest_counts(xml_path):
+    """(counts, the failed tests with the first line of their message) from a JUnit XML file."""
+    suite = ET.parse(xml_path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [f"{case.get('classname')}::{case.get('name')}: {(bad.get('message') or '').splitlines()[:1]}"
+              for case in suite.iter("testcase") for bad in case if bad.tag in ("failure", "error")]
+    return counts, failed
+
+
+def run_pytest(files, seconds, args, out, name, extra=()):
+    """One pytest over `files` on the run's device; its counts, failures and output (appended to name.log)."""
+    xml = args.run_dir / f"{name}.xml"
+    xml.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *files, *extra,
+           f"--junitxml={xml}", "-o", f"faulthandler_timeout={args.test_timeout}",
+           "-o", "faulthandler_exit_on_timeout=true"]
+    code, output = run_command(cmd, seconds, {"MINITRANSFORMER_DEVICE": args.device})
+    counts, failed = pytest_counts(xml) if xml.exists() else ({}, [])
+    with open(out / f"{name}.log", "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n")
+    if code == 5 and counts.get("tests") == 0:   # nothing collected: every test deselected
+        code = 0
+    return {"exit": code, **counts, "failed tests": failed}
+
+
+def stage_env(args, out, seconds):
+    code, output = run_command([sys.executable, __file__, "--worker", "env", "--device", args.device], seconds)
+    if code != 0:
+        raise RuntimeError(f"the env worker ended with {code}: {output.strip().splitlines()[-1:]}")
+    return last_json(output)
+
+
+def stage_kernels(args, out, seconds):
+    return run_pytest(["tests/test_kernels.py"], seconds, args, out, "kernels", ["-m", "gpu"])
+
+
+def stage_suite(args, out, seconds):
+    files = (["tests/test_checks.py"] if args.dry_run else
+             sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if p.name != "test_gpu_run.py"))
+    deadline, per_file, totals = time.monotonic() + seconds, {}, {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for f in files:
+        left = deadline - time.monotonic()
+        if left < 5:
+            per_file[f] = {"exit": "not run: out of time"}
+            continue
+        per_file[f] = r = run_pytest([f], left, args, out, "suite")
+        for k in totals:
+            totals[k] += r.get(k, 0)
+    bad = [f for f, r in per_file.items() if r["exit"] != 0]
+    return {**totals, "files": len(files), "files not passing": bad, "per file": per_file}
+
+
+def stage_fused(args, out, seconds):
+    cmd = [sys.executable, __file__, "--worker", "fused", "--device", args.device] + ["--dry-run"] * args.dry_run
+    code, output = run_command(cmd, seconds)
+    if code != 0:
+        raise RuntimeError(f"the fused worker ended with {code}: {output.strip().splitlines()[-1:]}")
+    return last_json(output)
+
+
+def stage_train_step(args, out, seconds):
+    sizes = (["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256"] if args.dry_run else
+             ["--preset", "tiny", "small", "base", "--steps", "10", "--warmup", "2", "--max-tokens", "8192"])
+    result, log = {}, out / "train_step.log"
+    for mode in ["fp32"] + ["tf32"] * (args.device == "gpu"):   # TF32 is a mode of NVIDIA GPUs alone
+        json_file = args.run_dir / f"train_step_{mode}.json"
+        json_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "benchmarks/train_step.py", *sizes, "--torch", "--device", args.device,
+               "--data-dir", args.data_dir, "--json", json_file] + ["--tf32"] * (mode == "tf32")
+        code, output = run_command(cmd, seconds / 2)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n")
+        result[mode] = {"exit": code, **(json.loads(json_file.read_text()) if json_file.exists() else {})}
+    failed = [f"{mode} (exit {r['exit']})" for mode, r in result.items() if r["exit"] != 0]
+    if failed:
+        raise RuntimeError(f"train_step.py failed: {', '.join(failed)}; see train_step.log")
+    return result
+
+
+def stage_multi30k(args, out, seconds):
+    minutes = 0.001 if args.dry_run else (seconds - SCORE_RESERVE_S) / 60
+    if minutes < 1 and not args.dry_run:
+        raise Skip(f"only {seconds / 60:.1f} minutes left: at least {SCORE_RESERVE_S / 60 + 1:.1f} needed")
+    run = args.run_dir / "multi30k"
+    resume = any(run.glob("checkpoint_*.npz"))
+    recipe = DRY_RECIPE if args.dry_run else GPU_RECIPE + ["--minutes", f"{minutes:.2f}"]
+    cmd = [sys.executable, "examples/multi30k.py", "--data-dir", args.data_dir, "--out", run, "--device",
+           args.device, *recipe, "--no-progress"] + ["--resume"] * resume
+    code, output = run_command(cmd, seconds)
+    (out / "multi30k.log").write_text(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n", encoding="utf-8")
+    for name in ("log.jsonl", "test_2016_flickr.hyp.en"):
+        if (run / name).exists():
+            shutil.copy(run / name, out / f"multi30k-{name}")
+    result = {"exit": code, "resumed": resume, "command": " ".join(map(str, cmd[1:]))}
+    for key, pattern in (("test BLEU", r"test_2016_flickr: BLEU = ([\d.]+)"), ("lowercased BLEU", r"lowercased BLEU = ([\d.]+)"),
+                         ("chrF", r"chrF = ([\d.]+)"), ("stopped at update", r"training stopped at update (\d+)")):
+        if m := re.search(pattern, output):
+            result[key] = json.loads(m.group(1))
+    ends = [json.loads(l) for l in (run / "log.jsonl").read_text().splitlines() if '"end"' in l] if (run / "log.jsonl").exists() else []
+    if ends:
+        result["training"] = {k: ends[-1].get(k) for k in ("step", "seconds", "tokens_per_s", "best_bleu", "stopped")}
+    if code != 0:
+        raise RuntimeError(f"examples/multi30k.py ended with {code}: {output.strip().splitlines()[-1:]}")
+    return result
+
+
+# -------------------------------------------------------------------- the run
+def dry_corpus(folder, n=60):
+    """A generated Multi30k-shaped corpus (the six .gz files) of n lines each, for --dry-run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    words = {"de": "ein mann eine frau hund spielt läuft im park mit dem ball".split(),
+             "en": "a man a woman dog plays runs in the park with the ball".split()}
+    for name in FILES:
+        lang = name.split(".")[1]
+        lines = [" ".join(words[lang][(i * 7 + k * 3) % len(words[lang])] for k in range(3 + i % 5)) for i in range(n)]
+        with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return folder
+
+
+def summary_markdown(results):
+    """summary.md: a table of the stages, then each stage's figures."""
+    lines = [f"# GPU run, {results['started']}", "", f"`{results['command']}`", "",
+             "| stage | status | seconds | budget s | note |", "|---|---|---|---|---|"]
+    for name, r in results["stages"].items():
+        lines.append(f"| {name} | {r['status']} | {r.get('seconds', 0):.0f} | {r.get('budget_s', 0):.0f} | "
+                     f"{r.get('reason', '')} |")
+    stages = results["stages"]
+    if "result" in stages.get("env", {}):
+        lines += ["", "## Versions", ""] + [f"- {k}: {v}" for k, v in stages["env"]["result"].items()]
+    for name in ("kernels", "suite"):
+        r = stages.get(name, {}).get("result")
+        if r:
+            lines += ["", f"## {name}: {r.get('tests', 0)} tests, {r.get('failures', 0)} failed, {r.get('errors', 0)} "
+                      f"errors, {r.get('skipped', 0)} skipped", ""] + [f"- {t}" for t in r.get("failed tests", [])[:30]]
+            lines += [f"- {f}: exit {v['exit']}" for f, v in r.get("per file", {}).items() if v["exit"] != 0]
+    if "result" in stages.get("fused", {}):
+        lines += ["", "## Fused ops, forward + backward (median ms)", "", "| op | shape | plain | fused | speed-up |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {o['op']} | {tuple(o['shape'])} | {o['plain_ms']:.3f} | {o['fused_ms']:.3f} | {o['speedup']:.2f}x |"
+                  for o in stages["fused"]["result"]["ops"]]
+    if "result" in stages.get("train_step", {}):
+        lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {mode} | {r['framework']} | {r['preset']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | "
+                  f"{r['peak_mem_mb']:.0f} |" for mode, m in stages["train_step"]["result"].items() for r in m.get("results", [])]
+    if "result" in stages.get("multi30k", {}):
+        lines += ["", "## Multi30k", ""] + [f"- {k}: {v}" for k, v in stages["multi30k"]["result"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, help="Multi30k's six .gz files (required but with --dry-run)")
+    p.add_argument("--out", type=Path, help="the results folder: results.json, summary.md, logs (required)")
+    p.add_argument("--minutes", type=float, default=25.0, help="the whole run's time budget (default: 25)")
+    p.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
+                   help="run only these (default: all); the others' earlier results in --out are kept")
+    p.add_argument("--test-timeout", type=int, default=120, help="seconds a test may take (default: 120)")
+    p.add_argument("--run-dir", type=Path, help="checkpoints and scratch files (default: runs/gpu-run, "
+                   "--dry-run: runs/gpu-run-dry); a Multi30k checkpoint there is resumed")
+    p.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes: checks the plumbing in seconds")
+    p.add_argument("--worker", choices=["env", "fused"], help=argparse.SUPPRESS)
+    p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker_env(args.device) if args.worker == "env" else worker_fused(args.device, args.dry_run)))
+        return 0
+    from minitransformer.fileio import check_writable_dir
+    if not args.minutes > 0:
+        p.error(f"--minutes must be a number above 0, got {args.minutes}")
+    if args.test_timeout < 1:
+        p.error(f"--test-timeout must be at least 1 second, got {args.test_timeout}")
+    if args.out is None:
+        p.error("--out is required: the results folder to write")
+    if args.data_dir is None and not args.dry_run:
+        p.error("--data-dir is required: the folder with Multi30k's six .gz files (copy them into the working tree)")
+    if args.data_dir is not None and (missing := [n for n in FILES if not (args.data_dir / n).is_file()]):
+        p.error(f"--data-dir {args.data_dir} lacks {', '.join(missing)}: give the folder with Multi30k's .gz files")
+    args.run_dir = (args.run_dir or ROOT / ("runs/gpu-run-dry" if args.dry_run else "runs/gpu-run")).resolve()
+    try:
+        check_writable_dir(args.out, "--out")
+        check_writable_dir(args.run_dir, "--run-dir")
+    except ValueError as e:
+        p.error(str(e))
+    args.out, args.device = args.out.resolve(), "cpu" if args.dry_run else "gpu"
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    args.data_dir = args.data_dir.resolve() if args.data_dir else dry_corpus(args.run_dir / "data")
+
+    deadline = time.monotonic() + 60 * args.minutes
+    old = args.out / "results.json"
+    results = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["python", *sys.argv]),
+               "minutes": args.minutes, "dry_run": args.dry_run,
+               "stages": json.loads(old.read_text())["stages"] if old.exists() else {}}
+    for log in ("kernels.log", "suite.log", "train_step.log"):
+        if log.split(".")[0] in args.stages:
+            (args.out / log).unlink(missing_ok=True)
+    for name, share in STAGES.items():
+        if name not in args.stages:
+            results["stages"].setdefault(name, {"status": "skipped", "reason": "not in --stages"})
+            continue
+        budget = deadline - time.monotonic()
+        budget = budget if share is None else min(budget, share * 60 * args.minutes)
+        no_gpu = name != "env" and args.device == "gpu" and not results["stages"].get("env", {}).get(
+            "result", {}).get("gpu usable", False)
+        print(f"== {name}: at most {budget:.0f} s", flush=True)
+        start, record = time.monotonic(), {"budget_s": budget}
+        if no_gpu:
+            record.update(status="skipped", reason="no usable GPU (see the env stage)")
+        elif budget < 5:
+            record.update(status="skipped", reason="out of time")
+        else:
+            try:
+                result = globals()[f"stage_{name}"](args, args.out, budget)
+                ok = result.get("exit", 0) == 0
+                record.update(status="ran" if ok else "failed", result=result,
+                              reason="" if ok else f"exit {result['exit']}")
+            except Skip as e:
+                record.update(status="skipped", reason=str(e))
+            except Exception as e:  # recorded; the next stage runs
+                record.update(status="failed", reason=f"{type(e).__name__}: {e}")
+        record["seconds"] = time.monotonic() - start
+        results["stages"][name] = record
+        print(f"   {record['status']} in {record['seconds']:.0f} s {record.get('reason', '')}", flush=True)
+        (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        (args.out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
+    print(f"results: {args.out / 'summary.md'}")
+    return 1 if any(r["status"] == "failed" for r in results["stages"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
