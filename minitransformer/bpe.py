@@ -13,7 +13,7 @@ from collections import Counter
 
 import regex
 
-from .bpe_learn import MAX_VOCAB, learn_merges, learn_merges_naive, merge
+from .bpe_learn import MAX_VOCAB, apply_merges, learn_merges, learn_merges_naive, merge  # noqa: F401 (merge: lesson 08)
 from .checks import FileError, SettingError, check_int, fail
 from .fileio import atomic_write, read_text
 
@@ -25,11 +25,13 @@ from .fileio import atomic_write, read_text
 PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-# The vocabulary limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to
-# MAX_VOCAB = 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character).
-MIN_VOCAB = len(SPECIALS) + 256
+# The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to MAX_VOCAB = 0x110000 =
+# 1,114,112 ids (bpe_learn stores an id as a character); as merges are read, a token <= MAX_TOKEN_BYTES and all
+# tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833 bytes and would ask for 64 GiB). A pattern must cut
+# PROBE into words within PATTERN_SECONDS (runs trap catastrophic backtracking; encode: as much per 100,000 chars).
+MIN_VOCAB, MAX_TOKEN_BYTES, MAX_VOCAB_BYTES, PATTERN_SECONDS = len(SPECIALS) + 256, 1 << 12, 1 << 27, 1.0
 FORMAT, VERSION = "minitransformer-bpe", 1
-PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"  # a pattern must cut this into words, dropping nothing
+PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>" + "".join(c * 48 + "!" for c in "a1 -")
 
 
 def _chunks(text, size=1 << 20):
@@ -66,9 +68,10 @@ class BPE:
             fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []", "pattern", pattern)
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
-        self.pattern, self._regex = pattern, regex.compile(pattern)
+        self.pattern, self._regex, self.source = pattern, regex.compile(pattern), "the tokenizer"
         self._custom = pattern != PATTERN  # PATTERN matches every character; encode checks any other
-        if self._regex.groups or "".join(self._regex.findall(PROBE)) != PROBE:
+        self._findall = self._timed_findall if self._custom else self._regex.findall  # PATTERN needs no time bound
+        if self._regex.groups or "".join(self._findall(PROBE)) != PROBE:  # a TimeoutError names the pattern
             fail("BPE", f"the pattern {pattern!r} does not cut every text into words (it drops characters or has "
                  f"a capturing group): encode would lose text", "pattern", pattern)
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
@@ -76,16 +79,23 @@ class BPE:
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
         self.offset = len(self.special_tokens)  # the id of byte 0
         self.vocab = [t.encode("utf-8") for t in self.special_tokens] + [bytes([b]) for b in range(256)]
-        self.merges, self.ranks = [], {}  # ranks: pair -> id of the merged token (= merge order)
+        self.merges, self.ranks, total = [], {}, 0  # ranks: pair -> id of the merged token (= merge order)
+        if len(self.vocab) + len(merges) > MAX_VOCAB:
+            raise ValueError(f"{len(self.vocab) + len(merges):,} ids are too many: at most {MAX_VOCAB:,}")
         for a, b in merges:
             if not (self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab)):
                 raise ValueError(f"merge {len(self.merges)} ({a}, {b}) uses an id that is neither a byte "
                                  f"nor an earlier merge")
+            token = self.vocab[a] + self.vocab[b]  # at most 2 x MAX_TOKEN_BYTES: its parts passed this check
+            total += len(token)
+            if len(token) > MAX_TOKEN_BYTES or total > MAX_VOCAB_BYTES:
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) makes a token of {len(token):,} bytes, {total:,} "
+                                 f"in all: at most {MAX_TOKEN_BYTES:,} and {MAX_VOCAB_BYTES:,}")
             if (a, b) in self.ranks:
                 raise ValueError(f"merge {len(self.merges)} ({a}, {b}) repeats merge {self.ranks[(a, b)] - self.offset - 256}")
             self.ranks[(a, b)] = len(self.vocab)
             self.merges.append((a, b))
-            self.vocab.append(self.vocab[a] + self.vocab[b])
+            self.vocab.append(token)
         self._byte_ids = {}  # bytes -> first id with those bytes (two merges may spell the same)
         for i in range(self.offset, len(self.vocab)):
             self._byte_ids.setdefault(self.vocab[i], i)
@@ -160,8 +170,16 @@ class BPE:
     def _words(self, text):
         """Pre-tokenize text, leaving out special tokens: "a<s> b" -> ["a", " b"]."""
         if any(t in text for t in self.special_tokens):
-            return [w for part in self._special_regex.split(text)[::2] for w in self._regex.findall(part)]
-        return self._regex.findall(text)
+            return [w for part in self._special_regex.split(text)[::2] for w in self._findall(part)]
+        return self._findall(text)
+
+    def _timed_findall(self, text):
+        """A custom pattern's words of text, under a time bound (TimeoutError, one sentence): _findall."""
+        seconds = PATTERN_SECONDS * (1 + len(text) // 100_000)
+        try:
+            return self._regex.findall(text, timeout=seconds)
+        except TimeoutError:
+            raise TimeoutError(f"the pattern {self.pattern!r} of {self.source} backtracks catastrophically") from None
 
     # ---- encoding and decoding -------------------------------------------------------------------
 
@@ -172,12 +190,7 @@ class BPE:
         """
         ids = self._cache.get(word)
         if ids is None:
-            ids = [b + self.offset for b in word.encode("utf-8")]
-            while len(ids) > 1:
-                pair = min(zip(ids, ids[1:]), key=lambda p: self.ranks.get(p, 1 << 62))
-                if pair not in self.ranks:
-                    break
-                ids = merge(ids, pair, self.ranks[pair])
+            ids = apply_merges([b + self.offset for b in word.encode("utf-8")], self.ranks)  # plain: apply_merges_naive
             if len(self._cache) >= 1 << 20:
                 self._cache.clear()
             self._cache[word] = ids
@@ -201,7 +214,7 @@ class BPE:
                 if k % 2:  # odd parts are special tokens
                     ids.append(self._special_ids[part])
                     continue
-                words = self._regex.findall(part)
+                words = self._findall(part)
                 if self._custom and sum(map(len, words)) != len(part):
                     raise ValueError(f"the pattern {self.pattern!r} drops characters of {part[:40]!r}: "
                                      f"encode would lose text")
@@ -292,6 +305,7 @@ class BPE:
         try:
             merges = d["merges"]
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
+            tok.source = source  # encode's errors name the file
             if d["special_tokens"] != tok.special_tokens:
                 raise ValueError("the special tokens are out of order")
             for k, m in enumerate(merges):
@@ -299,6 +313,6 @@ class BPE:
                     raise ValueError(f"merge {k} {m} does not spell its text")
         except SettingError as e:  # the file's pattern or special tokens
             raise FileError(source, None, f"is a damaged tokenizer file: {e.message}") from None
-        except (KeyError, TypeError, IndexError, ValueError, regex.error) as e:
+        except (KeyError, TypeError, IndexError, ValueError, regex.error, TimeoutError) as e:
             raise FileError(source, None, f"is a damaged tokenizer file: {e}") from None
         return tok

@@ -10,12 +10,15 @@ Inside the .npz:
 The run directory of a training run is rundir.py's. Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
 """
 import json
+import math
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .config import MAX_FLOATS, TransformerConfig, count_parameters
 from .fileio import atomic_write
 
 FORMAT, VERSION = "minitransformer-checkpoint", 1
@@ -55,8 +58,96 @@ def save(path, model_state, meta, optim_arrays=None):
 
 
 # ---------------------------------------------------------------- reading
+# Validate first, then allocate: every member's .npy header (its shape and dtype) is read and checked
+# against the member's size in the zip directory, and the arrays' total against the size the config
+# implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the most ids embedded.
+# DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is a zip bomb or a lie.
+MAX_META_BYTES, DEFLATE_RATIO, MAX_MEMBERS = 1 << 28, 1032, 1 << 17
+
+
+def _header(zf, info, path):
+    """(shape, dtype, fortran order, where the data starts) of the .npy member `info`, from its header
+    alone (no data is read), checked to declare exactly the bytes the member holds."""
+    name = info.filename[:-len(".npy")]
+    if info.file_size > DEFLATE_RATIO * max(info.compress_size, 1):
+        raise CheckpointError(f"{path}: {name} claims {info.file_size:,} bytes packed into {info.compress_size:,}, "
+                              f"more than compression can reach (a zip bomb)")
+    with zf.open(info) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f".npy version {version}")
+            shape, fortran, dtype = read[version](f)
+        except ValueError as e:
+            raise CheckpointError(f"{path}: {name} has a damaged array header ({e})") from None
+        start = f.tell()
+    size = math.prod(shape) * dtype.itemsize
+    if dtype.hasobject or start + size != info.file_size:
+        raise CheckpointError(f"{path}: {name} declares {shape} {dtype} values ({size:,} bytes) but holds "
+                              f"{info.file_size - start:,} bytes")
+    return shape, dtype, fortran, start
+
+
+def _array(zf, name, header):
+    """The array of member `name` whose header _header checked, read in chunks of 256 KiB (as np.load
+    does) without parsing its header again."""
+    shape, dtype, fortran, start = header
+    array = np.empty(math.prod(shape), dtype)
+    view = memoryview(array).cast("B")
+    with zf.open(name + ".npy") as f:
+        f.seek(start)
+        for i in range(0, len(view), 1 << 18):
+            chunk = view[i:i + (1 << 18)]
+            if f.readinto(chunk) != len(chunk):
+                raise EOFError(f"{name} ends early")
+    return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
+def _read_meta(zf, header, path):
+    """The meta.json member as a dict (size and kind checked first)."""
+    shape, dtype = header[:2]
+    if dtype != np.uint8 or len(shape) != 1 or shape[0] > MAX_META_BYTES:
+        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged (it must be at most {MAX_META_BYTES:,} "
+                              f"bytes of text, got {shape} {dtype})")
+    text = _array(zf, META_KEY, header).tobytes()
+    try:
+        meta = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint (its {META_KEY} lacks "
+                              f'"format": "{FORMAT}")')
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; this code reads {VERSION}")
+    return meta
+
+
+def _check_sizes(headers, meta, path):
+    """Floating point arrays only, as many model floats as the config implies (at most MAX_FLOATS without
+    one), and at most two optimizer floats (Adam's m and v) per model float."""
+    for k, (_, dtype, *_) in headers.items():
+        if dtype.kind != "f":
+            raise CheckpointError(f"{path}: {k} holds {dtype} values; a checkpoint holds floating point arrays only")
+    held = {kind: sum(math.prod(h[0]) for k, h in headers.items() if k.startswith(kind + "/"))
+            for kind in ("model", "optim")}
+    expected = MAX_FLOATS
+    if meta.get("config") is not None:
+        try:
+            expected = count_parameters(TransformerConfig.from_dict(meta["config"]))
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f"{path}: its model config is damaged ({e})") from None
+        if held["model"] != expected:
+            raise CheckpointError(f"{path}: its model config implies {expected:,} parameters but its arrays hold "
+                                  f"{held['model']:,}: the file is damaged or its config is not its model's")
+    if held["model"] > expected or held["optim"] > 2 * expected:
+        raise CheckpointError(f"{path} holds {held['model']:,} model and {held['optim']:,} optimizer floats, more "
+                              f"than the {expected:,} (and twice as many) a checkpoint may hold")
+
+
 def load(path):
-    """Read a checkpoint into a Checkpoint; a missing or damaged file raises CheckpointError."""
+    """Read a checkpoint into a Checkpoint; a missing, damaged or hostile file raises CheckpointError
+    before any array is allocated (each member's header against its size, the arrays against the config)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is a directory, not a checkpoint file" if os.path.isdir(path) else
@@ -66,45 +157,45 @@ def load(path):
             head = f.read(6)
     except OSError as e:                                                  # no permission to read it
         raise CheckpointError(f"{path} cannot be read: {e.strerror}") from None
-    if not head.startswith(b"PK") and head != b"\x93NUMPY":
+    if head == b"\x93NUMPY":                                             # a lone .npy array, renamed
+        raise CheckpointError(f"{path} holds a single array (.npy), not a checkpoint (.npz written by "
+                              f"minitransformer)")
+    if not head.startswith(b"PK"):
         raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): it is "
                               f"not a zip archive")
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        with zipfile.ZipFile(path) as zf:
+            return _read(zf, path)
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error) as e:
         raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
                               f"{type(e).__name__}: {e}") from None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):                      # a lone .npy array, renamed
-        raise CheckpointError(f"{path} holds a single array (.npy), not a checkpoint (.npz written by "
-                              f"minitransformer)")
-    try:
-        with loaded as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
-                              f"{type(e).__name__}: {e}") from None
-    if META_KEY not in arrays:
+
+
+def _read(zf, path):
+    """load()'s work on the open zip: names, headers, meta and sizes checked, then the arrays read."""
+    infos = zf.infolist()
+    names = [i.filename for i in infos]
+    ours = [n for n in names if n.endswith(".npy") and (n == META_KEY + ".npy" or n.startswith(("model/", "optim/")))]
+    if len(ours) != len(names) or len(set(names)) != len(names) or len(names) > MAX_MEMBERS:
+        odd = sorted(set(names) - set(ours)) or sorted({n for n in names if names.count(n) > 1})
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint: it holds "
+                              + (f"{odd[0]!r}, which no checkpoint holds" if odd else f"{len(names):,} entries"))
+    headers = {i.filename[:-len(".npy")]: _header(zf, i, path) for i in infos}
+    if META_KEY not in headers:
         raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint: it has no {META_KEY}")
-    try:
-        meta = json.loads(arrays.pop(META_KEY).tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not a minitransformer checkpoint (its {META_KEY} lacks "
-                              f'"format": "{FORMAT}")')
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; this code reads {VERSION}")
-    model = {k[len("model/"):]: a for k, a in arrays.items() if k.startswith("model/")}
-    optim = {k[len("optim/"):]: a for k, a in arrays.items() if k.startswith("optim/")}
-    for kind, group in (("model", model), ("optim", optim)):
-        for k, a in group.items():
-            if a.dtype.kind != "f":
-                raise CheckpointError(f"{path}: {kind}/{k} holds {a.dtype} values; a checkpoint holds floating "
-                                      f"point arrays only")
-            if not np.isfinite(a).all():
-                raise CheckpointError(f"{path}: {kind}/{k} holds NaN or infinity; the run had diverged when "
-                                      f"this was written: use an earlier checkpoint")
-    return Checkpoint(meta, model, optim, path)
+    meta = _read_meta(zf, headers.pop(META_KEY), path)
+    _check_sizes(headers, meta, path)
+    groups = {"model": {}, "optim": {}}
+    for k, header in headers.items():
+        a = _array(zf, k, header)
+        if not np.isfinite(a).all():
+            raise CheckpointError(f"{path}: {k} holds NaN or infinity; the run had diverged when this was written: "
+                                  f"use an earlier checkpoint")
+        kind, name = k.split("/", 1)
+        groups[kind][name] = a
+    return Checkpoint(meta, groups["model"], groups["optim"], path)
 
 
 def average(paths):
@@ -163,15 +254,19 @@ def tokenizer_to_json(tokenizer):
 def tokenizer_from_json(text, source="the checkpoint"):
     """The inverse of tokenizer_to_json: a BPE; errors name `source`."""
     from .bpe import BPE
+    if not isinstance(text, str):
+        raise CheckpointError(f"{source}: its embedded tokenizer is damaged (not the text of a tokenizer file)")
     return BPE.from_json(text, f"the tokenizer embedded in {source}")
 
 
 def load_model(path, tokenizer_path=None):
     """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
 
-    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given.
+    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given: then it must be
+    that same tokenizer (merges, special tokens, pattern), or a CheckpointError names what differs. A
+    checkpoint that embeds none is taken at its word, as long as the vocabulary sizes agree.
     """
-    from .transformer import Transformer, TransformerConfig
+    from .transformer import Transformer
     ck = load(path)
     if "config" not in ck.meta:
         raise CheckpointError(f"{ck.path} holds no model config")
@@ -184,15 +279,22 @@ def load_model(path, tokenizer_path=None):
     except ValueError as e:
         raise CheckpointError(f"{ck.path}: {e}") from None
     model.eval()
+    own = tokenizer_from_json(ck.meta["tokenizer"], ck.path) if ck.meta.get("tokenizer") else None
     if tokenizer_path is not None:
         from .bpe import BPE
         tokenizer = BPE.load(tokenizer_path)
-    elif ck.meta.get("tokenizer"):
-        tokenizer = tokenizer_from_json(ck.meta["tokenizer"], ck.path)
+    elif own is not None:
+        tokenizer = own
     else:
         raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
     if tokenizer.vocab_size != model.config.vocab_size:
         source = tokenizer_path or f"the tokenizer embedded in {ck.path}"
         raise CheckpointError(f"{source} has {tokenizer.vocab_size:,} ids but the model in {ck.path} was built "
                               f"for {model.config.vocab_size:,}: they do not belong together")
+    differ = [what for what in ("merges", "special_tokens", "pattern")
+              if own is not None and getattr(own, what) != getattr(tokenizer, what)]
+    if differ:
+        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {ck.path} was trained with: they differ in "
+                              f"their {' and '.join(differ).replace('_', ' ')}, so its ids would mean other tokens "
+                              f"(leave out --tokenizer to use the checkpoint's own)")
     return model, tokenizer, ck

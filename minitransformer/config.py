@@ -10,6 +10,15 @@ import dataclasses
 
 from .checks import check_int, check_max_tokens, check_real, fail as _fail
 
+# Upper bounds, so that a config from a file (a checkpoint, --config) cannot ask for more memory than any
+# machine has before a single array exists. MAX_FLOATS: the floats a model holds (its parameters and the
+# sinusoid tables), 2^31 = 8 GiB in float32 before gradients and Adam's two moments triple it (the big model
+# holds 213M). MAX_LEN: attention holds max_len^2 scores per head and sentence (2^16: 16 GiB in float32).
+# MAX_LAYERS per stack: each layer is dozens of Python objects and graph nodes, and the deepest Transformers
+# trained have about 1,000 (DeepNet). MAX_BEAM: beam search scores beam_size x vocabulary candidates per
+# sentence of a batch (256 x 37,000 x 64 sentences: 2.4 GB in float32).
+MAX_FLOATS, MAX_LEN, MAX_LAYERS, MAX_BEAM = 1 << 31, 1 << 16, 1 << 10, 256
+
 
 @dataclasses.dataclass
 class TransformerConfig:
@@ -39,6 +48,11 @@ class TransformerConfig:
             _fail("TransformerConfig", msg, setting)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
             check_int("TransformerConfig", name, getattr(self, name), 1)
+        deep = "deeper than any Transformer trained"
+        for name, high, why in (("max_len", MAX_LEN, "attention holds max_len^2 scores per head and sentence"),
+                                ("n_encoder_layers", MAX_LAYERS, deep), ("n_decoder_layers", MAX_LAYERS, deep)):
+            if getattr(self, name) > high:
+                fail(f"{name} must be at most {high:,}, got {getattr(self, name):,}: {why}", name)
         for name in ("pad_id", "bos_id", "eos_id"):
             check_int("TransformerConfig", name, getattr(self, name), 0)
         for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
@@ -54,6 +68,11 @@ class TransformerConfig:
             fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}", "positional")
         if self.positional == "sinusoidal" and self.d_model % 2:
             fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}", "d_model")
+        floats = count_parameters(self) + (0 if self.positional == "learned" else 2 * self.max_len * self.d_model)
+        if floats > MAX_FLOATS:
+            sizes = ("vocab_size", "d_model", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len")
+            fail(f"the model would hold {floats:,} floats ({', '.join(f'{n} {getattr(self, n):,}' for n in sizes)}), "
+                 f"over the limit of {MAX_FLOATS:,} (8 GiB in float32, before gradients and Adam's moments)", sizes)
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         if len(set(ids.values())) < 3:
             fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}", tuple(ids))
@@ -127,6 +146,9 @@ class SearchConfig:
     def __post_init__(self):
         owner = "SearchConfig"
         check_int(owner, "beam_size", self.beam_size, 1)
+        if self.beam_size > MAX_BEAM:
+            _fail(owner, f"beam_size must be at most {MAX_BEAM}, got {self.beam_size:,}: beam search scores beam_size x "
+                  f"vocabulary candidates per sentence of a batch", "beam_size", self.beam_size)
         check_int(owner, "nbest", self.nbest, 1)
         if self.nbest > self.beam_size:
             _fail(owner, f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})", ("nbest", "beam_size"),
