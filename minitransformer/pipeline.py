@@ -11,7 +11,7 @@ import os
 from . import backend, distributed
 from .bpe import BPE
 from .checks import FileError
-from .rundir import RunDirectory, list_checkpoints
+from .rundir import check_new_run, list_checkpoints, owning
 from .corpus import encode_pairs
 from .training import Trainer
 from .translation import encode_lines
@@ -59,41 +59,41 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         log = lambda message: None  # noqa: E731
     elif distributed.thread_warning():
         log(f"warning: {distributed.thread_warning()}")
-    if out_dir is not None and here.is_main:
-        if resume is None:  # another run's checkpoints: refused before a new tokenizer.json replaces theirs
-            RunDirectory(out_dir, training_config.keep).check_start(0)
-        os.makedirs(out_dir, exist_ok=True)
-    # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size, not the one left there
-    checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
-    tokenizer_path = None
-    if here.is_main:
-        tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
-                                                            reuse=checkpoint is not None, log=log)
-    if here.size > 1:  # rank 0 learned or read it; the other ranks take its JSON text
-        text = here.broadcast_object(tokenizer.to_json() if here.is_main else None)
-        tokenizer = tokenizer if here.is_main else BPE.from_json(text)
-    config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
-    longest = config.max_len - 1                     # x </s> and <s> y must fit the positions
-    if max_len is None:
-        max_len = longest
-    elif max_len > longest:
-        raise ValueError(f"max_len {max_len} is more than the model's positions hold: at most {longest} "
-                         f"(max_len {config.max_len} of the model, with <s> or </s>)")
-    pairs, report = encode_pairs(train_src, train_tgt, tokenizer, max_len=max_len)
-    log(f"training data: {report}")
-    if not pairs:
-        raise ValueError(f"no sentence pairs to train on in {train_names[0]} and {train_names[1]}: {report}")
-    if valid is not None:
-        check_valid_lengths(valid, valid_names, tokenizer, longest)
-    backend.seed(training_config.seed)
-    model = Transformer(config)
-    per_update = training_config.max_tokens * training_config.accum * here.size
-    log(f"model: {model.num_parameters():,} parameters; {per_update:,} tokens per update"
-        + (f" ({here.size} ranks of {per_update // here.size:,})" if here.size > 1 else ""))
-    trainer = Trainer(model, tokenizer, pairs, valid, training_config, out_dir, tokenizer_path=tokenizer_path)
-    if checkpoint is not None:
-        trainer.resume(checkpoint)
-    return trainer, tokenizer
+    with owning(out_dir if here.is_main else None):  # one run writes in out_dir; another is refused at once
+        if out_dir is not None and here.is_main and resume is None:  # before a tokenizer.json replaces theirs
+            check_new_run(out_dir, "out_dir", "continue that run (--resume auto), or ",
+                          None if tokenizer is not None else TOKENIZER_FILE)
+        # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size, not the one left there
+        checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
+        tokenizer_path = None
+        if here.is_main:
+            tokenizer, tokenizer_path = load_or_learn_tokenizer((train_src, train_tgt), tokenizer, vocab_size, out_dir,
+                                                                reuse=checkpoint is not None, log=log)
+        if here.size > 1:  # rank 0 learned or read it; the other ranks take its JSON text
+            text = here.broadcast_object(tokenizer.to_json() if here.is_main else None)
+            tokenizer = tokenizer if here.is_main else BPE.from_json(text)
+        config = model_config(tokenizer.vocab_size) if callable(model_config) else model_config
+        longest = config.max_len - 1                     # x </s> and <s> y must fit the positions
+        if max_len is None:
+            max_len = longest
+        elif max_len > longest:
+            raise ValueError(f"max_len {max_len} is more than the model's positions hold: at most {longest} "
+                             f"(max_len {config.max_len} of the model, with <s> or </s>)")
+        pairs, report = encode_pairs(train_src, train_tgt, tokenizer, max_len=max_len)
+        log(f"training data: {report}")
+        if not pairs:
+            raise ValueError(f"no sentence pairs to train on in {train_names[0]} and {train_names[1]}: {report}")
+        if valid is not None:
+            check_valid_lengths(valid, valid_names, tokenizer, longest)
+        backend.seed(training_config.seed)
+        model = Transformer(config)
+        per_update = training_config.max_tokens * training_config.accum * here.size
+        log(f"model: {model.num_parameters():,} parameters; {per_update:,} tokens per update"
+            + (f" ({here.size} ranks of {per_update // here.size:,})" if here.size > 1 else ""))
+        trainer = Trainer(model, tokenizer, pairs, valid, training_config, out_dir, tokenizer_path=tokenizer_path)
+        if checkpoint is not None:
+            trainer.resume(checkpoint)
+        return trainer, tokenizer
 
 
 def check_valid_lines(valid, names):

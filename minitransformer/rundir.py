@@ -1,22 +1,40 @@
 """The run directory of a training run: checkpoint_<step>.npz files (names that sort by step) and the
-best copy, of which the last `keep` that this run wrote are kept, log.jsonl, the check before a run
-starts in a directory, and the checks before resuming a checkpoint (checkpoint.py: the file itself).
-Left out on purpose: several runs sharing one directory, cloud storage.
+best copy, of which the last `keep` that this run wrote are kept, log.jsonl, its one owner (run.lock),
+the check before a run starts in a directory, the run's identity, and the checks before resuming a
+checkpoint (checkpoint.py: the file itself).
+
+One owner: a run holds an flock on out_dir/run.lock while it writes there (git's index.lock, SQLite's
+one writer). flock rather than a file made with O_EXCL: the kernel releases it when its process dies,
+even by kill -9, so a lock is never left held by a dead run; the file says who holds it ("pid host"),
+and a run that finds the file unlocked says once whose lock it takes over.
+Left out on purpose: several runs sharing one directory, cloud storage, waiting for a lock.
 """
+import contextlib
+import errno
+import fcntl
 import glob
+import hashlib
 import json
 import math
 import os
 import re
 import shutil
+import socket
+import sys
 
 import numpy as np
 
 from .checkpoint import CheckpointError, load, save
 from .checks import check_int
-from .fileio import TEMP_PREFIX, atomic_write
+from .fileio import atomic_write, inside_target, remove_stale_temporaries
 
 BEST = "checkpoint_best.npz"
+LOCK = "run.lock"   # out_dir/run.lock: held (flock) by the run writing there; holds "pid host"
+# what a fresh run would replace or mix with its own (the tokenizer only when it learns one)
+RUN_FILES = (BEST, "log.jsonl")
+# TrainingConfig's settings that decide the updates: a resume with other values would be another run
+SCHEDULE = ("max_tokens", "accum", "warmup_steps", "lr_scale", "betas", "eps", "clip_norm", "seed")
+_held = {}          # the real path of a run directory -> the descriptor of its run.lock this process holds
 
 
 def checkpoint_path(out_dir, step):
@@ -36,14 +54,71 @@ def list_checkpoints(out_dir):
     return sorted(paths, key=step_of)
 
 
-def check_new_run(out_dir, what, hint=""):
-    """Before a new run in out_dir: it holds no step checkpoint, which the run would mix with its own
-    (and replace the tokenizer.json and log.jsonl beside it); else a ValueError naming `what`, then
+def check_new_run(out_dir, what, hint="", tokenizer=None):
+    """Before a new run in out_dir: it holds no file of an earlier run that the new one would mix with
+    its own or replace (a step checkpoint, checkpoint_best.npz, log.jsonl, and `tokenizer`, the name of
+    the tokenizer file the run will learn, when it learns one); else a CheckpointError naming `what`, then
     `hint` ("continue that run (--resume auto), or "), then the ways out."""
-    found = list_checkpoints(out_dir) if os.path.isdir(out_dir) else []
+    if not os.path.isdir(out_dir):
+        return
+    names = [os.path.basename(p) for p in list_checkpoints(out_dir)[-1:]] + list(RUN_FILES) + [tokenizer]
+    found = [name for name in names if name and os.path.lexists(os.path.join(out_dir, name))]
     if found:
-        raise ValueError(f"{what} {out_dir} already holds {os.path.basename(found[-1])} of an earlier run: "
-                         f"{hint}move its checkpoints away, or choose another output directory")
+        raise CheckpointError(f"{what} {out_dir} already holds {found[0]} of an earlier run: "
+                         f"{hint}move its files away, or choose another output directory")
+
+
+@contextlib.contextmanager
+def owning(out_dir):
+    """Hold out_dir/run.lock for the with-block (made with the directory if need be; nested blocks of one
+    process share it): a CheckpointError at once, naming the process and host, when a live run holds it.
+    A lock left by a process that ended without releasing it is taken over, said once on stderr. On
+    exit the lock file is removed (and out_dir, when this made it and nothing else was written).
+    out_dir None: nothing to hold (a run that writes no files, a rank of a data-parallel run but 0)."""
+    key = None if out_dir is None else os.path.realpath(out_dir)
+    if key is None or key in _held:
+        yield
+        return
+    made = not os.path.isdir(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, LOCK)
+    _held[key] = _lock(path)
+    try:
+        yield
+    finally:
+        os.unlink(path)  # still holding it: a run that opened the old file sees it gone and tries again
+        os.close(_held.pop(key))
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(out_dir)  # only when empty
+
+
+def _lock(path):
+    """The descriptor of `path`, created if need be, flock-ed and holding "pid host"; see owning."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise CheckpointError(f"{path} is a symbolic link, not the lock of a run: remove it") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, host = (os.read(fd, 300).decode("utf-8", "replace").split() + ["?", "?"])[:2]
+            os.close(fd)
+            raise CheckpointError(f"{os.path.dirname(path)} is in use by another run (process {pid} on {host} "
+                                  f"holds {LOCK}): wait for it to end, or choose another output directory") from None
+        if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
+            break
+        os.close(fd)  # its holder removed it as we opened it: lock the new one
+    old = os.read(fd, 300).decode("utf-8", "replace").split()
+    if old:
+        print(f"{path}: taking over the lock of process {old[0]} on {old[-1]}, which ended without releasing "
+              f"it", file=sys.stderr)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    return fd
 
 
 class RunDirectory:
@@ -65,15 +140,14 @@ class RunDirectory:
     def check_start(self, step):
         """Refuse (CheckpointError) a directory that holds a checkpoint of a later step than `step`,
         where this run starts: its files would be mixed with this run's and averaged with them.
-        Also remove temporaries that a killed save left behind."""
+        Also remove the temporaries that a killed save left behind (fileio.remove_stale_temporaries)."""
         later = [p for p in list_checkpoints(self.out_dir) if step_of(p) > step]
         if later:
             raise CheckpointError(
                 f"{self.out_dir} already holds {os.path.basename(later[-1])}, a later step than {step} where "
                 f"this run starts: continue that run (--resume auto), or move its checkpoints away, or choose "
                 f"another output directory")
-        for tmp in glob.glob(os.path.join(self.out_dir, f"{TEMP_PREFIX}*-checkpoint_*.npz")):
-            os.remove(tmp)
+        remove_stale_temporaries(self.out_dir)
 
     def save(self, step, model_state, meta, optim_arrays=None, best=False):
         """Write checkpoint_<step>.npz (atomically), copy it to checkpoint_best.npz when `best`,
@@ -97,8 +171,12 @@ class RunDirectory:
     def log(self, record):
         """Append record (a dict) to out_dir/log.jsonl as one line of strict JSON."""
         os.makedirs(self.out_dir, exist_ok=True)
-        with open(os.path.join(self.out_dir, "log.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(jsonable(record)) + "\n")
+        path = os.path.join(self.out_dir, "log.jsonl")
+        try:
+            with open(inside_target(path), "a", encoding="utf-8") as f:
+                f.write(json.dumps(jsonable(record)) + "\n")
+        except OSError as e:  # a full disk: name the file
+            raise OSError(e.errno, e.strerror, path) from None
 
 
 def jsonable(x):
@@ -114,17 +192,95 @@ def jsonable(x):
     return x
 
 
-def load_resumable(path, model_config, tokenizer_json=None):
-    """load(path), checked to continue a run of a model with config dict `model_config` (and, when
-    given, the tokenizer whose JSON text is tokenizer_json): CheckpointError otherwise."""
-    ck = load(path)
+def run_identity(tokenizer_json, pairs, model_config):
+    """What a run is, for resuming it: SHA-256 fingerprints of its tokenizer's JSON text, of its encoded
+    training pairs (ids and lengths, in order: another corpus of the same length, or the same lines
+    misaligned, differ) and of its model config dict, and the number of pairs. Saved in every
+    checkpoint and in log.jsonl's start line; its schedule is the checkpoint's "training" settings."""
+    corpus = hashlib.sha256()
+    for src, tgt in pairs:  # the lengths first: ([1, 2], [3]) and ([1], [2, 3]) differ
+        corpus.update(np.asarray([len(src), len(tgt), *src, *tgt], dtype=np.int64).tobytes())
+    return {"tokenizer": _sha256(tokenizer_json), "corpus": corpus.hexdigest(), "pairs": len(pairs),
+            "model": _sha256(json.dumps(model_config, sort_keys=True))}
+
+
+def _sha256(text):
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _is(kind, value):
+    """value is JSON of `kind`: dict; bool; int (not a bool, 0 <= value < 2**53); float (any finite number)."""
+    if kind is dict:
+        return isinstance(value, dict)
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and 0 <= value < 2**53
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _check_fields(path, where, record, fields):
+    """record is a dict whose fields have the kinds in `fields`; else a CheckpointError naming the file."""
+    bad = ("is not a JSON object" if not isinstance(record, dict) else
+           next((f"has no {k}, or a {k} that is not {'an integer from 0 to 2**53' if t is int else 'a ' + t.__name__}"
+                 for k, t in fields.items() if not _is(t, record.get(k))), None))
+    if bad:
+        raise CheckpointError(f"{path} holds malformed resume data: its {where} {bad}")
+
+
+def check_resume_data(path, meta):
+    """The resume data of checkpoint `path` (its meta dict) has every field, of the right JSON kind and
+    size, that Trainer.resume reads; else a CheckpointError naming the file (no traceback, nothing changed)."""
     for key in ("config", "optimizer", "iterator", "step"):
-        if ck.meta.get(key) is None:
+        if meta.get(key) is None:
             raise CheckpointError(f"{path} cannot be resumed from: it has no {key} "
                                   f"(an averaged checkpoint is for translation only)")
-    if ck.meta["config"] != model_config:
-        raise CheckpointError(f"{path} was saved for another model configuration")
-    saved = ck.meta.get("tokenizer")
-    if saved and tokenizer_json is not None and saved != tokenizer_json:
+    _check_fields(path, "checkpoint data", meta, {"step": int, "training": dict})
+    _check_fields(path, "optimizer state", meta["optimizer"], {"lr": float, "eps": float, "weight_decay": float,
+                                                               "steps": int, "n_params": int})
+    _check_fields(path, "batch stream", meta["iterator"], {"epoch": int, "index": int, "seed": int,
+                                                           "max_tokens": int, "shuffle": bool, "n_pairs": int})
+    betas, counts = meta["optimizer"].get("betas"), meta["optimizer"].get("t")
+    if not (isinstance(betas, list) and len(betas) == 2 and all(_is(float, b) for b in betas)
+            and isinstance(counts, list) and all(_is(int, t) for t in counts)):
+        raise CheckpointError(f"{path} holds malformed resume data: its optimizer's betas or step counts")
+    if meta.get("best_bleu") is not None and not _is(float, meta["best_bleu"]):
+        raise CheckpointError(f"{path} holds malformed resume data: its best_bleu is not a number")
+
+
+def load_resumable(path, model_config, identity, training, total_steps, log=print):
+    """load(path), checked to continue the run of a Trainer: its model config dict `model_config`, its
+    run_identity `identity`, its TrainingConfig dict `training`, `total_steps` to run; a CheckpointError
+    (one sentence naming the file) for malformed resume data, another model, tokenizer, corpus or
+    schedule, or a step past total_steps. Other steps or epochs than before are said through `log`, and
+    so is a checkpoint written before run identities existed (its corpus cannot be checked)."""
+    ck = load(path)
+    meta = ck.meta
+    check_resume_data(path, meta)
+    saved_config = meta["config"] if isinstance(meta["config"], dict) else {}
+    if meta["config"] != model_config:
+        fields = sorted(k for k in set(model_config) | set(saved_config) if saved_config.get(k) != model_config.get(k))
+        raise CheckpointError(f"{path} was saved for another model configuration (it differs in {', '.join(fields)})")
+    if meta["step"] > total_steps:  # training nothing, it would only write that step again
+        raise CheckpointError(f"{path} is at step {meta['step']:,}, past the {total_steps:,} steps of this run: "
+                              f"ask for {meta['step']:,} steps or more (--steps)")
+    saved, mine = meta.get("identity"), identity
+    if isinstance(meta.get("tokenizer"), str) and mine["tokenizer"] not in (None, _sha256(meta["tokenizer"])):
         raise CheckpointError(f"{path} was trained with another tokenizer than the one given")
+    if not isinstance(saved, dict):
+        log(f"{path} was written before runs had an identity: its corpus cannot be checked against this one")
+    elif saved.get("corpus") != mine["corpus"]:
+        how = (f"{saved.get('pairs')} pairs there, {mine['pairs']:,} here" if saved.get("pairs") != mine["pairs"]
+               else f"as many pairs, {mine['pairs']:,}, but other sentences or another order or alignment")
+        raise CheckpointError(f"{path} was trained on another corpus ({how}): resume it with the files it was "
+                              f"trained on, or start a new run in another directory")
+    now = jsonable(training)
+    changed = [k for k in SCHEDULE if k in meta["training"] and meta["training"][k] != now[k]]
+    if changed:
+        raise CheckpointError(f"{path} was trained with another schedule: "
+                              + ", ".join(f"{k} {meta['training'].get(k)!r} there, {now[k]!r} here" for k in changed)
+                              + "; resume with the same settings, or start a new run in another directory")
+    if (meta["training"].get("steps"), meta["training"].get("epochs")) != (now["steps"], now["epochs"]):
+        log(f"resuming a run of steps={meta['training'].get('steps')}, epochs={meta['training'].get('epochs')} "
+            f"with steps={now['steps']}, epochs={now['epochs']}")
     return ck

@@ -4,8 +4,8 @@ resumption.
 One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
 target-token counts so the update sees the mean over every target token of all of them (the paper's
 ~25,000 tokens per update, reached on one device by accumulation). The learning rate follows eq. (3).
-Resuming is exact: the dropout generator is re-seeded at every step from (seed, step), and the batch
-stream's position is saved, so an interrupted run continues with the very same losses.
+Resuming is exact, bit for bit, on the CPU and on the same GPU model, CUDA and CuPy (by construction, not yet
+run on a GPU): dropout is re-seeded every step from (seed, step); the batch stream's position is saved.
 Data parallel (distributed.py, lesson 12): under mpiexec, rank r of N runs batches r, r+N, ... of each
 update's accum x N, weighted by their share of all N ranks' tokens, and the ranks sum their gradients.
 Left out on purpose: mixed precision, early stopping.
@@ -56,8 +56,7 @@ class Trainer:
     The training loss is the label-smoothed cross-entropy per target token, and its "ppl" is
     exp(that loss): it has a floor above 1 when smoothing is on (lesson 09). Evaluation reports the
     validation loss and perplexity without smoothing, and sacreBLEU.
-    Writes out_dir/log.jsonl (one JSON object per logged step and per evaluation) and checkpoints
-    out_dir/checkpoint_<step>.npz (the last `keep`) and out_dir/checkpoint_best.npz (best BLEU).
+    Writes out_dir/log.jsonl (a JSON object per logged step and evaluation) and checkpoints (rundir.py).
     `callbacks` are called as cb(trainer) after every update; one may raise KeyboardInterrupt (a
     checkpoint is saved, train() returns with stopped="interrupted"). SIGTERM is handled the same
     way (stopped="terminated"); see docs/reliability.md. In a data-parallel `world`
@@ -85,6 +84,7 @@ class Trainer:
                 self.valid_iterator = BatchIterator(pairs, training_config.max_tokens, *special, shuffle=False)
         self.run_dir = (rundir.RunDirectory(out_dir, training_config.keep)
                         if out_dir is not None and self.world.is_main else None)
+        self.identity = rundir.run_identity(tokenizer and tokenizer.to_json(), train_pairs, ids.to_dict())  # resume
         self.step, self.best_bleu, self.last_checkpoint = 0, None, None
         self._best_pending = False    # the latest evaluation was the best: copy the next checkpoint
         self.losses = {}              # step -> training loss (per target token), as read from the device
@@ -102,10 +102,8 @@ class Trainer:
     # ---------------------------------------------------------------- one update
     @property
     def total_steps(self):
-        training_config = self.training_config
-        if training_config.steps is not None:
-            return int(training_config.steps)
-        return max(1, math.ceil(training_config.epochs * len(self.iterator) / (training_config.accum * self.world.size)))
+        t, batches = self.training_config, len(self.iterator)
+        return int(t.steps) if t.steps is not None else max(1, math.ceil(t.epochs * batches / (t.accum * self.world.size)))
 
     def train_step(self):
         """One update over `accum` batches (on each rank); returns (device loss per target token, target
@@ -164,11 +162,9 @@ class Trainer:
         self._window_tokens, self._window_start = 0, now
         self._write_log(record)
         if bar is not None:
-            post = {"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}", "lr": f"{record['lr']:.2e}",
-                    "tok/s": f"{record['tokens_per_s']:.0f}"}
-            if "gpu_mem_mb" in record:
-                post["mem"] = f"{record['gpu_mem_mb']:.0f}MB"
-            bar.set_postfix(post, refresh=False)
+            mem = {"mem": f"{record['gpu_mem_mb']:.0f}MB"} if "gpu_mem_mb" in record else {}
+            bar.set_postfix({"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}", "lr": f"{record['lr']:.2e}",
+                             "tok/s": f"{record['tokens_per_s']:.0f}", **mem}, refresh=False)
 
     def _stop(self, step, what):
         """Stop with a TrainingError that names the last checkpoint saved (every one holds finite arrays)."""
@@ -182,18 +178,22 @@ class Trainer:
     def train(self):
         """Run until total_steps; returns a summary dict (stopped: "done", "interrupted" by Ctrl-C or a
         callback's KeyboardInterrupt, or "terminated" by SIGTERM; a checkpoint is saved in every case).
-        Refuses (CheckpointError) an out_dir holding a later checkpoint than the starting step."""
+        Holds out_dir's lock throughout (rundir.owning: refused at once while another run writes there);
+        refuses (CheckpointError) an out_dir holding a later checkpoint than the starting step."""
+        with rundir.owning(self.out_dir if self.run_dir is not None else None):  # rank 0 alone writes
+            return self._train()
+
+    def _train(self):
         training_config = self.training_config
         total = self.total_steps
         self.model.train()
         bar = tqdm(total=total, initial=self.step, disable=not (training_config.progress and self.world.is_main),
                    unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
-        self._started = start
-        self._window_tokens, self._window_start = 0, time.perf_counter()
+        self._started, self._window_start, self._window_tokens = start, start, 0
         if self.run_dir is not None:  # before anything is written there
             self.run_dir.check_start(self.step)
-        self._write_log({"event": "start", "step": self.step, "total_steps": total,
+        self._write_log({"event": "start", "step": self.step, "total_steps": total, "identity": self.identity,
                          "training": asdict(training_config), "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
         for flat in self.optimizer.flat.values():  # data parallel: every rank starts from rank 0's weights
@@ -259,9 +259,8 @@ class Trainer:
         if self.valid is None or not self.world.is_main:
             return {}
         training_config = self.training_config
-        src, ref = self.valid
-        if training_config.eval_sentences:
-            src, ref = src[:training_config.eval_sentences], ref[:training_config.eval_sentences]
+        n = training_config.eval_sentences or None  # None: all of them
+        src, ref = self.valid[0][:n], self.valid[1][:n]
         batches = None if self.valid_iterator is None else self.valid_iterator.epoch_batches()
         result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2),
                   **evaluation.evaluate(self.model, self.tokenizer, src, ref, batches, training_config.search)}
@@ -280,7 +279,7 @@ class Trainer:
         scalars, arrays = self.optimizer.state_dict()
         meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.training_config)),
                 "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
-                "seed": self.training_config.seed, "best_bleu": self.best_bleu,
+                "seed": self.training_config.seed, "best_bleu": self.best_bleu, "identity": self.identity,
                 "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
                 "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
         return self.model.state_dict(), meta, arrays
@@ -301,15 +300,16 @@ class Trainer:
         return self.last_checkpoint
 
     def resume(self, path):
-        """Continue from a checkpoint: model, optimizer, step, batch-stream position, best BLEU."""
-        tokenizer_json = None if self.tokenizer is None else ckpt.tokenizer_to_json(self.tokenizer)
-        ck = rundir.load_resumable(path, self.model.config.to_dict(), tokenizer_json)
-        if int(ck.meta["step"]) > self.total_steps:  # training nothing, it would only write that step again
-            raise ckpt.CheckpointError(f"{path} is at step {int(ck.meta['step']):,}, past the {self.total_steps:,} "
-                                       f"steps of this run: ask for {int(ck.meta['step']):,} steps or more (--steps)")
-        self.model.load_state_dict(ck.model)
-        self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
-        self.iterator.load_state_dict(ck.meta["iterator"])
+        """Continue from a checkpoint of this run (rundir.load_resumable: the same model, tokenizer, corpus
+        and schedule): model, optimizer, step, batch-stream position, best BLEU."""
+        ck = rundir.load_resumable(path, self.model.config.to_dict(), self.identity,
+                                   asdict(self.training_config), self.total_steps, self.log)
+        try:
+            self.model.load_state_dict(ck.model)
+            self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
+            self.iterator.load_state_dict(ck.meta["iterator"])
+        except ValueError as e:  # a crafted file: n_params, shapes or the stream's settings do not fit
+            raise ckpt.CheckpointError(f"{path} cannot be resumed from: {e}") from None
         self._iter_state = self.iterator.state_dict()
         self.step, self.best_bleu, self.last_checkpoint = int(ck.meta["step"]), ck.meta.get("best_bleu"), path
         self.log(f"resumed from {path} at step {self.step}")

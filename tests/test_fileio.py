@@ -75,3 +75,90 @@ def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_and_keeps_the
     assert atomic_write(link, lambda f: f.write("new"), mode="w") == str(link)
     assert link.is_symlink() and (tmp_path / "real" / "out.txt").read_text() == "new"
     assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.txt"]   # no temporary left
+
+
+def test_a_replaced_file_keeps_its_permission_bits(tmp_path):
+    import os
+    import stat
+    from minitransformer.fileio import atomic_write
+    private = tmp_path / "secret.json"
+    private.write_text("old")
+    os.chmod(private, 0o600)                                  # it became 0644 when replaced
+    atomic_write(private, lambda f: f.write("new"), mode="w")
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o600 and private.read_text() == "new"
+
+
+def test_a_symbolic_link_out_of_its_folder_is_not_written_through(tmp_path):
+    from minitransformer.checks import FileError
+    from minitransformer.fileio import atomic_write
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours")
+    (tmp_path / "run").mkdir()
+    planted = tmp_path / "run" / "checkpoint_best.npz"
+    planted.symlink_to(outside)
+    with pytest.raises(FileError, match=r"checkpoint_best\.npz is a symbolic link to .*outside\.txt, outside its folder"):
+        atomic_write(planted, lambda f: f.write(b"model"))
+    assert outside.read_text() == "not yours" and planted.is_symlink()
+
+
+def test_a_long_legal_name_is_written_and_a_name_past_name_max_is_refused_before_any_work(tmp_path):
+    from minitransformer.fileio import NAME_MAX, atomic_write, check_name
+    name = "t" * 246 + ".json"                                # 251 bytes: .tmp-XXXXXXXX- + name would not fit
+    atomic_write(tmp_path / name, lambda f: f.write("{}"), mode="w")
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    check_name(tmp_path / ("ü" * (NAME_MAX // 2)), "--output")  # 254 bytes
+    with pytest.raises(ValueError, match=r"--output .*: the file name is 256 bytes long, more than the 255"):
+        check_name(tmp_path / ("ü" * 128), "--output")
+
+
+def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
+    import fcntl
+    import os
+    import time
+    from minitransformer.fileio import atomic_write
+    old = time.time() - 3600
+    names = {".tmp-abcd1234-tok.json": True,                 # killed mid-write an hour ago: removed
+             ".tmp-live0000-ck.npz": False,                  # an hour old, but a live writer holds its lock
+             ".tmp-fresh000-ck.npz": False,                  # just made: its writer may not hold the lock yet
+             ".tmp-mine-notes.txt": False,                   # not our pattern (8 random characters)
+             "notes.txt": False}
+    for name in names:
+        (tmp_path / name).write_text("x")
+        if name != ".tmp-fresh000-ck.npz":
+            os.utime(tmp_path / name, (old, old))
+    live = os.open(tmp_path / ".tmp-live0000-ck.npz", os.O_RDONLY)
+    fcntl.flock(live, fcntl.LOCK_EX)
+    try:
+        atomic_write(tmp_path / "out.txt", lambda f: f.write("new"), mode="w")
+    finally:
+        os.close(live)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {name for name, removed in names.items() if not removed} | {"out.txt"}
+
+
+def test_a_full_disk_names_the_file_not_the_temporary(tmp_path):
+    import errno
+    from minitransformer.fileio import atomic_write
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    (tmp_path / "tok.json").write_text("old")
+    with pytest.raises(OSError, match=r"No space left on device: '.*tok\.json'") as caught:
+        atomic_write(tmp_path / "tok.json", full, mode="w")
+    assert caught.value.errno == errno.ENOSPC and ".tmp-" not in str(caught.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["tok.json"] and (tmp_path / "tok.json").read_text() == "old"
+
+
+def test_a_fifo_is_read_like_a_file(tmp_path):
+    import os
+    import threading
+    fifo = tmp_path / "lines.fifo"                            # what a shell's <(...) gives: a pipe with a name
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as f:
+            f.write("ein Haus\nzwei\n".encode("utf-8"))
+    writer = threading.Thread(target=feed)
+    writer.start()
+    assert read_lines(fifo) == ["ein Haus", "zwei"]
+    writer.join()

@@ -86,3 +86,96 @@ def test_resume_refuses_a_directory_with_later_checkpoints_and_keeps_other_files
     assert names == ["checkpoint_0000002.npz", "checkpoint_0000004.npz", "checkpoint_0000006.npz",
                      "checkpoint_0000008.npz"]
     assert os.path.exists(summary["checkpoint"])
+
+
+HOLD = """import sys
+from minitransformer.rundir import owning
+with owning(sys.argv[1]):
+    print("holding", flush=True)
+    sys.stdin.read()                              # until the test closes the pipe (or kills this process)
+"""
+
+
+def hold_lock(out_dir):
+    """A second process that holds out_dir's lock until its stdin is closed: (Popen)."""
+    import subprocess
+    import sys
+    process = subprocess.Popen([sys.executable, "-c", HOLD, str(out_dir)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "holding\n"
+    return process
+
+
+def test_a_second_run_into_a_live_runs_folder_is_refused_at_once_naming_the_first(task, tmp_path):
+    import socket
+    from minitransformer.pipeline import prepare_training
+    tok, pairs, _ = task
+    first = hold_lock(tmp_path)
+    try:
+        again = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+        busy = rf"{tmp_path} is in use by another run \(process {first.pid} on {socket.gethostname()} holds run.lock\)"
+        with pytest.raises(ckpt.CheckpointError, match=busy):
+            again.train()
+        with pytest.raises(ckpt.CheckpointError, match=busy):   # a resume too, before the tokenizer is read
+            prepare_training(["1 2"], ["3"], lambda v: tiny_model(tok).config, training_config(steps=1),
+                             str(tmp_path), tokenizer=tok, resume="auto", log=quiet)
+        assert sorted(os.listdir(tmp_path)) == ["run.lock"]   # nothing written, the holder's file untouched
+    finally:
+        first.communicate("")
+    assert first.returncode == 0 and os.listdir(tmp_path) == []  # the holder removed its lock on leaving
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over_and_said_once(task, tmp_path, capsys):
+    import signal
+    tok, pairs, _ = task
+    dead = hold_lock(tmp_path)
+    dead.send_signal(signal.SIGKILL)                             # no cleanup runs: run.lock stays, unlocked
+    dead.wait()
+    dead.stdin.close()
+    dead.stdout.close()
+    assert os.path.exists(tmp_path / "run.lock")
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    assert trainer.train()["stopped"] == "done"
+    err = capsys.readouterr().err
+    assert err.count("taking over the lock") == 1 and f"of process {dead.pid} on " in err
+    assert not os.path.exists(tmp_path / "run.lock")
+
+
+def test_a_planted_symbolic_link_as_the_lock_is_refused(task, tmp_path):
+    tok, pairs, _ = task
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.lock").symlink_to(victim)
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path / "run"), log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match=r"run\.lock is a symbolic link, not the lock of a run"):
+        trainer.train()
+    assert victim.read_text() == "keep me"
+
+
+def test_a_planted_log_link_out_of_the_folder_is_not_appended_to(task, tmp_path):
+    from minitransformer.checks import FileError
+    tok, pairs, _ = task
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "log.jsonl").symlink_to(victim)
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path / "run"), log=quiet)
+    with pytest.raises(FileError, match=r"log\.jsonl is a symbolic link to .*victim\.txt, outside its folder"):
+        trainer.train()
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("left", [["checkpoint_best.npz"], ["tokenizer.json"], ["log.jsonl"],
+                                  ["checkpoint_0000004.npz", "tokenizer.json"]])
+def test_a_new_run_refuses_any_file_an_earlier_run_left(tmp_path, left):
+    """After the advised move of the step checkpoints, the best copy and the tokenizer are still there:
+    a fresh run would replace them without a word."""
+    from minitransformer.rundir import check_new_run
+    for name in left:
+        (tmp_path / name).write_bytes(b"an earlier run's")
+    with pytest.raises(ckpt.CheckpointError, match=rf"--out {tmp_path} already holds {left[0]} of an earlier run"):
+        check_new_run(str(tmp_path), "--out", tokenizer="tokenizer.json")
+    if left == ["tokenizer.json"]:                                   # a run given --tokenizer writes none
+        check_new_run(str(tmp_path), "--out", tokenizer=None)
+    check_new_run(str(tmp_path / "fresh"), "--out", tokenizer="tokenizer.json")

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -55,7 +56,10 @@ def test_accumulation_normalises_by_all_tokens(task):
         np.testing.assert_allclose(a, b, rtol=0, atol=f32_tol(n, np.abs(b).max()))
 
 
-def test_resume_gives_identical_losses(task, tmp_path):
+def test_resume_gives_identical_losses(xp_backend, task, tmp_path):
+    """Bit for bit on the CPU; on a GPU (the same one, in one process) too, by construction: the embedding's
+    backward adds in a fixed order (backend.sorted_scatter_add), dropout's Philox stream has a fixed number
+    of states, cuBLAS and CuPy's reductions are deterministic on one GPU model."""
     tok, pairs, valid = task
     kw = dict(steps=8, accum=2, max_tokens=100, save_every=3)
     full = Trainer(tiny_model(tok), tok, pairs, valid, training_config(**kw), str(tmp_path / "full"), log=quiet)
@@ -74,7 +78,7 @@ def test_resume_gives_identical_losses(task, tmp_path):
     again.train()
     resumed = {**first.losses, **again.losses}
     assert sorted(resumed) == list(range(1, 9))
-    assert [resumed[s] for s in range(1, 9)] == [full.losses[s] for s in range(1, 9)]  # bit for bit
+    assert [resumed[s] for s in range(1, 9)] == [full.losses[s] for s in range(1, 9)]  # bit for bit, CPU and GPU
     for (k, a), (_, b) in zip(full.model.state_dict().items(), again.model.state_dict().items()):
         np.testing.assert_array_equal(a, b, err_msg=k)
 
@@ -105,8 +109,9 @@ def test_ctrl_c_saves_and_returns(xp_backend, task, tmp_path):
 
 def test_sigterm_saves_like_ctrl_c_and_stale_temporaries_are_removed(task, tmp_path):
     tok, pairs, _ = task
-    stale = tmp_path / ".tmp-k9x2-checkpoint_0000001.npz"                # what kill -9 mid-save leaves
+    stale = tmp_path / ".tmp-k9x2ab_7-checkpoint_0000001.npz"            # what kill -9 mid-save leaves
     stale.write_bytes(b"half a file")
+    os.utime(stale, (time.time() - 3600,) * 2)                               # an hour old, locked by no one
 
     def terminate(trainer):
         if trainer.step == 3:
@@ -141,7 +146,7 @@ def test_a_signal_while_the_update_is_applied_stops_after_it_and_resumes_bit_for
                     log=quiet)
     again.resume(summary["checkpoint"])
     again.train()
-    assert [{**cut.losses, **again.losses}[s] for s in range(1, 7)] == [full.losses[s] for s in range(1, 7)]
+    assert [{**cut.losses, **again.losses}[s] for s in range(1, 7)] == [full.losses[s] for s in range(1, 7)]  # CPU: bit for bit
 
 
 def test_data_parallel_stop_logs_the_loss_of_the_last_update(task, tmp_path):
@@ -227,3 +232,70 @@ def test_resume_refuses_a_checkpoint_past_the_steps_asked_for(task, tmp_path):
     assert again.step == 0 and open(trainer.last_checkpoint, "rb").read() == saved
     Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=2), str(tmp_path),
             log=quiet).resume(trainer.last_checkpoint)
+
+
+def test_resume_refuses_another_corpus_of_the_same_length_or_misaligned(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    first.train()
+    shifted = [(src, tgt) for (src, _), (_, tgt) in zip(pairs, pairs[1:] + pairs[:1])]   # targets one line off
+    other = [(tgt, src) for src, tgt in pairs]                                          # the other direction
+    for corpus in (shifted, other):
+        again = Trainer(tiny_model(tok), tok, corpus, None, training_config(steps=2), str(tmp_path), log=quiet)
+        with pytest.raises(ckpt.CheckpointError, match=rf"checkpoint_0000001\.npz was trained on another corpus "
+                                                       rf"\(as many pairs, {len(pairs):,}, but other sentences"):
+            again.resume(first.last_checkpoint)
+    fewer = Trainer(tiny_model(tok), tok, pairs[:-1], None, training_config(steps=2), str(tmp_path), log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match=rf"another corpus \({len(pairs)} pairs there, {len(pairs) - 1:,}"):
+        fewer.resume(first.last_checkpoint)
+
+
+def test_resume_refuses_another_schedule_and_says_more_steps(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    first.train()
+    other = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=2, lr_scale=2.0, seed=5), str(tmp_path),
+                    log=quiet)
+    with pytest.raises(ckpt.CheckpointError, match=r"another schedule: lr_scale 1\.0 there, 2\.0 here, seed 0 there, "
+                                                   r"5 here; resume with the same settings"):
+        other.resume(first.last_checkpoint)
+    said = []
+    more = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=3), str(tmp_path), log=said.append)
+    more.resume(first.last_checkpoint)
+    assert more.step == 1 and any("steps=1, epochs=None with steps=3" in line for line in said), said
+
+
+def test_crafted_resume_data_is_one_sentence_naming_the_file(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    first.train()
+    good = ckpt.load(first.last_checkpoint)
+    crafted = {"step": ("step", "1"), "optimizer": ("optimizer", [1, 2]),
+               "steps": ("optimizer", {**good.meta["optimizer"], "steps": 10**30}),
+               "betas": ("optimizer", {**good.meta["optimizer"], "betas": ["a", 0.9]}),
+               "n_params": ("optimizer", {**good.meta["optimizer"], "n_params": 3}),
+               "index": ("iterator", {**good.meta["iterator"], "index": -1}),
+               "shuffle": ("iterator", {k: v for k, v in good.meta["iterator"].items() if k != "shuffle"}),
+               "best_bleu": ("best_bleu", "high"), "training": ("training", None)}
+    for name, (key, value) in crafted.items():
+        path = tmp_path / f"crafted_{name}.npz"
+        ckpt.save(path, good.model, {**good.meta, key: value}, good.optim)
+        again = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=2), None, log=quiet)
+        with pytest.raises(ckpt.CheckpointError) as caught:
+            again.resume(str(path))
+        message = str(caught.value)
+        assert message.startswith(f"{path} ") and "\n" not in message, message
+        assert again.step == 0, name
+
+
+def test_a_checkpoint_from_before_run_identities_is_resumed_with_a_word(task, tmp_path):
+    tok, pairs, _ = task
+    first = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path), log=quiet)
+    first.train()
+    good = ckpt.load(first.last_checkpoint)
+    old = tmp_path / "old.npz"
+    ckpt.save(old, good.model, {k: v for k, v in good.meta.items() if k != "identity"}, good.optim)
+    said = []
+    again = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=2), None, log=said.append)
+    again.resume(str(old))
+    assert again.step == 1 and sum("written before runs had an identity" in line for line in said) == 1

@@ -4,12 +4,13 @@ and report the time taken and the compression on the input.
 Every option (files, vocabulary size, special tokens, --output) is checked before any reading.
 Left out on purpose: encoding corpora to ids (data.py does that when training), other tokenizers.
 """
+import os
 import time
 from pathlib import Path
 
 from minitransformer.bpe import BPE, MAX_VOCAB
 from minitransformer.checks import SettingError
-from minitransformer.fileio import read_lines
+from minitransformer.fileio import read_lines, remove_stale_temporaries
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file, writing
 
@@ -45,7 +46,7 @@ def run_bpe(args):
     for path in args.input:
         if path == "-":
             raise UsageError("--input takes files, not stdin ('-'): they are read twice (learning, then the report)")
-        existing(path, "--input file")  # missing, or a directory: a UsageError (exit 2), as in every subcommand
+        existing(path, "--input file", seekable=True)  # missing, a directory, a pipe: a UsageError (exit 2)
     try:
         smallest = BPE((), args.special_tokens).vocab_size  # repeated or empty special tokens are refused here
     except SettingError as e:
@@ -56,6 +57,7 @@ def run_bpe(args):
     if args.min_frequency < 1:
         raise UsageError(f"--min-frequency must be at least 1, got {args.min_frequency}")
     not_an_input(writable_file(args.output, "--output", stdout=False), "--output", [("the --input file", p) for p in args.input])
+    remove_stale_temporaries(os.path.dirname(os.path.abspath(args.output)))  # what a killed bpe left there
     start = time.perf_counter()
     tokenizer = BPE.train([Path(f) for f in args.input], args.vocab_size, args.min_frequency,
                           args.special_tokens, progress=not args.quiet)

@@ -13,7 +13,7 @@ import sys
 
 from minitransformer import backend, distributed
 from minitransformer.checks import SettingError
-from minitransformer.fileio import check_creatable, check_writable_dir
+from minitransformer.fileio import check_creatable, check_name, check_writable_dir
 from minitransformer.rundir import check_new_run
 
 PROG = "python -m minitransformer"
@@ -34,12 +34,18 @@ def examples(*lines):
     return "examples:\n" + "\n".join(f"  {PROG} {line}" for line in lines)
 
 
-def existing(path, what):
-    """path itself when it is None, "-" (stdin) or a file; a UsageError naming `what` otherwise."""
-    if path is not None and path != "-" and not os.path.isfile(path):
-        if os.path.isdir(path):
-            raise UsageError(f"{what} {path} is a directory, not a file")
+def existing(path, what, seekable=False):
+    """path itself when it is None, "-" (stdin), a file, or (unless it must be `seekable`: read twice, or
+    a zip archive) a pipe such as a FIFO or a shell's <(...); a UsageError naming `what` otherwise."""
+    if path is None or path == "-" or os.path.isfile(path):
+        return path
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path} is a directory, not a file")
+    if not os.path.exists(path):
         raise UsageError(f"{what} not found: {path}")
+    if seekable:
+        raise UsageError(f"{what} {path} is a pipe or a device, not a file: it must be a file that can be "
+                         f"read more than once (save it to a file first)")
     return path
 
 
@@ -53,6 +59,7 @@ def writable_file(path, option, stdout=True):
         return path
     if os.path.isdir(path):
         raise UsageError(f"{option} {path} is a directory; give a file name")
+    _usage(check_name, path, option)
     if os.path.exists(path) and not os.path.isfile(path):  # replaced by a plain file, not written into
         raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
     if os.path.isfile(path) and not os.access(path, os.W_OK):
@@ -86,10 +93,11 @@ def writable_dir(path, option):
     return path
 
 
-def no_earlier_run(path, option, hint=""):
-    """path itself when it holds no step checkpoint; a UsageError naming `option` otherwise, before a
-    new run mixes its checkpoints with them and replaces the tokenizer.json and log.jsonl beside them."""
-    _usage(check_new_run, path, option, hint)
+def no_earlier_run(path, option, hint="", tokenizer=None):
+    """path itself when it holds no file of an earlier run (rundir.check_new_run: a step checkpoint,
+    checkpoint_best.npz, log.jsonl, and the tokenizer file `tokenizer` when the run learns one); a
+    UsageError naming `option` otherwise, before a new run mixes its files with them or replaces them."""
+    _usage(check_new_run, path, option, hint, tokenizer)
     return path
 
 

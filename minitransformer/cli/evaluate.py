@@ -9,7 +9,7 @@ import re
 
 from minitransformer.checkpoint import average_files
 from minitransformer.rundir import list_checkpoints
-from minitransformer.fileio import read_lines
+from minitransformer.fileio import read_lines, remove_stale_temporaries
 from minitransformer.metrics import corpus_bleu
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, same_file, writable_file
@@ -87,10 +87,11 @@ def run_average(args):
     elif args.last is not None:
         raise UsageError("--last goes with a directory, not with a list of files")
     for n, path in enumerate(paths):
-        existing(path, "checkpoint")
+        existing(path, "checkpoint", seekable=True)
         if any(same_file(p, path) for p in paths[:n]):
             raise UsageError(f"checkpoint {path} is given twice; it would weigh twice in the average")
     not_an_input(args.output, "--output", [("the checkpoint to average", p) for p in paths])
+    remove_stale_temporaries(os.path.dirname(os.path.abspath(args.output)))  # what a killed average left there
     average_files(paths, args.output)
     print(f"averaged {len(paths)} checkpoint{'s' * (len(paths) > 1)} into {args.output}: "
           + ", ".join(os.path.basename(p) for p in paths))

@@ -7,6 +7,7 @@ or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, 
 Data parallel with no other flag: `mpiexec -n 2 python -m minitransformer train ...` (lesson 12).
 Left out on purpose: config files other than TransformerConfig JSON.
 """
+import contextlib
 import dataclasses
 import json
 
@@ -15,7 +16,8 @@ from minitransformer.bpe import BOS_ID, BPE, EOS_ID, MAX_VOCAB, MIN_VOCAB, PAD_I
 from minitransformer.checks import SettingError
 from minitransformer.config import SearchConfig
 from minitransformer.corpus import read_parallel
-from minitransformer.pipeline import prepare_training
+from minitransformer.pipeline import TOKENIZER_FILE, prepare_training
+from minitransformer.rundir import owning
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
@@ -151,7 +153,7 @@ def check_args(args):
     if args.config not in PRESETS and not args.config.endswith(".json"):
         raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
     if args.resume and args.resume != "auto":
-        existing(args.resume, "--resume checkpoint")
+        existing(args.resume, "--resume checkpoint", seekable=True)
     training_config = training_config_of(args)
     config = model_config(args.config, args.vocab_size or MIN_VOCAB)  # the real vocabulary comes later
     longest = config.max_len - 1
@@ -160,8 +162,6 @@ def check_args(args):
         raise UsageError(f"--max-len must be between 1 and {longest} (the model's max_len {config.max_len} "
                          f"holds <s> or </s> too), got {max_len}")
     writable_dir(args.out, "--out")
-    if args.resume is None:
-        no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ")
     return training_config, max_len
 
 
@@ -169,6 +169,16 @@ def run_train(args):
     """Check the options, read the corpus, prepare and run the training; the exit code (130 when
     interrupted by Ctrl-C, 143 when terminated by SIGTERM, a checkpoint saved in both cases)."""
     training_config, max_len = check_args(args)
+    # one run writes in --out (rank 0 for all): a live run there is named at once, before any reading
+    with owning(args.out) if distributed.world().is_main else contextlib.nullcontext():
+        if args.resume is None:
+            no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ",
+                           None if args.tokenizer else TOKENIZER_FILE)
+        return train_under_lock(args, training_config, max_len)
+
+
+def train_under_lock(args, training_config, max_len):
+    """run_train's work, while this process owns --out."""
     if args.tokenizer:
         BPE.load(args.tokenizer)  # a damaged file is named now, before the corpus is read
     use_device(args.device)
