@@ -2,7 +2,8 @@
 
 Two learners with the same word counts in and the same merges out: learn_merges_naive recounts every
 pair at each merge (slow, plain: the reference) and learn_merges updates the counts incrementally
-(what BPE.train uses). The tokenizer itself (pre-tokenization, encoding, the file) is in bpe.py,
+(what BPE.train uses). Encoding applies the merges to a word, the same two ways: apply_merges_naive (the
+lowest-rank pair, again and again) and apply_merges (a heap, what BPE.encode uses). The tokenizer itself (pre-tokenization, encoding, the file) is in bpe.py,
 which imports this module; this one imports nothing of the package (lesson 08).
 """
 import heapq
@@ -27,6 +28,47 @@ def merge(ids, pair, new_id):
             out.append(ids[i])
             i += 1
     return out
+
+
+# ---- applying the merges to one word (encoding): plain and fast, same ids out -------------------
+# ranks: (left id, right id) -> id of the merged token; a later merge has a larger id (its rank).
+
+def apply_merges_naive(ids, ranks):
+    """Merge the lowest-rank adjacent pair everywhere, again, until no pair has a rank: as training did.
+    O(n^2) in the word's length n. Fast form: apply_merges.
+
+    apply_merges_naive([97, 97, 97, 98], {(97, 97): 256, (256, 98): 257}) -> [256, 257]  ("aa", "ab")
+    """
+    while len(ids) > 1:
+        pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, 1 << 62))
+        if pair not in ranks:
+            break
+        ids = merge(ids, pair, ranks[pair])
+    return ids
+
+
+def apply_merges(ids, ranks):
+    """The same ids as apply_merges_naive in O(n log n): a heap of (rank, position) over a linked list of
+    symbols. Equal ranks pop left to right, as merge() goes; a merge only makes pairs of a larger rank (a
+    merge uses earlier ids), so every occurrence of a pair is merged before any pair made from it. An entry
+    whose pair has changed since it was pushed is stale and skipped."""
+    ids, n = list(ids), len(ids)
+    nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))            # the linked list; None: merged away
+    heap = [(ranks[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in ranks]
+    heapq.heapify(heap)
+    while heap:
+        rank, i = heapq.heappop(heap)
+        j = nxt[i]
+        if ids[i] is None or j >= n or ranks.get((ids[i], ids[j])) != rank:
+            continue                                                    # stale
+        ids[i], ids[j], nxt[i] = rank, None, nxt[j]                     # i becomes the merged token
+        if nxt[i] < n:
+            prv[nxt[i]] = i
+            if (ids[i], ids[nxt[i]]) in ranks:
+                heapq.heappush(heap, (ranks[ids[i], ids[nxt[i]]], i))
+        if prv[i] >= 0 and (ids[prv[i]], ids[i]) in ranks:
+            heapq.heappush(heap, (ranks[ids[prv[i]], ids[i]], prv[i]))
+    return [t for t in ids if t is not None]
 
 
 # ---- the two learners: same word counts in, same merges out ----------------------------------

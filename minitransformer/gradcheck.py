@@ -63,7 +63,7 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         if t.dtype.kind != "f":
             raise TypeError(f"gradcheck: input {i} holds {t.dtype}; only floating-point inputs have gradients to check")
     tensors = [t for t in inputs if isinstance(t, Tensor)]
-    saved = [(t.data, t.grad) for t in tensors]  # the very arrays, restored afterwards: no trace left
+    saved = [(t.data, t.grad, t.version) for t in tensors]  # the very arrays, restored afterwards: no trace left
     for t in tensors:
         if t.data.dtype.kind == "f":
             t.data = t.data.astype(np.float64, order="C")
@@ -80,8 +80,8 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         else:
             _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_directions, seed)
     finally:
-        for t, (data, grad) in zip(tensors, saved):
-            t.data, t.grad = data, grad
+        for t, (data, grad, version) in zip(tensors, saved):
+            t.data, t.grad, t.version = data, grad, version  # unchanged: a graph that saved t still runs
     return True
 
 

@@ -137,7 +137,7 @@ class Module:
     # ---------------------------------------------------------------- saving and loading
     def state_dict(self):
         """{dotted name: NumPy array}, host copies of every parameter (shared ones once)."""
-        return {name: np.array(backend.to_numpy(p.data), copy=True) for name, p in self.named_parameters()}
+        return {name: backend.host_copy(p.data) for name, p in self.named_parameters()}
 
     def load_state_dict(self, state, strict=True):
         """Copy values from `state` into the parameters, on the current backend, in each parameter's dtype.
@@ -165,7 +165,8 @@ class Module:
                 continue
             value = backend.asarray(data_of(state[k]), dtype=p.dtype)
             if backend.device_of(p.data) == backend.device:
-                p.data[...] = value   # in place: views into the parameter (Adam's flat buffer) stay valid
+                p.assign(value)       # in place: views into the parameter (Adam's flat buffer) stay valid;
+                                      # a graph that saved p before refuses backward
             else:                     # a model built on the other device moves to the current one
                 p.data = value.copy()
 

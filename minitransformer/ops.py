@@ -10,7 +10,16 @@ import numpy as np
 
 from . import backend
 from .profiler import traced
-from .tensor import Tensor, _check_device, as_tensor, make_node
+from .tensor import Tensor, as_tensor, make_node
+
+
+def _check_device(tensors):
+    """Fail at once, naming both devices, when an op mixes NumPy- and CuPy-backed tensors."""
+    devs = {backend.device_of(t.data) for t in tensors}
+    if len(devs) > 1:
+        raise RuntimeError(
+            "an op got tensors on two devices, cpu (NumPy) and gpu (CuPy); move them to one "
+            "device first (make them after mt.use(...), or convert with mt.tensor(t.numpy()))")
 
 
 def _as_operands(a, b, op):

@@ -102,6 +102,7 @@ class Adam:
             if p.grad is not self._grads[i]:  # (it is there already after gradient_buffers())
                 self._grads[i][...] = p.grad
             self.t[i] += 1
+            p.changed()                       # a graph that saved p before this step refuses backward
             dtype, start, stop = self.where[i]
             if runs and runs[-1][0] == dtype and runs[-1][2] == start and runs[-1][3] == self.t[i]:
                 runs[-1][2] = stop
@@ -167,7 +168,7 @@ class Adam:
         arrays = {}
         for i, t in enumerate(self.t):
             if t:
-                arrays[f"m.{i}"], arrays[f"v.{i}"] = (backend.to_numpy(self._view(i, k)).copy() for k in "mv")
+                arrays[f"m.{i}"], arrays[f"v.{i}"] = (backend.host_copy(self._view(i, k)) for k in "mv")
         return scalars, arrays
 
     def load_state_dict(self, scalars, arrays):
@@ -241,8 +242,12 @@ def clip_grad_norm(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    # vdot on flat views: a dot product per array, no g*g temporary; one sum, one host read
-    total = math.sqrt(float(sum(xp.vdot(g.reshape(-1), g.reshape(-1)) for g in grads)))
+    if backend.device == "gpu":   # one copy kernel and one dot product, not ~100 dots and adds (launch-bound)
+        flat = xp.concatenate([g.reshape(-1) for g in grads])
+        squares = xp.vdot(flat, flat)
+    else:                         # a dot per array, no copy: 3x faster than the copy on 97 arrays of 8M floats
+        squares = sum(xp.vdot(g.reshape(-1), g.reshape(-1)) for g in grads)
+    total = math.sqrt(float(squares))                                 # the one host read
     if math.isfinite(total) and total > max_norm:
         coef = max_norm / (total + 1e-6)
         for g in grads:

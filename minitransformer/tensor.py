@@ -1,17 +1,22 @@
 """Tensor: an array plus the graph that made it, and reverse-mode autodiff over that graph.
 
-The elementary ops themselves are in ops.py. Every op computes its output with `backend.xp` and attaches a `backward(g)` closure that returns one
-gradient array per parent; the engine alone reduces broadcast gradients (`unbroadcast`) and adds
-them up. Left out on purpose: higher-order gradients, in-place ops on tensors that need gradients,
-and retain_graph (the graph is freed as backward walks it).
+The elementary ops are in ops.py: each computes its output with `backend.xp` and attaches a `backward(g)` closure
+returning one gradient array per parent; the engine alone unbroadcasts and adds them up. Saved inputs must not
+change before backward: `version` ticks one clock at a tensor's making and at each write the package sees
+(`t.data = ...`, `+=`, Adam's step, `assign`), so a parent newer than its node makes backward name the op, and a
+node keeps its leaf parents' NumPy arrays read-only until freed, so `w.data[...] = x` fails at once. Left out on
+purpose: higher-order gradients, retain_graph (backward frees the graph), a guard on CuPy arrays and op outputs.
 """
 import contextlib
+import itertools
+import operator
 
 import numpy as np
 
 from . import backend
 
 _grad_enabled = True
+_clock = itertools.count()  # versions: a tensor's is the tick of its making or of its latest write
 
 
 class no_grad(contextlib.ContextDecorator):
@@ -44,28 +49,35 @@ def unbroadcast(g, shape):
     return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
 
 
-def _check_device(tensors):
-    """Fail at once, naming both devices, when an op mixes NumPy- and CuPy-backed tensors."""
-    devs = {backend.device_of(t.data) for t in tensors}
-    if len(devs) > 1:
-        raise RuntimeError(
-            "an op got tensors on two devices, cpu (NumPy) and gpu (CuPy); move them to one "
-            "device first (make them after mt.use(...), or convert with mt.tensor(t.numpy()))")
-
-
 class Tensor:
     """An n-d array that records how it was computed. `.data` is a numpy or cupy array."""
 
-    __slots__ = ("data", "grad", "requires_grad", "_parents", "_backward", "_op", "__weakref__")
+    __slots__ = ("_data", "version", "grad", "requires_grad", "_parents", "_backward", "_op", "_saved", "__weakref__")
     __array_priority__ = 1000  # so that ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
-        self.data = data
-        self.grad = None
-        self.requires_grad = requires_grad
-        self._parents = _parents
-        self._backward = _backward
-        self._op = _op
+        self._data, self.version, self.grad, self.requires_grad = data, next(_clock), None, requires_grad
+        self._parents, self._backward, self._op = _parents, _backward, _op
+
+    def __del__(self):  # a node dropped without backward: the arrays it locked become writable again
+        for array in getattr(self, "_saved", ()):
+            array.setflags(write=True)
+
+    def _set_data(self, array):
+        self._data, self.version = array, next(_clock)
+    data = property(operator.attrgetter("_data"), _set_data, doc="The array; assigning it counts as a change (`version`).")
+
+    def changed(self):
+        """Say that `.data` was written in place (as Adam's step does): graphs that saved it refuse backward."""
+        self.version = next(_clock)
+
+    def assign(self, values):
+        """Write `values` into `.data` in place, even while a graph holds it read-only (that graph then
+        refuses backward): what load_state_dict does, so that views into `.data` stay valid."""
+        if not self._data.flags.writeable:
+            self._data.setflags(write=True)
+        self._data[...] = values
+        self.changed()
 
     # ---------------------------------------------------------------- information
     shape = property(lambda self: self.data.shape)
@@ -115,11 +127,12 @@ class Tensor:
                 else:
                     node.grad += g
                 continue
+            _check_saved(node)                               # its inputs are as the forward pass saw them
             pgrads = node._backward(g)                       # the chain rule: dL/dparent for each parent
             for p, pg in _parent_gradients(node, pgrads):
                 prev = grads.get(p)
                 grads[p] = pg if prev is None else prev + pg  # accumulate over the parent's consumers
-            node._parents, node._backward = (), _FREED       # free the graph behind us
+            _free(node)                                      # free the graph behind us
 
     # ---------------------------------------------------------------- operators (ops.py)
     def __add__(self, o): return ops.add(self, o)
@@ -175,6 +188,31 @@ def _topological_order(root):
                 if p.requires_grad and p not in seen:
                     todo.append((p, False))
     return order
+
+
+def _lock(parents):
+    """The NumPy arrays of the leaf parents that were writable, now read-only (until _free)."""
+    locked = ()
+    for p in parents:
+        if p._backward is None and type(p._data) is np.ndarray and p._data.flags.writeable:
+            p._data.setflags(write=False)
+            locked += (p._data,)
+    return locked
+
+
+def _check_saved(node):
+    """Fail, naming the op, when an input of `node` was written after the forward pass made the node."""
+    for i, p in enumerate(node._parents):
+        if p.version > node.version:
+            raise RuntimeError(f"backward() reached a {node._op!r} node whose input {i} (shape {p.shape}) was changed after "
+                               "the forward pass (t.data = ..., an optimizer step): run the forward pass again after the change")
+
+
+def _free(node):
+    """Drop a node's graph once backward has passed it, and make its inputs' arrays writable again."""
+    for array in node._saved:
+        array.setflags(write=True)
+    node._parents, node._backward, node._saved = (), _FREED, ()
 
 
 def _first_gradient(root, grad):
@@ -248,9 +286,8 @@ def _bad_backward(node, pgrads):
     n = len(node._parents)
     shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n  # then a wrong shape may be the fault
     name = lambda g: type(g).__name__ + (f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
-    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: "
-           + ", ".join(map(name, pgrads)) if isinstance(pgrads, (tuple, list))
-           else type(pgrads).__name__)
+    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: " + ", ".join(map(name, pgrads))
+           if isinstance(pgrads, (tuple, list)) else type(pgrads).__name__)
     raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
                     f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the "
                     f"parent's (output {node.shape}; parents {', '.join(str(p.shape) for p in node._parents)})")
@@ -261,7 +298,9 @@ def make_node(data, parents, backward, op):
     if _grad_enabled:
         for p in parents:
             if p.requires_grad:
-                return Tensor(data, True, parents, backward, op)
+                node = Tensor(data, True, parents, backward, op)
+                node._saved = _lock(parents)                 # its leaf inputs, read-only until it is freed
+                return node
     return Tensor(data, False, (), None, op)
 
 

@@ -15,10 +15,16 @@ def encode_lines(tokenizer, lines):
     return encode(list(lines))
 
 
+def one_line(text):
+    """text with every line break (the ones str.splitlines knows: \\n, \\r, \\v, \\f, \\x85, \\u2028, \\u2029, ...)
+    made a space, so that one line in gives one line out: one_line("a\\nb\\u2028c") -> "a b c"."""
+    return " ".join(text.splitlines())
+
+
 def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=64, progress=False):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search with the settings of `search` (a SearchConfig),
-    tokenizer.decode. Returns a list of strings in the order of `lines`, or with search.nbest > 1 a
+    tokenizer.decode, every line break made a space (one_line). Returns a list of strings in the order of `lines`, or with search.nbest > 1 a
     list of n-best lists of strings. beam_size=1 with nbest=1 is greedy_search. Every argument and
     every line is checked before any search: a line longer than the model's positions is a
     checks.FileError naming it (1-based; the caller names the file with in_file). progress: a bar
@@ -26,8 +32,14 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
     """
     check_search("translate_lines", search)
     check_int("translate_lines", "batch_size", batch_size, 1)
-    ids = encode_lines(tokenizer, lines)
+    lines = list(lines)
     longest = model.config.max_len - 1                                  # x </s> must fit the positions
+    widest = max(map(len, getattr(tokenizer, "vocab", [])), default=0)  # bytes of the longest token (BPE)
+    for n, line in enumerate(lines if widest else (), 1):               # before encoding: a huge line costs nothing
+        if len(line) > longest * widest:                                # more characters than bytes the tokens can hold
+            raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens can spell "
+                                     f"(max_len {model.config.max_len} with </s>): shorten or split it")
+    ids = encode_lines(tokenizer, lines)
     for n, s in enumerate(ids, 1):
         if len(s) > longest:
             raise FileError(None, n, f"has {len(s):,} tokens, but the model's positions hold at most {longest:,} "
@@ -43,7 +55,7 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
         else:
             hyps = beam_search(model, batch, search)
         for i, hs in zip(chunk, hyps):
-            texts = [tokenizer.decode(h.tokens) for h in hs]
+            texts = [one_line(tokenizer.decode(h.tokens)) for h in hs]
             out[i] = texts[0] if search.nbest == 1 else texts
         bar.update(len(chunk))
     bar.close()

@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import given, settings, strategies as st
 from minitransformer import cli
 from minitransformer.cli import bpe as bpe_command
 from minitransformer.bpe import BPE, merge
+from minitransformer.bpe_learn import apply_merges, apply_merges_naive, learn_merges
 
 from conftest import CORPUS
 
@@ -377,3 +379,99 @@ def test_cli_subprocess(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "tokens per word" in run.stdout and BPE.load(out).vocab_size == 300
+
+
+# ---- hostile tokenizer files: validated before their bytes are joined or their pattern runs long -----
+
+def tokenizer_file(path, merges, pattern=None):
+    """A tokenizer file written by hand: merges as [left, right, text] (the text is checked last)."""
+    from minitransformer.bpe import FORMAT, PATTERN, VERSION
+    path.write_text(json.dumps({"format": FORMAT, "version": VERSION, "pattern": pattern or PATTERN,
+                                "special_tokens": ["<pad>", "<s>", "</s>"],
+                                "merges": [[a, b, "x"] for a, b in merges]}), encoding="utf-8")
+    return path
+
+
+def test_merges_that_double_a_token_are_refused_before_their_bytes_are_joined(tmp_path):
+    """36 merges of a token with itself fit in about 833 bytes and would spell a token of 64 GiB."""
+    import tracemalloc
+    from minitransformer.checks import FileError
+    a = 3 + ord("a")
+    path = tokenizer_file(tmp_path / "double.json", [(a, a)] + [(258 + k, 258 + k) for k in range(1, 36)])
+    assert path.stat().st_size < 900
+    tracemalloc.start()
+    try:
+        with pytest.raises(FileError, match=r"double\.json is a damaged tokenizer file: merge 12 \(270, 270\) makes a "
+                                            r"token of 8,192 bytes, 16,382 in all: at most 4,096 and"):
+            BPE.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+
+
+def test_a_vocabulary_past_the_id_limit_is_refused_before_any_merge(tmp_path, monkeypatch):
+    from minitransformer import bpe
+    from minitransformer.checks import FileError
+    with pytest.raises(ValueError, match=r"2,000,259 ids are too many: at most 1,114,112"):
+        BPE(merges=[(259, 259)] * 2_000_000)                      # refused before the first merge is looked at
+    monkeypatch.setattr(bpe, "MAX_VOCAB", 300)                    # the same check on a file, kept small
+    path = tokenizer_file(tmp_path / "many.json", [(3 + ord("a"), 3 + ord("a"))] * 50)
+    with pytest.raises(FileError, match=r"many\.json is a damaged tokenizer file: 309 ids are too many: at most 300"):
+        BPE.load(path)
+
+
+def test_a_pattern_that_backtracks_catastrophically_fails_in_one_sentence_never_hangs(tmp_path, monkeypatch):
+    """A custom pattern runs under a time bound: at load on a probe string (runs of one character),
+    and on every text it encodes; the project's own pattern runs without one."""
+    from minitransformer import bpe
+    from minitransformer.checks import FileError
+    monkeypatch.setattr(bpe, "PATTERN_SECONDS", 0.05)
+    path = tokenizer_file(tmp_path / "slow.json", [], pattern=r"(?:a|a)+$|[\s\S]")   # 2^48 ways on 48 a's
+    with pytest.raises(FileError, match=r"slow\.json is a damaged tokenizer file: the pattern .* backtracks "
+                                        r"catastrophically"):
+        BPE.load(path)
+    path = tokenizer_file(tmp_path / "later.json", [], pattern=r"(?:b|b)+$|[\s\S]")  # passes the probe
+    tok = BPE.load(path)
+    assert tok.decode(tok.encode("a b!")) == "a b!"
+    with pytest.raises(TimeoutError, match=r"the pattern .* of .*later\.json backtracks catastrophically"):
+        tok.encode("b" * 40 + "!")
+
+
+# ---- applying merges: the heap against the plain loop, and its cost -----------------------------
+
+@st.composite
+def words_and_ranks(draw):
+    """A word over 3 byte ids and up to 12 valid merges (each joins ids that exist before it)."""
+    ids, ranks = [0, 1, 2], {}
+    for _ in range(draw(st.integers(0, 12))):
+        pair = (draw(st.sampled_from(ids)), draw(st.sampled_from(ids)))
+        if pair not in ranks:
+            ranks[pair] = len(ids)
+            ids.append(len(ids))
+    return draw(st.lists(st.integers(0, 2), max_size=40)), ranks
+
+
+@given(words_and_ranks())
+@settings(max_examples=300, deadline=None)
+def test_heap_encoding_equals_the_plain_loop(case):
+    word, ranks = case
+    assert apply_merges(word, ranks) == apply_merges_naive(word, ranks)
+
+
+def test_long_word_encodes_in_about_linear_time():
+    """Encoding one word of 8n letters without a space takes about 8 times (times log 8n / log n) the
+    CPU time of n letters, where the plain loop's grows with the number of merges that apply too (measured:
+    100,000 letters and 1,500 merges took 10 s with it, 0.25 s with the heap). The bound 8 * sqrt(8) = 23
+    is far below quadratic (64); best of 3 interleaved CPU-time runs, as in test_bpe_learn.py."""
+    rng = random.Random(0)
+    word = "".join(rng.choice("abcdefghij") for _ in range(200_000))
+    ranks = {p: 256 + k for k, p in enumerate(learn_merges({word[:25_000]: 1}, 1500, 1, 0))}
+
+    def cpu_seconds(n):
+        start = time.process_time()
+        apply_merges(list(word[:n].encode()), ranks)
+        return time.process_time() - start
+    small, large = zip(*((cpu_seconds(25_000), cpu_seconds(200_000)) for _ in range(3)))
+    ratio = min(large) / min(small)
+    assert ratio < 8 * 8 ** 0.5, f"8 times the letters took {ratio:.0f} times the CPU time: not linear"

@@ -17,7 +17,7 @@ from minitransformer.cache import KVCache
 from minitransformer.config import STOPS, SearchConfig
 from minitransformer.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty
-from minitransformer.translation import translate_lines
+from minitransformer.translation import one_line, translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol, transformer_tol
@@ -663,3 +663,35 @@ def test_translate_lines_progress_counts_every_sentence_on_stderr(capsys):
     translate_lines(model, tok, lines, SearchConfig(max_len_b=5), batch_size=2, progress=True)
     err = capsys.readouterr().err
     assert "translating" in err and "5/5" in err
+
+
+class BreakingTokenizer(WordTokenizer):
+    """Every id decodes to a word followed by a line break of another kind: a tokenizer that would emit them."""
+    words = ["a\n", "b\r\n", "c\r", "d\u2028", "e\u2029", "f\x85", "g\x0b", "h\x0c"] * 3
+
+    def encode(self, s):
+        return [3 + "abcdefgh".index(w) for w in s.split()]
+
+
+def test_no_translation_holds_a_line_break():
+    model = make_model(seed=10, scale=3.0)                            # emits ids 3.. freely, with max_len_b
+    lines = ["a b c", "d e", "f g h"]
+    cfg = SearchConfig(max_len_a=0, max_len_b=8)
+    for search in (cfg, replace(cfg, beam_size=3, nbest=2)):
+        out = translate_lines(model, BreakingTokenizer(), lines, search)
+        flat = [t for o in out for t in (o if isinstance(o, list) else [o])]
+        assert len(out) == 3 and any(t for t in flat)
+        assert all(t.splitlines() == [t] or t == "" for t in flat), flat   # one line each
+        assert len("\n".join(o if isinstance(o, str) else o[0] for o in out).splitlines()) == 3
+    assert one_line("a\nb\r\nc\u2028d") == "a b c d"
+
+
+def test_a_line_too_long_is_refused_before_it_is_encoded():
+    from minitransformer.bpe import BPE
+    from minitransformer.checks import FileError
+
+    class Unused(BPE):                                                 # no merges: tokens of one byte
+        def encode_batch(self, texts, **kw):
+            pytest.fail("encoded before the check")
+    with pytest.raises(FileError, match="has 2,000,000 characters, more than"):
+        translate_lines(make_model(seed=10, scale=3.0), Unused(), ["a", "x" * 2_000_000])

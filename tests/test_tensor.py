@@ -326,3 +326,72 @@ def test_matmul_of_shapes_that_do_not_fit_is_named():
     with pytest.raises(ValueError, match=r"matmul: shapes \(2, 3\) and \(2, 3\) do not fit: the last axis"):
         a @ a
     assert (a @ a.T).shape == (2, 2)
+
+
+# ---------------------------------------------------------------- saved inputs changed before backward
+def _assign(w):
+    w.data = w.data * 0
+
+
+def _add_in_place(w):
+    w.data += 1.0
+
+
+def _adam_step(w):
+    w.grad = np.ones_like(w.data)
+    mt.optim.Adam([w], lr=0.1).step()
+
+
+@pytest.mark.parametrize("write", [_assign, _add_in_place, _adam_step])
+def test_backward_names_the_op_whose_saved_input_changed(write):
+    w, x = t64([1.0, 2.0]), t64([3.0, 4.0], requires_grad=False)
+    y = (w * x).relu().sum()
+    if write is _add_in_place:   # NumPy: the array is read-only while the graph holds it, so += fails at once
+        with pytest.raises(ValueError, match="read-only"):
+            write(w)
+        w.data = w.data + 1.0     # the same change by assignment is caught by backward
+    else:
+        write(w)
+    with pytest.raises(RuntimeError, match="'mul' node whose input 0 .* was changed after the forward pass"):
+        y.backward()
+
+
+def test_raw_writes_into_saved_arrays_fail_at_once_and_are_allowed_again_after_backward():
+    w, x = t64([1.0, 2.0]), t64([3.0, 4.0], requires_grad=False)
+    y = (w * x).sum()
+    for t in (w, x):
+        with pytest.raises(ValueError, match="read-only"):
+            t.data[...] = 0.0
+    y.backward()
+    np.testing.assert_array_equal(w.grad, [3.0, 4.0])
+    w.data[...] = 0.0                 # the graph is gone: writing is fine again
+    x.data += 1.0
+    (w * x).sum()                     # a graph dropped without backward also gives its arrays back
+    w.data[...] = 5.0
+    np.testing.assert_array_equal(w.data, [5.0, 5.0])
+
+
+def test_arrays_read_only_before_the_graph_stay_read_only():
+    w = mt.tensor(np.broadcast_to(np.float64(2.0), (3,)), requires_grad=True)  # a read-only view
+    (w * w).sum().backward()
+    assert not w.data.flags.writeable
+    np.testing.assert_array_equal(w.grad, [4.0, 4.0, 4.0])
+
+
+def test_unchanged_inputs_pass_and_gradcheck_leaves_no_trace():
+    a = t64([0.7])
+    d = a.exp() * (a * 2)
+    assert mt.gradcheck(lambda a: a.exp() * (a * 2), a)  # swaps a.data and puts it back: not a change
+    d.backward()
+    np.testing.assert_allclose(a.grad, np.exp(0.7) * 1.4 + np.exp(0.7) * 2)
+
+
+def test_load_state_dict_while_a_graph_holds_the_weights_writes_them_and_backward_refuses():
+    """assign() (what load_state_dict does) writes into a read-only saved array and counts as a change."""
+    layer = mt.nn.Linear(3, 2)
+    y = layer(mt.tensor(np.ones((4, 3), np.float32))).sum()
+    state = {k: v + 1.0 for k, v in layer.state_dict().items()}
+    layer.load_state_dict(state)
+    np.testing.assert_array_equal(layer.weight.numpy(), state["weight"])
+    with pytest.raises(RuntimeError, match="'linear' node whose input 1 .* was changed after the forward pass"):
+        y.backward()
