@@ -6,7 +6,8 @@ SIGTERM and Ctrl-C in a real `python -m minitransformer train`: a checkpoint, ex
 Row: (id, argv, stdin bytes or None, files to create in the working directory, exit code, regex).
 "{D}" in argv stands for the module's directory of shared files: a tiny corpus (train.src/.tgt,
 valid.src/.tgt), config.json (tiny, d_model 32, max_len 32: positions for 31 tokens and </s>), a
-checkpoint trained 2 steps (model.npz, run/), its tokenizer (tok.json) and a foreign one (other_tok.json).
+checkpoint trained 2 steps (model.npz, run/), its tokenizer (tok.json) and foreign ones (other_tok.json;
+foreign_tok.json, of the same size).
 A file entry's value is its bytes, READ_ONLY_DIR for an empty directory without write permission, or
 TO_DEV_NULL for a symbolic link to /dev/null (a device: replacing it would lose what is written there).
 """
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +48,33 @@ NEEDS_MATPLOTLIB = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is 
                                       reason="--attention is checked against matplotlib's formats")
 
 
-def npy_bytes():
+def npy_bytes(array=np.zeros(3)):
     buffer = io.BytesIO()
-    np.save(buffer, np.zeros(3))
+    np.save(buffer, array)
     return buffer.getvalue()
+
+
+def hostile_npz(members):
+    """The bytes of an .npz holding a valid meta.json and the given members (name -> bytes)."""
+    buffer, meta = io.BytesIO(), json.dumps({"format": ckpt.FORMAT, "version": ckpt.VERSION, "step": 1}).encode()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, data in {"meta.json.npy": npy_bytes(np.frombuffer(meta, np.uint8)), **members}.items():
+            zf.writestr(name, data)
+    return buffer.getvalue()
+
+
+def header_of(shape):
+    """A .npy header declaring float32 values of `shape` (the data is up to the caller)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+LIAR_NPZ = hostile_npz({"model/w.npy": header_of((10 ** 10,)) + bytes(16)})   # declares 10^10 floats, holds 4
+EXTRA_NPZ = hostile_npz({"model/w.npy": npy_bytes(np.ones(2, np.float32)), "payload.bin": bytes(100)})
+DOUBLE_TOK = json.dumps({"format": "minitransformer-bpe", "version": 1, "pattern": BPE().pattern,  # 36 doublings
+                         "special_tokens": ["<pad>", "<s>", "</s>"],
+                         "merges": [[100, 100, "aa"]] + [[258 + k, 258 + k, "x"] for k in range(1, 36)]}).encode()
 
 
 def train(*extra, drop=()):
@@ -281,6 +306,25 @@ ROWS = [
      {**OLD_TOK, "b.txt": b"\n  \n\t\n"}, 1, r"the training corpus is empty: b\.txt holds no text"),
     ("bpe-input-invalid-utf8", BPE_OWN + ["--vocab-size", "300", "--input", "bad.txt"], None,
      {**OLD_TOK, "bad.txt": b"good\nb\xe4d\n"}, 1, r"bad\.txt: line 2 is not valid UTF-8"),
+    # ---- untrusted files and sizes (issue 30): validated before anything is allocated, sizes bounded with a reason
+    ("train-config-d-model-huge", train("--config", "big.json"), None, {"big.json": b'{"preset": "tiny", '
+     b'"d_model": 1000000}'}, 2, r"config file big\.json: the model would hold [\d,]+ floats .*over the limit of 2,147,"),
+    ("train-config-layers-huge", train("--config", "big.json"), None, {"big.json": b'{"n_layers": 200000}'}, 2,
+     r"config file big\.json: n_encoder_layers must be at most 1,024, got 200,000: deeper than any Transformer"),
+    ("train-beam-huge", train(*VALID, "--beam", "100000"), None, {}, 2,
+     r"--beam must be at most 256, got 100,000: beam search scores --beam x vocabulary candidates"),
+    ("translate-beam-huge", TRANSLATE + ["--beam", "100000"], None, OLD, 2, r"--beam must be at most 256, got 100,000"),
+    ("translate-checkpoint-header-lies", TRANSLATE + ["--checkpoint", "liar.npz"], None, {**OLD, "liar.npz": LIAR_NPZ},
+     1, r"liar\.npz: model/w declares \(10000000000,\) float32 values \(40,000,000,000 bytes\) but holds 16 bytes"),
+    ("translate-checkpoint-extra-member", TRANSLATE + ["--checkpoint", "x.npz"], None, {**OLD, "x.npz": EXTRA_NPZ}, 1,
+     r"x\.npz is not a minitransformer checkpoint: it holds 'payload\.bin', which no checkpoint holds"),
+    ("average-checkpoint-header-lies", ["average", "{D}/model.npz", "liar.npz", "--output", "avg.npz"], None,
+     {**OLD_AVG, "liar.npz": LIAR_NPZ}, 1, r"liar\.npz: model/w declares \(10000000000,\) float32 values"),
+    ("translate-tokenizer-doubling-merges", TRANSLATE + ["--tokenizer", "double.json"], None,
+     {**OLD, "double.json": DOUBLE_TOK}, 1,
+     r"double\.json is a damaged tokenizer file: merge 12 \(270, 270\) makes a token of 8,192 bytes"),
+    ("translate-tokenizer-foreign-same-size", TRANSLATE + ["--tokenizer", "{D}/foreign_tok.json"], None, OLD, 1,
+     r"foreign_tok\.json is not the tokenizer .*model\.npz was trained with: they differ in their pattern"),
     # ---- bleu
     ("bleu-two-empty-files", ["bleu", "h.txt", "r.txt"], None, {"h.txt": b"", "r.txt": b""}, 2,
      r"hypothesis file h\.txt is empty"),
@@ -332,7 +376,19 @@ ROWS = [
     pytest.param("demo-device-gpu-without-one", ["demo", "--quick", "--device", "gpu"], None, {}, 1,
                  r"--device gpu: .*GPU.* or stay on the CPU with --device cpu", marks=NEEDS_NO_GPU),
     ("demo-out-holds-an-earlier-run", ["demo", "--quick", "--out", "{D}/run"], None, {}, 2,
-     r"--out .*run already holds checkpoint_0000002\.npz of an earlier run: move its checkpoints away"),
+     r"--out .*run already holds checkpoint_0000002\.npz of an earlier run: move its files away"),
+    # ---- one owner per run folder, outputs written safely (issue 30): pipes, long names, another run's resume
+    ("bpe-input-is-a-device", BPE_OWN + ["--vocab-size", "270", "--input", "null"], None, {"null": TO_DEV_NULL}, 2,
+     r"--input file null is a pipe or a device, not a file: it must be a file that can be read more than once"),
+    ("average-input-is-a-device", ["average", "null", "--output", "avg.npz"], None, {"null": TO_DEV_NULL}, 2,
+     r"checkpoint null is a pipe or a device, not a file"),
+    ("bpe-output-name-too-long", ["bpe", "--input", "{D}/train.src", "--vocab-size", "270", "--output", "t" * 256],
+     None, {}, 2, r"--output t+: the file name is 256 bytes long, more than the 255 a file name may have"),
+    ("train-resume-another-corpus", train("--resume", "{D}/run/checkpoint_0000002.npz", "--train-src", "{D}/train.tgt",
+                                          "--train-tgt", "{D}/train.src"), None, {}, 1,
+     r"checkpoint_0000002\.npz was trained on another corpus \(.*\): resume it with the files it was trained on"),
+    ("train-resume-another-schedule", train("--resume", "{D}/run/checkpoint_0000002.npz", "--lr-scale", "2"), None, {},
+     1, r"checkpoint_0000002\.npz was trained with another schedule: lr_scale 1\.0 there, 2\.0 here"),
 ]
 
 
@@ -352,6 +408,7 @@ def shared(tmp_path_factory):
     (d / "model.npz").write_bytes((d / "run" / "checkpoint_0000002.npz").read_bytes())
     (d / "tok.json").write_bytes((d / "run" / "tokenizer.json").read_bytes())
     BPE.train(["x y z"], 262, min_frequency=1).save(d / "other_tok.json")
+    BPE(BPE.load(d / "tok.json").merges, pattern=r"\s+|\S").save(d / "foreign_tok.json")  # the same size, not its own
     return d
 
 

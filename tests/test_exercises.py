@@ -265,11 +265,135 @@ def test_the_untouched_stubs_fail_as_not_implemented(lesson, capsys):
     assert all(result == "FAIL" and text.startswith("not implemented yet") for result, text in lines.values()), out
 
 
-@pytest.mark.parametrize("lesson, name", sorted(WRONG), ids=lambda x: x)
-def test_a_wrong_answer_fails_with_its_hint(lesson, name, tmp_path, capsys):
-    code, hint = WRONG[lesson, name]
+# More wrong answers, each the answer of lessons/solutions/ with a line or two changed as a learner would get
+# it wrong: (lesson, function, (the text, the wrong text) or several such pairs, words the grader's line must hold).
+MUTANTS = [
+    ("02", "mul", ("return g * b.data, g * a.data", "return b.data, a.data"), "multiply by the incoming gradient g"),
+    ("02", "matmul", ("return g @ B.T, A.T @ g", "return g @ B.T, g.T @ A"), "dB = A^T g is (k, m)(m, n)"),
+    ("03", "numeric_gradient", ("out[i] = (up - down) / (2 * eps)", "out[i] = (up - down) / eps"),
+     "yours is twice the answer"),
+    ("07", "sinusoids", ("-np.arange(0, d_model, 2) / d_model", "-np.arange(0, d_model, 2) / 2 / d_model"),
+     "the exponent is 2i / d_model"),
+    ("07", "count_parameters", ("norm = 2 * D ", "norm = D "), "each LayerNorm has gamma and beta"),
+    ("04", "softmax", (("x.max(axis=axis, keepdims=True)", "x.max(axis=-1, keepdims=True)"),
+                       ("e.sum(axis=axis, keepdims=True)", "e.sum(axis=-1, keepdims=True)")), "not the last axis"),
+    ("04", "softmax_backward", ("(dy * y).sum(axis=axis", "(dy * y).sum(axis=-1"), "sum along `axis`"),
+    ("04", "softmax_backward", ("y * (dy - (dy * y).sum(", "(dy - (dy * y).sum("), "multiply by y"),
+    ("04", "cross_entropy_backward", ("return (p - q) * valid[..., None] / n", "return (p - q) / n"),
+     "rows whose target is ignore_index get a zero gradient"),
+    ("04", "cross_entropy_backward", ("n = max(int(valid.sum()), 1)", "n = valid.size"),
+     "divide by the rows that count"),
+    ("04", "cross_entropy_backward", ("1 - eps + eps / V, axis=-1)", "1 - eps, axis=-1)"),
+     "the target gets eps / V too"),
+    ("04", "cross_entropy_backward", (("q = np.full(logits.shape, eps / V)", "q = np.zeros(logits.shape)"),
+                                      ("1 - eps + eps / V, axis=-1)", "1.0, axis=-1)")), "not onehot"),
+    ("04", "layer_norm_backward", ("keepdims=True) + eps)", "keepdims=True))"), "you left out eps"),
+    ("04", "layer_norm_backward", ("(dy * xhat).reshape(-1, D)", "(dy * x).reshape(-1, D)"), "the normalised x"),
+    ("04", "layer_norm_backward", ("dy.reshape(-1, D).sum(axis=0)", "dy.reshape(-1, D).mean(axis=0)"), "not mean"),
+    ("04", "layer_norm_backward", ("- g.mean(axis=-1, keepdims=True) - xhat", "- xhat"), "you left out - mean(g)"),
+    ("11", "layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var)"), "you left out eps"),
+    ("05", "xavier_bound", ("math.sqrt(6.0 / (d_in + d_out))", "math.sqrt(6.0 / d_in)"), "use d_in + d_out"),
+    ("05", "linear_backward", ("X.T @ G", "G.T @ X"), "dweight has weight's shape (d_in, d_out)"),
+    ("05", "linear_backward", ("G.sum(axis=0)", "G.mean(axis=0)"), "not mean"),
+    ("05", "FeedForward", ("self.w_2(self.w_1(x).relu())", "self.w_2(self.w_1(x).relu()).relu()"),
+     "no ReLU after the second layer"),
+    ("06", "causal_mask", ("np.tril(np.ones((T, T), dtype=bool))", "np.tril(np.ones((T, T), dtype=bool), -1)"),
+     "a query may attend to itself"),
+    ("06", "causal_mask", ("np.tril(np.ones((T, T), dtype=bool))[None, None]", "np.tril(np.ones((T, T), dtype=bool))"),
+     "(1, 1, T, T), to broadcast over batch and heads"),
+    ("06", "attention_forward", ("p = np.exp(s - s.max(axis=-1, keepdims=True))", "p = np.exp(s)"),
+     "subtract each row's largest score before exp"),
+    ("06", "attention_forward", (("s = np.where(mask, s, -1e9)", "pass"),               # the mask after the softmax
+                                 ("p = p * mask.any(axis=-1, keepdims=True)", "p = p * mask")),
+     "mask before the softmax"),
+    ("06", "attention_forward", (("s.max(axis=-1", "s.max(axis=-2"), ("p.sum(axis=-1", "p.sum(axis=-2")),
+     "the softmax runs over the keys (the last axis)"),
+    ("06", "attention_forward", ("k, -1, -2) / math.sqrt(q.shape[-1])", "k, -1, -2) / q.shape[-1]"),
+     "not by d_k"),
+    ("06", "attention_forward", ("s = np.where(mask, s, -1e9)", "s = np.where(mask, -1e9, s)"),
+     "the mask is True where attention is ALLOWED"),
+    ("06", "attention_backward", ("dv = np.swapaxes(p, -1, -2) @ dout", "dv = p @ dout"), "dV = P^T dO: transpose P"),
+    ("06", "attention_backward", ("ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))", "ds = p * dp"),
+     "the softmax backward of lesson 04"),
+    ("08", "encode", "\n".join(["",
+        "def encode(word, merges, offset=3):         # the leftmost known pair first, not the lowest rank",
+        "    ids = [b + offset for b in word.encode('utf-8')]",
+        "    new = {pair: offset + 256 + k for k, pair in enumerate(merges)}",
+        "    while True:",
+        "        i = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) in new), None)",
+        "        if i is None:",
+        "            return ids",
+        "        ids[i:i + 2] = [new[ids[i], ids[i + 1]]]", ""]), "that is the leftmost known pair first"),
+    ("08", "encode", ("ids = merge(ids, pair, offset + 256 + rank[pair])", "ids = merge(ids, pair, 256 + rank[pair])"),
+     "merge k makes the id offset + 256 + k"),
+    ("08", "encode", ("key=lambda p: rank.get(p, len(merges)))", "key=lambda p: -rank.get(p, -1))"),  # latest first
+     "apply the merge of the lowest rank first"),
+    ("08", "learn_merges", ("if counts[best] < max(1, min_frequency):", "if counts[best] <= min_frequency:"),
+     "still occurs"),
+    ("08", "learn_merges", ("counts[pair] = counts.get(pair, 0) + f", "counts[pair] = counts.get(pair, 0) + 1"),
+     "times its word's count"),
+    ("09", "noam_lr", ("min(step ** -0.5, step * warmup_steps ** -1.5)",
+                       "max(step ** -0.5, step * warmup_steps ** -1.5)"),
+     "the min of the two branches"),
+    ("09", "smoothed_targets", ("target] += 1 - eps", "target] = 1 - eps"), "the target gets eps / V too"),
+    ("12", "shard_weights", ("n = sum(token_counts)", "n = sum(token_counts[rank::size])"), "not this rank's own"),
+    ("12", "ring_allreduce", ("np.array(a).reshape(-1)", "np.asarray(a).reshape(-1)"),
+     "leave the inputs as they are (work on copies)"),
+    ("10", "beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:beam_size + 1]"),
+     "keep exactly k = beam_size alive"),
+    ("10", "beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:2 * beam_size]"),
+     "that is what 2k alive prefixes find"),
+    ("10", "beam_search", (("if token != EOS][:beam_size]", "if token != EOS]"),    # exhaustive search
+                           ("for logp, prefix, token in candidates[:beam_size]:",
+                            "for logp, prefix, token in candidates:")),
+     "that is the best of ALL outputs"),
+    ("10", "beam_search", ("for logp, prefix, token in candidates if token != EOS][:beam_size]",
+                           "for logp, prefix, token in candidates[:beam_size] if token != EOS]"),
+     "the EOS candidates took places in the beam"),
+    ("10", "beam_search", ("for logp, prefix, token in candidates[:beam_size]:",
+                           "for logp, prefix, token in candidates:"), "only the EOS candidates ranked among"),
+    ("10", "beam_search", ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix), alpha)"),
+     "|Y| counts the final EOS: an output of n words scores log p / lp(n + 1)"),
+    ("10", "beam_search", ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix) + 2, alpha)"),
+     "|Y| = n + 1, the n words and ONE EOS"),
+    ("10", "beam_search", ("if not alive:", "if not alive or finished:"),
+     "a finished output does not end the search"),
+    ("10", "beam_search", ("if not alive:", "if not alive or len(finished) >= beam_size:"),
+     "k finished outputs do not end the search"),
+    ("10", "beam_search", ("max(finished, key=lambda h: h[0])", "max(finished, key=lambda h: h[2])"),
+     "rank finished outputs by score"),
+    ("10", "beam_search", ("max(finished, key=lambda h: h[0])", "sorted(finished, key=lambda h: h[0])[-1]"),
+     "of finished outputs with equal scores, the first found wins"),
+    ("10", "beam_search", ("key=lambda c: -c[0])", "key=lambda c: (-c[0], -c[2]))"),
+     "candidates of equal log p rank by lower beam"),
+    ("10", "beam_search", (("if t < max_len or token == EOS", "if True"),           # no EOS forced at max_len
+                           ("for t in range(max_len + 1):", "for t in range(2 * max_len + 2):")),
+     "a prefix holds at most max_len words"),
+    ("10", "beam_search", ("candidates = [c for c in candidates if c[0] > -math.inf]", "pass"),
+     "a candidate of log p -inf drops out"),
+    ("10", "beam_search", ("return tokens, logp", "return tokens + [EOS], logp"), "tokens leave out the final EOS"),
+    ("10", "beam_search", ("return tokens, logp", "return tokens, logp / length_penalty(len(tokens) + 1, alpha)"),
+     "return log p, not the score"),
+]
+
+
+def answers_with(lesson, change):
+    """The text of lessons/solutions/NN_*.py with a wrong answer: code appended (it replaces the right
+    one), or (old, new) pairs: each `old`, found once, replaced by `new`."""
+    text = (LESSONS / "solutions" / f"{stem(lesson)}.py").read_text()
+    if isinstance(change, str):
+        return text + textwrap.dedent(change)
+    for old, new in change if isinstance(change[0], tuple) else [change]:
+        assert text.count(old) == 1, f"{old!r} is not once in the answers of lesson {lesson}"
+        text = text.replace(old, new)
+    return text
+
+
+@pytest.mark.parametrize("lesson, name, change, hint", [(*key, *WRONG[key]) for key in sorted(WRONG)] + MUTANTS,
+                         ids=lambda x: x if isinstance(x, str) and len(x) < 30 else "")
+def test_a_wrong_answer_fails_with_its_hint(lesson, name, change, hint, tmp_path, capsys):
     path = tmp_path / f"{stem(lesson)}.py"           # the answers, with one of them replaced by a wrong one
-    path.write_text((LESSONS / "solutions" / f"{stem(lesson)}.py").read_text() + textwrap.dedent(code))
+    path.write_text(answers_with(lesson, change))
     status, lines, out = grade(capsys, lesson, name, "--module", path)
     assert status == 1 and "Traceback" not in out
     result, text = lines[name]
@@ -394,8 +518,18 @@ def test_the_answers_to_the_lessons_questions_hold(lesson):
 def test_the_package_beam_search_is_the_brute_force_best_when_nothing_is_pruned():
     """The grader's references agree, so the beam-search exercise has one right answer."""
     for seed, alpha in ((99, 0.6), (7, 0.0), (8, 2.0)):
-        step = decoding.random_step(3, seed)
-        assert decoding.package_beam_search(step, 3, 27, 3, alpha)[0] == decoding.brute_force(step, 3, 3, alpha)[0]
+        step = decoding.random_step(6, seed)
+        assert decoding.package_beam_search(step, 6, 27, 3, alpha)[0] == decoding.brute_force(step, 6, 3, alpha)[0]
+
+
+def test_the_beam_search_cases_catch_every_mistake_and_the_plain_one_is_the_packages():
+    """Each mistake of the catalogue finds another output on some case; without one, it finds the package's."""
+    cases = decoding.beam_search_cases()
+    for _, step, V, k, max_len, alpha in cases:
+        (tokens, log_prob), ref = (f(step, V, k, max_len, alpha) for f in (decoding.beam_like, decoding.package_beam_search))
+        assert tokens == ref[0] and log_prob == pytest.approx(ref[1], rel=1e-12)
+    for name, (_, mistake) in decoding.MISTAKES.items():
+        assert any(mistake(*case[1:])[0] != decoding.beam_like(*case[1:])[0] for case in cases), name
 
 
 def test_the_command_line(tmp_path):

@@ -16,7 +16,10 @@ def check_softmax(fn, g):
     for case, x, axis in cases:
         g.start(case)
         ref, mine = F.softmax(mt.tensor(x), axis=axis).numpy(), x.copy()
-        g.cmp("softmax", g.call(fn, mine, axis=axis), ref,
+        last = np.exp(x - x.max(-1, keepdims=True))
+        known = [] if axis in (-1, x.ndim - 1) else [(last / last.sum(-1, keepdims=True),
+                                                      "take the max and the sum along `axis`, not the last axis")]
+        g.cmp("softmax", g.call(fn, mine, axis=axis), ref, known=known,
               nan_hint="exp(1000) overflows: subtract the maximum along the axis first (it cancels)")
         if not np.array_equal(mine, x):          # cross_entropy_backward calls it on the caller's logits
             g.fail("softmax changed its input x in place: compute into a new array (x - x.max(...) makes one)")
@@ -70,8 +73,12 @@ def check_layer_norm_backward(fn, g):
         F.layer_norm(*leaves).backward(dy)
         dx, dgamma, dbeta = g.unpack(g.call(fn, x.copy(), gamma.copy(), dy.copy()), ["dx", "dgamma", "dbeta"])
         g.cmp("dx", dx, leaves[0].grad, known=layer_norm_backward_mistakes(x, gamma, dy))
-        g.cmp("dgamma", dgamma, leaves[1].grad, shape_hint="sum dy * xhat over every leading axis: gamma is shared")
-        g.cmp("dbeta", dbeta, leaves[2].grad, shape_hint="sum dy over every leading axis: beta is shared")
+        lead = x.reshape(-1, D).shape[0]
+        g.cmp("dgamma", dgamma, leaves[1].grad, shape_hint="sum dy * xhat over every leading axis: gamma is shared",
+              known=[((dy * x).reshape(-1, D).sum(0), "dgamma = sum(dy * xhat): the normalised x, not x"),
+                     (leaves[1].grad / lead, "sum over the leading axes, not mean")])
+        g.cmp("dbeta", dbeta, leaves[2].grad, shape_hint="sum dy over every leading axis: beta is shared",
+              known=[(leaves[2].grad / lead, "sum over the leading axes, not mean")])
     g.gradcheck(lambda x, gm, bt: with_your_backward(F.layer_norm, lambda gy: tuple(fn(x.data, gm.data, gy)),
                                                      [x, gm, bt]),
                 leaf(r((2, 5))), leaf(r(5)), leaf(r(5)), case="mt.gradcheck, x (2, 5)")
@@ -99,6 +106,7 @@ def cross_entropy_backward_mistakes(z, t, eps, ignore_index):
     t2t = (1 - eps) * onehot + eps / (V - 1) * (1 - onehot)
     bare = (1 - eps) * onehot + eps / V * (1 - onehot)
     return [((p - q) * valid, "divide by the number of counted rows: the loss is their mean"),
+            ((p - onehot) * valid / n, "label smoothing: the target is q = (1 - eps) onehot + eps / V, not onehot"),
             ((p - q) * valid / valid.size, "divide by the rows that count (target != ignore_index), not all rows"),
             ((p - q) / n, "rows whose target is ignore_index get a zero gradient"),
             ((p - t2t) * valid / n, "q = (1 - eps) onehot + eps / V: every token, the target included, gets eps / V"),
@@ -115,7 +123,15 @@ def layer_norm_backward_mistakes(x, gamma, dy):
             ((gx - xhat * mean(gx * xhat)) / sigma, "you left out - mean(g): mu depends on every x_j"),
             ((gx - mean(gx)) / sigma, "you left out - xhat * mean(g * xhat): sigma depends on every x_j"),
             ((dy - mean(dy) - xhat * mean(dy * xhat)) / sigma, "g = dy * gamma: multiply by gamma first"),
-            ((gx - mean(gx) - xhat * mean(gx * xhat)) * sigma, "divide by sigma, do not multiply")]
+            ((gx - mean(gx) - xhat * mean(gx * xhat)) * sigma, "divide by sigma, do not multiply"),
+            (lambda: no_eps(x, gx), "you left out eps: sigma = sqrt(var + eps), eps = 1e-6")]
+
+
+def no_eps(x, gx):
+    """LayerNorm's dx with sigma = sqrt(var), no eps."""
+    sigma = x.std(-1, keepdims=True)
+    xhat = (x - x.mean(-1, keepdims=True)) / sigma
+    return (gx - gx.mean(-1, keepdims=True) - xhat * (gx * xhat).mean(-1, keepdims=True)) / sigma
 
 
 ITEMS = [("softmax", check_softmax), ("softmax_backward", check_softmax_backward),

@@ -29,7 +29,9 @@ def check_linear_backward(fn, g):
         g.cmp("dx", dx, leaves[0].grad, shape_hint="dx has x's shape: dy W^T")
         g.cmp("dweight", dW, leaves[1].grad,
               shape_hint="dweight has weight's shape (d_in, d_out): x^T dy, with x flattened to (N, d_in)")
-        g.cmp("dbias", db, leaves[2].grad, shape_hint="dbias has shape (d_out,): sum dy over every leading axis")
+        g.cmp("dbias", db, leaves[2].grad, shape_hint="dbias has shape (d_out,): sum dy over every leading axis",
+              known=[(leaves[2].grad / (dy.size // d_out), "sum dy over the leading axes, not mean: every row "
+                                                           "adds the bias")])
     g.gradcheck(lambda x, w, b: with_your_backward(F.linear, lambda gr: tuple(fn(x.data, w.data, gr)), [x, w, b]),
                 leaf(r((2, 3, 4))), leaf(r((4, 2))), leaf(r(2)), case="mt.gradcheck, x (2, 3, 4), weight (4, 2)")
 

@@ -1,6 +1,6 @@
 """Lesson 06, attention: causal_mask against attention.causal_mask, and attention forward (output and
 weights) and backward (dq, dk, dv, and mt.gradcheck) against scaled_dot_product_attention, with no mask,
-a causal mask, and a padding mask that hides a whole sentence."""
+a causal mask, a padding mask that hides a whole sentence, and (forward) scores near 1e4."""
 import math
 
 import numpy as np
@@ -33,15 +33,21 @@ def attention_cases():
 
 
 def check_attention_forward(fn, g):
-    for case, q, k, v, mask in attention_cases():
+    r = np.random.default_rng(62).standard_normal
+    large = ("q, k (1, 2, 3, 4) times 100: scores near 1e4, no mask", 100 * r((1, 2, 3, 4)), 100 * r((1, 2, 3, 4)),
+             r((1, 2, 3, 4)), None)
+    cases = attention_cases()
+    for case, q, k, v, mask in cases[:2] + [large] + cases[2:]:     # overflow before the masked rows
         g.start(case)
+        nan_hint = NAN_HINT if mask is not None else ("exp of a score near 1e4 overflows: subtract each row's "
+                                                      "largest score before exp (it cancels in the softmax)")
         out, p = scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v), mask, training=False,
                                               return_weights=True)
         got_out, got_p = g.unpack(g.call(fn, q.copy(), k.copy(), v.copy(), mask), ["out", "weights"])
         wrong = attention_forward_mistakes(q, k, v, mask)
-        g.cmp("the weights", got_p, p, known=[(wrong_p, hint) for _, wrong_p, hint in wrong], nan_hint=NAN_HINT)
+        g.cmp("the weights", got_p, p, known=[(wrong_p, hint) for _, wrong_p, hint in wrong], nan_hint=nan_hint)
         g.cmp("the output", got_out, out.numpy(), known=[(wrong_out, hint) for wrong_out, _, hint in wrong],
-              nan_hint=NAN_HINT)
+              nan_hint=nan_hint)
 
 
 def check_attention_backward(fn, g):
@@ -69,8 +75,8 @@ def check_attention_backward(fn, g):
 
 
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
-NAN_HINT = ("set masked scores to -1e9, not -inf: a query whose keys are all masked gets exp(-inf + inf) = NaN "
-            "(lesson 06, Masks); its weights are 0")
+NAN_HINT = ("NaN where a query's keys are all masked: set masked scores to -1e9, not -inf, and subtract each row's "
+            "largest score before exp (else exp(-1e9) / 0 is 0/0); such a row's weights are then 0 (lesson 06, Masks)")
 
 
 def causal_mask_mistakes(ref, T):
@@ -78,26 +84,33 @@ def causal_mask_mistakes(ref, T):
             (np.tril(np.ones((T, T), bool), -1)[None, None], "a query may attend to itself: the diagonal is True")]
 
 
-def attention_numpy(q, k, v, mask, scale=True, zero_empty=True, invert=False):
-    """Attention, with a mistake when asked: (out, weights)."""
-    s = q @ np.swapaxes(k, -1, -2) / (math.sqrt(q.shape[-1]) if scale else 1.0)
-    if mask is not None:
+def attention_numpy(q, k, v, mask, divide=None, zero_empty=True, invert=False, after=False, axis=-1):
+    """Attention, with a mistake when asked (scores divided by `divide`, not sqrt(d_k); no weights 0 for a
+    query with no key; the mask inverted; applied after the softmax; the softmax along `axis`): (out, weights)."""
+    s = q @ np.swapaxes(k, -1, -2) / (math.sqrt(q.shape[-1]) if divide is None else divide)
+    if mask is not None and not after:
         s = np.where(~mask if invert else mask, s, -1e9)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    if mask is not None and zero_empty:
-        p = p * mask.any(-1, keepdims=True)
+    p = np.exp(s - s.max(axis, keepdims=True))
+    p /= p.sum(axis, keepdims=True)
+    if mask is not None and (zero_empty or after):
+        p = p * (mask if after else mask.any(-1, keepdims=True))
     return p @ v, p
 
 
 def attention_forward_mistakes(q, k, v, mask):
     """[(wrong out, wrong weights, hint)]."""
-    hints = [("divide the scores by sqrt(d_k) (eq. 1)", {"scale": False}),
+    d = q.shape[-1]
+    hints = [("divide the scores by sqrt(d_k) (eq. 1)", {"divide": 1.0}),
+             ("divide the scores by sqrt(d_k), not by d_k", {"divide": d}),
+             ("the softmax runs over the keys (the last axis): each query's weights sum to 1", {"axis": -2}),
              ("a query whose keys are all masked gets weights 0 and output 0 (lesson 06, Masks)",
               {"zero_empty": False})]
     if mask is not None:
         hints += [("set the scores of masked keys to -1e9 before the softmax", {"mask": None}),
-                  ("the mask is True where attention is ALLOWED", {"invert": True})]
+                  ("the mask is True where attention is ALLOWED", {"invert": True}),
+                  ("mask before the softmax: scores -1e9 where the mask is False, then softmax, so that a row's "
+                   "weights sum to 1 over the keys it may see (zeroing weights afterwards leaves them short)",
+                   {"after": True})]
     return [(*attention_numpy(q, k, v, **{"mask": mask, **mistake}), hint) for hint, mistake in hints]
 
 

@@ -45,7 +45,8 @@ def count_parameters_mistakes(V, D, F_, N):
             -V * D: "count the shared embedding matrix, V * D",
             -N * attention: "a decoder layer has two attentions: masked self-attention and encoder-decoder",
             -N * norm: "a decoder layer has three LayerNorms, an encoder layer two",
-            -5 * N * norm: "each LayerNorm has gamma and beta: 2 d_model parameters",
+            -5 * N * D: "each LayerNorm has gamma and beta: 2 d_model parameters",
+            -5 * N * norm: "count the LayerNorms: two per encoder layer, three per decoder layer",
             -(3 * N * 4 * D + 2 * N * (F_ + D)): "count the biases too"}
 
 

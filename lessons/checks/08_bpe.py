@@ -1,6 +1,6 @@
 """Lesson 08, bpe: merge against bpe_learn.merge, learn_merges against bpe_learn.learn_merges_naive
 (ties, min_frequency, word counts, a syllable corpus), and encode against the learned merges applied
-in rank order to the UTF-8 bytes; all exactly."""
+in rank order to the UTF-8 bytes, with words where two merges compete; all exactly."""
 import numpy as np
 
 from minitransformer import bpe_learn
@@ -53,25 +53,48 @@ def check_learn_merges(fn, g):
 def check_encode(fn, g):
     words = corpus_words(seed=1)
     words.update({" café": 5, " naïve": 5, " 日本": 4, "😀😀": 3})
-    merges = bpe_learn.learn_merges_naive(words, 60, 2, 3)
-    for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語", "", "zzz", " molamo"):
-        g.start(f"encode({word!r}) with 60 merges")
-        ref, chars = [b + 3 for b in word.encode("utf-8")], [ord(c) + 3 for c in word]
-        for k, pair in enumerate(merges):
-            ref, chars = (bpe_learn.merge(ids, pair, 3 + 256 + k) for ids in (ref, chars))
+    corpus = bpe_learn.learn_merges_naive(words, 60, 2, 3)
+    rival = bpe_learn.learn_merges_naive({"bc": 10, "ab": 5}, 2, 2, 3)      # (b, c) learned before (a, b)
+    cases = [(word, corpus, "60 merges") for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語", "",
+                                                        "zzz", " molamo")]
+    cases += [(word, rival, "(b, c) learned before (a, b): they compete") for word in ("abc", "abcab", "aabcc")]
+    for word, merges, what in cases:
+        g.start(f"encode({word!r}) with {what}")
+        ref = encode_like(word, merges)
         got = g.call(fn, word, merges, offset=3)
-        hint = encode_hint(got, chars)
-        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=hint)
+        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=encode_hint(got, word, merges))
+
+
+def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True):
+    """encode as the exercise says (each learned merge in rank order), or with a mistake: from the
+    characters' code points; the leftmost known pair first; new ids 256 + k without the offset."""
+    ids = [ord(c) + offset for c in word] if chars else [b + offset for b in word.encode("utf-8")]
+    new = {pair: (offset if new_offset else 0) + 256 + k for k, pair in enumerate(merges)}
+    if not leftmost:
+        for pair, made in new.items():
+            ids = bpe_learn.merge(ids, pair, made)
+        return ids
+    while True:
+        i = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) in new), None)
+        if i is None:
+            return ids
+        ids[i:i + 2] = [new[ids[i], ids[i + 1]]]
 
 
 # -------------------------------------------------------------- known mistakes, and their hints
 MERGE_HINT = "scan left to right and skip past both ids of a merged pair: [5, 5, 5] -> [6, 5]"
 
 
-def encode_hint(yours, chars):
-    """`chars`: the merges applied to the characters' code points instead of the bytes."""
-    return ("start from the UTF-8 bytes, list(word.encode('utf-8')), not the characters" if yours == chars
-            else "apply the merge of the lowest rank first, again and again, until no learned pair is left")
+def encode_hint(yours, word, merges):
+    """The hint of the mistake that gives `yours`, else the rule."""
+    for mistake, hint in (({"chars": True}, "start from the UTF-8 bytes, list(word.encode('utf-8')), not the "
+                                            "characters"),
+                          ({"leftmost": True}, "that is the leftmost known pair first: apply the merge of the lowest "
+                                               "rank (learned earliest) first, wherever it is in the word"),
+                          ({"new_offset": False}, "merge k makes the id offset + 256 + k")):
+        if yours == encode_like(word, merges, **mistake):
+            return hint
+    return "apply the merge of the lowest rank first, again and again, until no learned pair is left"
 
 
 def pair_counts(word_counts, merges, offset, weighted=True):

@@ -51,7 +51,9 @@ def check_loss_floor(fn, g):
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
 def noam_lr_mistakes(s, d, w):
     return [(min(s ** -0.5, s * w ** -1.5), "multiply by d_model^-0.5"),
-            (d ** -0.5 * min(s ** -0.5, s * w ** -0.5), "the warmup branch is step * warmup_steps^-1.5")]
+            (d ** -0.5 * min(s ** -0.5, s * w ** -0.5), "the warmup branch is step * warmup_steps^-1.5"),
+            (d ** -0.5 * max(s ** -0.5, s * w ** -1.5), "the min of the two branches, not the max: they cross at "
+                                                         "warmup_steps")]
 
 
 def smoothed_targets_mistakes(t, V, eps):

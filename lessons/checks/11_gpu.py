@@ -35,7 +35,9 @@ def layer_norm_mistakes(x, gamma, beta):
     centred = x - x.mean(-1, keepdims=True)
     return [(gamma * centred / np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-6) + beta,
              "the variance is the mean of squares (ddof=0), not the sample variance"),
-            (gamma * centred / (np.sqrt(x.var(-1, keepdims=True)) + 1e-6) + beta, "eps goes inside the sqrt")]
+            (gamma * centred / (np.sqrt(x.var(-1, keepdims=True)) + 1e-6) + beta, "eps goes inside the sqrt"),
+            (gamma * centred / np.sqrt(x.var(-1, keepdims=True)) + beta,
+             "you left out eps: divide by sqrt(var + eps), eps = 1e-6")]
 
 
 ITEMS = [("transfer_megabytes", check_transfer_megabytes), ("layer_norm", check_layer_norm)]

@@ -53,6 +53,9 @@ def diagnose(yours, ref, known=(), otherwise=""):
                 return "yours is half the answer: did you add both paths (a value used twice gets two gradients)?"
             if abs(s - 2) < 1e-6:
                 return "yours is twice the answer: a term counted twice, or a factor 1/2 left out?"
+            if abs(s - 1) < 1e-3:                                # not a factor: a tiny term
+                return (f"yours is close to the answer (relative difference {abs(s - 1):.1g}) but beyond round-off: "
+                        f"a tiny term left out or added, such as eps in sqrt(var + eps)?")
             if ref.size > 1:                                     # (any two numbers differ by a factor)
                 return f"yours is the answer times {s:.4g}: a constant factor is off"
     if otherwise or ref.size == 1:

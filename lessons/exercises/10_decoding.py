@@ -6,16 +6,18 @@ Replace each `raise NotImplementedError` with your code, then grade it:
 
 Beam search here needs no Transformer: a function `step(prefixes)` stands for the model. Given a list
 of prefixes (tuples of token ids, never holding EOS), it returns an array (len(prefixes), V): row r
-holds log p(next token | prefixes[r]) for each of the V tokens (-inf where a token is impossible).
-Token 0 is EOS, the end of the output. The grader runs your search on lesson 10's examples and on
-random models, and compares with search.beam_search and, for a beam too wide to prune anything, with
-the best of all outputs. The answers are in lessons/solutions/10_decoding.py; try first.
+holds log p(next token | prefixes[r]) for each of the V ids (-inf where a token is impossible). The ids
+are lesson 10's: 0 <pad> and 1 <s> (never emitted: always -inf), 2 EOS (</s>, the end of the output),
+and the words 3 .. V-1. The grader runs your search on lesson 10's examples, a tie, and random models
+(some chosen so that each usual mistake finds another output), and compares with search.beam_search
+and, for a beam too wide to prune anything, with the best of all outputs. The answers are in
+lessons/solutions/10_decoding.py; try first.
 """
 import math
 
 import numpy as np
 
-EOS = 0   # token 0 ends an output
+EOS = 2   # id 2, </s>, ends an output (0 <pad> and 1 <s> are never emitted)
 
 
 def length_penalty(length, alpha):
@@ -32,9 +34,11 @@ def beam_search(step, beam_size, max_len, alpha=0.0):
       1. start with one alive prefix, the empty one, with log p 0;
       2. each step, extend every alive prefix by every token: a candidate, with log p(prefix) + log p(token);
          a prefix of max_len tokens may only be followed by EOS; impossible candidates (-inf) drop out;
-      3. rank all candidates by log p, best first. Those ending in EOS that rank among the first k are
+      3. rank all candidates by log p, best first; a tie goes to the candidate of the better-ranked
+         prefix, then to the lower token id. Those ending in EOS that rank among the first k are
          finished outputs: set them aside. The k best candidates NOT ending in EOS are the new alive
-         prefixes;
-      4. stop when no prefix is alive; return the finished output with the best score.
+         prefixes, in their rank order;
+      4. stop when no prefix is alive (not at the first finished output); return the finished output
+         with the best score, the first found among equal scores.
     """
     raise NotImplementedError("beam_search: your turn")

@@ -29,13 +29,13 @@ def attention_forward(q, k, v, mask=None):
     p /= p.sum(axis=-1, keepdims=True)
     if mask is not None:
         p = p * mask.any(axis=-1, keepdims=True)                 # no key to look at: weights 0
-    return p @ v, p                                              # (B, H, Tq, K), (B, H, Tq, Tk)
+    return p @ v, p                                              # (B, H, Tq, d_v), (B, H, Tq, Tk)
 
 
 def attention_backward(q, k, v, weights, dout):
     """dV = P^T dO; dP = dO V^T; dS = P * (dP - rowsum(dP * P)); dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k)."""
     p, c = weights, 1.0 / math.sqrt(q.shape[-1])
-    dv = np.swapaxes(p, -1, -2) @ dout                           # (B, H, Tk, K)
+    dv = np.swapaxes(p, -1, -2) @ dout                           # (B, H, Tk, d_v)
     dp = dout @ np.swapaxes(v, -1, -2)                           # (B, H, Tq, Tk)
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))         # softmax backward, row by row
     return c * ds @ k, c * np.swapaxes(ds, -1, -2) @ q, dv

@@ -11,7 +11,7 @@ Answers to the lesson's questions:
 """
 import math
 
-EOS = 0   # token 0 ends an output
+EOS = 2   # id 2, </s>, ends an output (0 <pad> and 1 <s> are never emitted)
 
 
 def length_penalty(length, alpha):
@@ -22,8 +22,9 @@ def length_penalty(length, alpha):
 def beam_search(step, beam_size, max_len, alpha=0.0):
     """The best output (tokens without EOS, its log p) by score = log p / lp(|Y|), found by beam search.
 
-    Each step ranks every extension of every alive prefix by summed log p; the EOS candidates among the
-    first k finish, and the k best candidates that do not end in EOS stay alive. At max_len, only EOS.
+    Each step ranks every extension of every alive prefix by summed log p (a stable sort: a tie goes to
+    the better prefix, then the lower token); the EOS candidates among the first k finish, and the k best
+    candidates that do not end in EOS stay alive. At max_len, only EOS. Of equal scores, the first found.
     """
     alive, finished = [((), 0.0)], []                     # (prefix, log p); (score, tokens, log p)
     for t in range(max_len + 1):
@@ -39,21 +40,20 @@ def beam_search(step, beam_size, max_len, alpha=0.0):
         alive = [(prefix + (token,), logp) for logp, prefix, token in candidates if token != EOS][:beam_size]
         if not alive:
             break
-    _, tokens, logp = max(finished, key=lambda h: h[0])
+    _, tokens, logp = max(finished, key=lambda h: h[0])     # max() keeps the first of equal scores
     return tokens, logp
 
 
 def answers_to_questions():
-    """The lesson's questions, checked (the test suite runs this). Tokens 1, 2, 3 stand for the lesson's
-    3, 4, 5, and 0 for </s>."""
+    """The lesson's questions, checked (the test suite runs this), with the lesson's ids: </s> is 2."""
     def table_step(table):
         return lambda prefixes: [[math.log(table(p).get(t, 0)) if table(p).get(t, 0) else -math.inf
-                                  for t in range(4)] for p in prefixes]
-    greedy_trap = {(): {1: 0.5, 2: 0.4, 0: 0.1}, (1,): {1: 0.3, 2: 0.3, 3: 0.3, 0: 0.1}, (2,): {3: 0.9, 0: 0.1}}
+                                  for t in range(6)] for p in prefixes]
+    greedy_trap = {(): {3: 0.5, 4: 0.4, EOS: 0.1}, (3,): {3: 0.3, 4: 0.3, 5: 0.3, EOS: 0.1}, (4,): {5: 0.9, EOS: 0.1}}
     def longer_is_better(p):
-        return {0: 0.5, 1: 0.3, 2: 0.2} if not p else {1: 0.97, 2: 0.02, 0: 0.01} if len(p) < 4 else {0: 0.9}
+        return {EOS: 0.5, 3: 0.3, 4: 0.2} if not p else {3: 0.97, 4: 0.02, EOS: 0.01} if len(p) < 4 else {EOS: 0.9}
     assert length_penalty(7, 1.0) == 2.0                                                       # 1
-    tokens, logp = beam_search(table_step(lambda p: greedy_trap.get(p, {0: 1.0})), 3, 5)         # 2
-    assert tokens == [2, 3] and math.isclose(math.exp(logp), 0.36)
+    tokens, logp = beam_search(table_step(lambda p: greedy_trap.get(p, {EOS: 1.0})), 3, 5)       # 2
+    assert tokens == [4, 5] and math.isclose(math.exp(logp), 0.36)
     assert (51, sum(range(1, 52))) == (51, 1326)                                               # 3
     assert beam_search(table_step(longer_is_better), 2, 8)[0] == []                            # 4
