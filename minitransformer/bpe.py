@@ -13,7 +13,7 @@ from collections import Counter
 
 import regex
 
-from .bpe_learn import MAX_VOCAB, apply_merges, learn_merges, learn_merges_naive, merge  # noqa: F401 (merge: lesson 08)
+from .bpe_learn import MAX_TOKEN_BYTES, MAX_VOCAB, apply_merges, learn_merges, learn_merges_naive, merge  # noqa: F401 (merge: lesson 08)
 from .checks import FileError, SettingError, check_int, fail
 from .fileio import atomic_write, read_text
 
@@ -29,7 +29,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 # 1,114,112 ids (bpe_learn stores an id as a character); as merges are read, a token <= MAX_TOKEN_BYTES and all
 # tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833 bytes and would ask for 64 GiB). A pattern must cut
 # PROBE into words within PATTERN_SECONDS (runs trap catastrophic backtracking; encode: as much per 100,000 chars).
-MIN_VOCAB, MAX_TOKEN_BYTES, MAX_VOCAB_BYTES, PATTERN_SECONDS = len(SPECIALS) + 256, 1 << 12, 1 << 27, 1.0
+MIN_VOCAB, MAX_VOCAB_BYTES, PATTERN_SECONDS = len(SPECIALS) + 256, 1 << 27, 1.0
 FORMAT, VERSION = "minitransformer-bpe", 1
 PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>" + "".join(c * 48 + "!" for c in "a1 -")
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from tqdm import tqdm
 
 MAX_VOCAB = 0x110000  # the most ids a vocabulary holds: learn_merges stores an id as a character, chr(id)
+MAX_TOKEN_BYTES = 1 << 12  # the longest token: learning stops before a merge that would make a longer one
 
 
 def merge(ids, pair, new_id):
@@ -37,7 +38,7 @@ def apply_merges_naive(ids, ranks):
     """Merge the lowest-rank adjacent pair everywhere, again, until no pair has a rank: as training did.
     O(n^2) in the word's length n. Fast form: apply_merges.
 
-    apply_merges_naive([97, 97, 97, 98], {(97, 97): 256, (256, 98): 257}) -> [256, 257]  ("aa", "ab")
+    apply_merges_naive([97, 97, 98], {(97, 97): 256, (256, 98): 257}) -> [257]  ("aa", then "aab")
     """
     while len(ids) > 1:
         pair = min(zip(ids, ids[1:]), key=lambda p: ranks.get(p, 1 << 62))
@@ -81,7 +82,8 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     """
     words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
-    merges = []
+    merges, size = [], {}                     # size: bytes of each merged token (a byte is 1)
+    nbytes = lambda t: size.get(t, 1)
     for k in range(num_merges):
         stats = defaultdict(int)
         for w, f in zip(words, freqs):
@@ -90,8 +92,9 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
         if not stats:
             break
         best = min(stats, key=lambda p: (-stats[p], p))
-        if stats[best] < max(1, min_frequency):
+        if stats[best] < max(1, min_frequency) or nbytes(best[0]) + nbytes(best[1]) > MAX_TOKEN_BYTES:
             break
+        size[offset + 256 + k] = nbytes(best[0]) + nbytes(best[1])
         words = [merge(w, best, offset + 256 + k) for w in words]
         merges.append(best)
     return merges
@@ -126,7 +129,7 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     # 3. A heap of (-count, pair): the top is the most frequent pair, ties by the smallest pair.
     heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
     heapq.heapify(heap)
-    merges = []
+    merges, size = [], {}                     # size: bytes of each merged token (a byte is 1)
     bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
     while len(merges) < num_merges and heap:
         # 4. Pop the best pair; an entry whose count has fallen since it was pushed is stale: put it
@@ -136,8 +139,11 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
             if counts[pair] >= min_frequency:
                 heapq.heappush(heap, (-counts[pair], pair))
             continue
-        # 5. The new token z = a b gets the next id.
+        # 5. The new token z = a b gets the next id (unless it is too long: then learning stops).
         a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
+        if size.get(a, 1) + size.get(b, 1) > MAX_TOKEN_BYTES:
+            break
+        size[z] = size.get(a, 1) + size.get(b, 1)
         merges.append((ord(a), ord(b)))
         bar.update()
         # 6. In every word that holds "ab", each occurrence x a b y turns into x z y: the neighbour

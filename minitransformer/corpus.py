@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .bpe import BPE
 from .checks import check_int, fail
 from .fileio import read_lines
 
@@ -41,7 +42,8 @@ class EncodeReport:
 
 def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     """Encode both sides with one joint tokenizer; drop pairs with an empty side, and pairs with a
-    side longer than max_len tokens (counted without <s> and </s>; None: no limit).
+    side longer than max_len tokens (counted without <s> and </s>; None: no limit). A side with more
+    characters than max_len tokens can spell is dropped unencoded, so the time stays linear in the corpus.
 
     Returns (pairs, report): pairs is a list of (src_ids, tgt_ids) lists of ints.
     encode_pairs(["a b", ""], ["x", "y"], tok) -> ([([a, b], [x])], "kept 1 of 2 pairs (1 empty)")
@@ -53,13 +55,21 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
         fail("encode_pairs", f"src_lines and tgt_lines must pair up, got {len(src_lines):,} source lines but "
              f"{len(tgt_lines):,} target lines", ("src_lines", "tgt_lines"))
     encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    src_ids, tgt_ids = encode_batch(list(src_lines)), encode_batch(list(tgt_lines))
+    # a byte-level BPE spells every byte of a line with tokens of at most `widest` bytes: a side of more
+    # characters than max_len such tokens is too long before it is encoded (a 2 MB line costs no encoding time)
+    widest = max(map(len, tokenizer.vocab)) if isinstance(tokenizer, BPE) else 0
+    limit = max_len * widest if max_len is not None and widest else float("inf")
+    fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src_lines, tgt_lines)]
+    src_ids = encode_batch([s if ok else "" for s, ok in zip(src_lines, fits)])
+    tgt_ids = encode_batch([t if ok else "" for t, ok in zip(tgt_lines, fits)])
     pairs, indices, empty, too_long = [], [], 0, 0
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
-        if not s or not t or not src_lines[i].strip() or not tgt_lines[i].strip():
+        if not src_lines[i].strip() or not tgt_lines[i].strip():
             empty += 1
-        elif max_len is not None and (len(s) > max_len or len(t) > max_len):
+        elif not fits[i] or (max_len is not None and (len(s) > max_len or len(t) > max_len)):
             too_long += 1
+        elif not s or not t:  # text that the tokenizer turned into no id
+            empty += 1
         else:
             pairs.append((list(s), list(t)))
             indices.append(i)

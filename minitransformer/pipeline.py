@@ -14,7 +14,7 @@ from .checks import FileError
 from .rundir import check_new_run, list_checkpoints, owning
 from .corpus import encode_pairs
 from .training import Trainer
-from .translation import encode_lines
+from .translation import encode_fitting
 from .transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"  # where a learned tokenizer is saved, in out_dir
@@ -113,10 +113,10 @@ def check_valid_lines(valid, names):
 def check_valid_lengths(valid, names, tokenizer, longest):
     """Every validation line fits the model's positions (evaluation translates and scores them all)."""
     for lines, name in zip(valid, names):
-        for n, ids in enumerate(encode_lines(tokenizer, lines), 1):
-            if len(ids) > longest:
-                raise FileError(name, n, f"has {len(ids):,} tokens, but the model's positions hold at most "
-                                         f"{longest:,} (max_len {longest + 1} with <s> or </s>): shorten or split it")
+        try:
+            encode_fitting(tokenizer, list(lines), longest + 1)
+        except FileError as e:
+            raise e.in_file(name) from None
 
 
 def load_or_learn_tokenizer(corpus, tokenizer, vocab_size, out_dir, reuse=False, log=print):

@@ -21,6 +21,25 @@ def one_line(text):
     return " ".join(text.splitlines())
 
 
+def encode_fitting(tokenizer, lines, max_len):
+    """The ids of each line, if every line fits a model of max_len positions (x </s>), else a FileError
+    naming the first line that does not (1-based; the caller names the file with in_file). Lines are
+    measured in characters first: a byte-level BPE spells at most `widest` bytes per token, so a huge
+    line is refused before it costs any encoding."""
+    longest = max_len - 1
+    widest = max(map(len, getattr(tokenizer, "vocab", [])), default=0)  # bytes of the longest token (BPE)
+    for n, line in enumerate(lines if widest else (), 1):
+        if len(line) > longest * widest:
+            raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens can spell "
+                                     f"(max_len {max_len} with </s>): shorten or split it")
+    ids = encode_lines(tokenizer, lines)
+    for n, s in enumerate(ids, 1):
+        if len(s) > longest:
+            raise FileError(None, n, f"has {len(s):,} tokens, but the model's positions hold at most {longest:,} "
+                                     f"(max_len {max_len} with </s>): shorten or split it")
+    return ids
+
+
 def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=64, progress=False):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search with the settings of `search` (a SearchConfig),
@@ -32,18 +51,7 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
     """
     check_search("translate_lines", search)
     check_int("translate_lines", "batch_size", batch_size, 1)
-    lines = list(lines)
-    longest = model.config.max_len - 1                                  # x </s> must fit the positions
-    widest = max(map(len, getattr(tokenizer, "vocab", [])), default=0)  # bytes of the longest token (BPE)
-    for n, line in enumerate(lines if widest else (), 1):               # before encoding: a huge line costs nothing
-        if len(line) > longest * widest:                                # more characters than bytes the tokens can hold
-            raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens can spell "
-                                     f"(max_len {model.config.max_len} with </s>): shorten or split it")
-    ids = encode_lines(tokenizer, lines)
-    for n, s in enumerate(ids, 1):
-        if len(s) > longest:
-            raise FileError(None, n, f"has {len(s):,} tokens, but the model's positions hold at most {longest:,} "
-                                     f"(max_len {model.config.max_len} with </s>): shorten or split it")
+    ids = encode_fitting(tokenizer, list(lines), model.config.max_len)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [None] * len(ids)
     bar = tqdm(total=len(ids), disable=not progress, unit="sent", desc="translating", dynamic_ncols=True)

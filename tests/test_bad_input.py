@@ -17,6 +17,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -75,6 +76,12 @@ EXTRA_NPZ = hostile_npz({"model/w.npy": npy_bytes(np.ones(2, np.float32)), "payl
 DOUBLE_TOK = json.dumps({"format": "minitransformer-bpe", "version": 1, "pattern": BPE().pattern,  # 36 doublings
                          "special_tokens": ["<pad>", "<s>", "</s>"],
                          "merges": [[100, 100, "aa"]] + [[258 + k, 258 + k, "x"] for k in range(1, 36)]}).encode()
+
+# a tokenizer of 1,000 ids, and a model config that fits 259 ids (the smallest vocabulary) but not 1,000
+BIG_TOK = BPE([(3 + k // 256, 3 + k % 256) for k in range(1000 - 259)]).to_json().encode()
+HUGE_CONFIG = json.dumps({"preset": "tiny", "d_model": 13300, "d_ff": 2, "n_heads": 2, "n_layers": 1, "max_len": 32,
+                          "share_embeddings": False}).encode()
+MB2_LINE = "".join(random.Random(0).choices("abcdefghij", k=2_000_000)).encode() + b"\n"  # one word
 
 
 def train(*extra, drop=()):
@@ -389,6 +396,21 @@ ROWS = [
      r"checkpoint_0000002\.npz was trained on another corpus \(.*\): resume it with the files it was trained on"),
     ("train-resume-another-schedule", train("--resume", "{D}/run/checkpoint_0000002.npz", "--lr-scale", "2"), None, {},
      1, r"checkpoint_0000002\.npz was trained with another schedule: lr_scale 1\.0 there, 2\.0 here"),
+    ("translate-checkpoint-is-a-device", ["translate", "--checkpoint", "null", "--input", "in.txt", "--output",
+                                          "out.txt"], None, {**OLD, "null": TO_DEV_NULL}, 2,
+     r"--checkpoint file null is a pipe or a device, not a file"),
+    ("demo-out-holds-an-earlier-tokenizer", ["demo", "--quick", "--out", "d"], None, {"d/tokenizer.json": b"{}"}, 2,
+     r"--out d already holds tokenizer\.json of an earlier run"),
+    ("train-config-too-big-for-the-tokenizer",  # before the corpus is read: its bad UTF-8 is never seen
+     train("--tokenizer", "big_tok.json", "--config", "huge.json", "--train-src", "bad.src"), None,
+     {"big_tok.json": BIG_TOK, "huge.json": HUGE_CONFIG, "bad.src": b"\xff\n"}, 2,
+     r"config file huge\.json: the model would hold 2,163,856,804 floats \(vocab_size 1,000, d_model 13,300"),
+    # ---- one 2 MB line without a space: refused or dropped before it is encoded (issue 30)
+    ("translate-2mb-line", TRANSLATE, None, {**OLD, "in.txt": b"1 2\n" + MB2_LINE}, 1,
+     r"in\.txt: line 2 has 2,000,000 characters, more than 31 tokens can spell"),
+    ("train-2mb-line", train("--train-src", "long.src", "--train-tgt", "one.tgt"), None,
+     {"long.src": MB2_LINE, "one.tgt": b"twelve\n"}, 1,
+     r"no sentence pairs to train on in long\.src and one\.tgt: kept 0 of 1 pairs \(0 empty, 1 longer than 31 tokens\)"),
 ]
 
 
@@ -537,3 +559,31 @@ def test_a_failed_write_names_the_output_not_the_temporary(shared, tmp_path, mon
     err = capsys.readouterr().err
     assert code == 1 and f"--output {old} cannot be written: No space left on device" in err and ".tmp-" not in err
     assert old.read_bytes() == b"an earlier tokenizer\n"
+
+
+@pytest.mark.parametrize("command", ["translate", "bleu"])
+def test_a_reader_that_goes_away_ends_quietly_as_cat_does(command, shared, tmp_path):
+    """`... | head -0`: stdout's reader is gone before a line is written. The command ends as `cat` does,
+    killed by SIGPIPE: exit 141 (128 + 13, so `set -o pipefail` sees it) and not a word on stderr (no
+    traceback, no "Broken pipe", no "Exception ignored" when Python flushes stdout at exit)."""
+    (tmp_path / "in.txt").write_text("1 2\n3 4\n")
+    argv = {"translate": ["translate", "--checkpoint", str(shared / "model.npz"), "--input", "in.txt"],
+            "bleu": ["bleu", "in.txt", str(shared / "valid.src")]}[command]
+    read, write = os.pipe()
+    os.close(read)                                            # head -0: gone at once
+    try:
+        done = subprocess.run([sys.executable, "-m", "minitransformer", *argv], cwd=tmp_path, stdout=write,
+                              stderr=subprocess.PIPE, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr.decode()) == (141, "")
+
+
+def test_bpe_learns_a_2mb_line_without_a_space(tmp_path, capsys):
+    """One 2 MB line without a space is one word of 2,000,000 letters: learning and the report after it
+    take about linear time (tests/test_bpe_learn.py and tests/test_bpe.py hold the growth), seconds here."""
+    (tmp_path / "long.txt").write_bytes(b"1 2\n" + MB2_LINE)
+    code = cli.main(["bpe", "--input", str(tmp_path / "long.txt"), "--vocab-size", "262",
+                     "--output", str(tmp_path / "tok.json"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "learned 3 merges" in out and "tokens for 3 words" in out, err

@@ -54,7 +54,7 @@ def test_long_word_learns_in_linear_time():
     n^1.5) leaves a factor 2.8 on either side. The ratio compares the machine with itself, so a slow one
     passes; CPU time (process_time) leaves out other processes' turns, and the best of 3 interleaved
     runs each leaves out a garbage collection or an interruption that lands in one."""
-    word = "".join(random.Random(0).choice("abcdefghij") for _ in range(200_000))
+    word = "".join(random.Random(0).choices("abcdefghij", k=200_000))      # ten letters at random
 
     def cpu_seconds(n):
         start = time.process_time()
@@ -65,3 +65,16 @@ def test_long_word_learns_in_linear_time():
     assert ratio < 8 * 8 ** 0.5, f"8 times the letters took {ratio:.0f} times the CPU time: not linear"
     words = {word[:20_000]: 1, "abc": 3}
     assert learn_merges(words, 60, 1, 3) == learn_merges_naive(words, 60, 1, 3)
+
+
+def test_learning_stops_before_a_token_longer_than_a_tokenizer_may_hold():
+    """One letter repeated doubles its longest token at each merge: both learners stop at the first merge
+    that would pass MAX_TOKEN_BYTES (a tokenizer file refuses such a token), with the same merges."""
+    from minitransformer.bpe_learn import MAX_TOKEN_BYTES
+    words = {"a" * (3 * MAX_TOKEN_BYTES): 1, "ab": 2}
+    fast, naive = learn_merges(words, 40, 1, 3), learn_merges_naive(words, 40, 1, 3)
+    assert fast == naive
+    size = {}
+    for k, (a, b) in enumerate(fast):
+        size[3 + 256 + k] = size.get(a, 1) + size.get(b, 1)
+    assert len(fast) < 40 and max(size.values()) == MAX_TOKEN_BYTES

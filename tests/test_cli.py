@@ -233,3 +233,19 @@ def test_runtime_and_input_errors(corpus, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:  # argparse's own usage errors exit with 2 too
         cli.main(["train", "--steps", "x"])
     assert e.value.code == 2
+
+
+def test_stdout_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """Text in is UTF-8 (fileio refuses anything else), so text out is too, with PYTHONIOENCODING=ascii or
+    a C locale: a non-ASCII name on stdout is written, not a UnicodeEncodeError after all the work."""
+    from minitransformer.cli.common import prints
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert prints(lambda args: print("Grüße, 世界") or 0)(None) == 0
+    assert stdout.buffer.getvalue() == "Grüße, 世界\n".encode("utf-8")
+    (tmp_path / "c.txt").write_text("Grüße aus Köln\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "minitransformer", "bpe", "--input", "c.txt", "--vocab-size", "262",
+                           "--output", "tök.json", "--quiet"], cwd=tmp_path, capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONPATH": str(CLI_DIR.parents[1])})
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()
+    assert "wrote tök.json".encode("utf-8") in done.stdout

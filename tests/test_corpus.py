@@ -73,6 +73,22 @@ def test_encode_pairs_with_bpe():
     assert tok.decode(backend.to_numpy(batch.tgt_out)[1][:len(pairs[1][1])].tolist()) == "two houses"
 
 
+def test_a_line_too_long_for_max_len_is_dropped_unencoded():
+    """A side of more characters than max_len tokens can spell (a 2 MB line without a space) is counted
+    too long without being encoded, so its cost is reading it; a side just within the limit is encoded."""
+    from minitransformer.bpe import BPE
+    tok = BPE.train(["ab ab abc"], vocab_size=262, min_frequency=1)
+    widest = max(map(len, tok.vocab))                      # "<pad>": 5 bytes
+    encoded = []
+    tok.encode_batch = lambda texts, **kw: encoded.extend(texts) or BPE.encode_batch(tok, texts, **kw)
+    fits = "a" * (4 * widest)                              # 20 letters: at least 10 tokens, within max_len 4 * 5
+    src, tgt = ["ab", "x" * 2_000_000, fits], ["ab", "ab", "ab"]
+    pairs, report = encode_pairs(src, tgt, tok, max_len=4)
+    assert (report.kept, report.too_long, report.empty) == (1, 2, 0)
+    assert max(map(len, encoded)) == len(fits)             # the 2 MB line never reached the tokenizer
+    assert pairs == [(tok.encode("ab"), tok.encode("ab"))]
+
+
 def test_encode_pairs_refuses_a_string_and_a_senseless_max_len():
     for max_len in (0, -1, 2.5, "50", True):
         with pytest.raises(ValueError, match="encode_pairs: max_len must be an integer of at least 1"):

@@ -12,7 +12,7 @@ from minitransformer.bpe import BPE, MAX_VOCAB
 from minitransformer.checks import SettingError
 from minitransformer.fileio import read_lines, remove_stale_temporaries
 
-from .common import UsageError, examples, existing, help_formatter, not_an_input, writable_file, writing
+from .common import UsageError, examples, existing, help_formatter, not_an_input, prints, writable_file, writing
 
 NOTE = """
 The files are learned from together (one joint vocabulary for source and target). The ids are
@@ -41,6 +41,7 @@ def add_parser(subparsers):
     return p
 
 
+@prints
 def run_bpe(args):
     """Check every option, learn, save, report; the exit code."""
     for path in args.input:

@@ -8,6 +8,7 @@ Left out on purpose: parsing and dispatch (cli/__init__.py), anything one subcom
 """
 import argparse
 import contextlib
+import functools
 import os
 import sys
 
@@ -122,6 +123,24 @@ def option_error(error, options):
     """A UsageError from a library SettingError, naming the option of its setting ({"lr_scale":
     "--lr-scale"}: "--lr-scale must be ...", without the owner); any other ValueError as it is."""
     return UsageError(error.renamed(options) if isinstance(error, SettingError) else str(error))
+
+
+def prints(run):
+    """run_<name> writing stdout in UTF-8 whatever the locale (text in is UTF-8, so text out is, as with
+    --output and sacreBLEU), and returning 141 without a word when stdout's reader has gone away
+    (`| head -1`): what `cat` does, killed by SIGPIPE (128 + 13), so `set -o pipefail` still sees it."""
+    @functools.wraps(run)
+    def run_printing(args):
+        if hasattr(sys.stdout, "reconfigure"):  # not on a StringIO that a caller put there
+            sys.stdout.reconfigure(encoding="utf-8", errors="surrogateescape")
+        try:
+            code = run(args)
+            sys.stdout.flush()
+            return code
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit: nowhere, no word
+            return 141
+    return run_printing
 
 
 def use_device(name):

@@ -11,12 +11,12 @@ import time
 
 from minitransformer.demo_task import DEMO, QUICK, make_splits
 from minitransformer.metrics import corpus_bleu, exact_match
-from minitransformer.pipeline import prepare_training
+from minitransformer.pipeline import TOKENIZER_FILE, prepare_training
 from minitransformer.translation import translate_lines
 from minitransformer.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
-from .common import (PROG, UsageError, examples, help_formatter, no_earlier_run, report_stop, use_device,
+from .common import (PROG, UsageError, examples, help_formatter, no_earlier_run, prints, report_stop, use_device,
                      writable_dir)
 
 
@@ -43,6 +43,7 @@ def add_parser(subparsers):
     return p
 
 
+@prints
 def run_demo(args):
     """Generate the task, train on it, translate held-out lines, print the scores; the exit code."""
     settings = QUICK if args.quick else DEMO
@@ -53,7 +54,7 @@ def run_demo(args):
         raise UsageError(f"--seed must be at least 0, got {args.seed}")
     if args.out is not None:
         writable_dir(args.out, "--out")
-        no_earlier_run(args.out, "--out")
+        no_earlier_run(args.out, "--out", tokenizer=TOKENIZER_FILE)  # the demo learns its own, saved there
     training_config = TrainingConfig(steps=steps, max_tokens=settings["max_tokens"],
                                      warmup_steps=settings["warmup_steps"], lr_scale=settings["lr_scale"],
                                      eval_every=settings["eval_every"], save_every=0, keep=1, seed=args.seed,

@@ -12,7 +12,7 @@ from minitransformer.rundir import list_checkpoints
 from minitransformer.fileio import read_lines, remove_stale_temporaries
 from minitransformer.metrics import corpus_bleu
 
-from .common import UsageError, examples, existing, help_formatter, not_an_input, same_file, writable_file
+from .common import UsageError, examples, existing, help_formatter, not_an_input, prints, same_file, writable_file
 
 
 def add_parser(subparsers):
@@ -41,6 +41,7 @@ def add_parser(subparsers):
     return bleu, average
 
 
+@prints
 def run_bleu(args):
     """Print the corpus BLEU of the hypotheses and sacreBLEU's signature; the exit code."""
     existing(args.hypotheses, "hypothesis file")
@@ -68,6 +69,7 @@ def run_bleu(args):
     return 0
 
 
+@prints
 def run_average(args):
     """Average the checkpoints given (or a directory's last --last) into --output; the exit code."""
     if args.last is not None and args.last < 1:

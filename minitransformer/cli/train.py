@@ -30,6 +30,7 @@ from .common import (
     no_earlier_run,
     report_stop,
     option_error,
+    prints,
     use_device,
     writable_dir,
 )
@@ -93,7 +94,7 @@ def model_config(spec, vocab_size):
     a UsageError naming the file and the field for a bad one."""
     if spec in PRESETS:
         return getattr(TransformerConfig, spec)(vocab_size=vocab_size)
-    existing(spec, "config file")
+    existing(spec, "config file", seekable=True)  # read again once the tokenizer is known
     try:
         with open(spec, encoding="utf-8") as f:
             fields = json.load(f)
@@ -137,8 +138,9 @@ def training_config_of(args):
 
 def check_args(args):
     """Every option, before any work: (TrainingConfig, --max-len); a UsageError naming the first bad one."""
-    for name in ("train_src", "train_tgt", "valid_src", "valid_tgt", "tokenizer"):
+    for name in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
         existing(getattr(args, name), f"--{name.replace('_', '-')} file")
+    existing(args.tokenizer, "--tokenizer file", seekable=True)  # read here for its size, and again by the run
     if (args.valid_src is None) != (args.valid_tgt is None):
         raise UsageError("give both --valid-src and --valid-tgt, or neither")
     if (args.tokenizer is None) == (args.vocab_size is None):
@@ -155,7 +157,9 @@ def check_args(args):
     if args.resume and args.resume != "auto":
         existing(args.resume, "--resume checkpoint", seekable=True)
     training_config = training_config_of(args)
-    config = model_config(args.config, args.vocab_size or MIN_VOCAB)  # the real vocabulary comes later
+    # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists; a damaged
+    # tokenizer file is named now too (exit 1), before the corpus is read
+    config = model_config(args.config, args.vocab_size or BPE.load(args.tokenizer).vocab_size)
     longest = config.max_len - 1
     max_len = min(DEFAULT_MAX_LEN, longest) if args.max_len is None else args.max_len
     if not 1 <= max_len <= longest:
@@ -165,6 +169,7 @@ def check_args(args):
     return training_config, max_len
 
 
+@prints
 def run_train(args):
     """Check the options, read the corpus, prepare and run the training; the exit code (130 when
     interrupted by Ctrl-C, 143 when terminated by SIGTERM, a checkpoint saved in both cases)."""
@@ -179,8 +184,6 @@ def run_train(args):
 
 def train_under_lock(args, training_config, max_len):
     """run_train's work, while this process owns --out."""
-    if args.tokenizer:
-        BPE.load(args.tokenizer)  # a damaged file is named now, before the corpus is read
     use_device(args.device)
     train_src, train_tgt = read_parallel(args.train_src, args.train_tgt)
     valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None

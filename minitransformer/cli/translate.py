@@ -24,6 +24,7 @@ from .common import (
     help_formatter,
     not_an_input,
     option_error,
+    prints,
     use_device,
     writable_file,
     writing,
@@ -71,11 +72,12 @@ OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_l
            "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
 
 
+@prints
 def run_translate(args):
     """Check the options, load the checkpoint, read and check every line, translate, then write the
     whole result at once (--output atomically: an existing file is replaced only by a complete
     result, never truncated by a failure); the exit code."""
-    existing(args.checkpoint, "--checkpoint file")
+    existing(args.checkpoint, "--checkpoint file", seekable=True)  # a zip archive: its directory is at the end
     existing(args.tokenizer, "--tokenizer file")
     existing(args.input, "--input file")
     try:
