@@ -1,0 +1,182 @@
+"""lessons/capstone.py, the learner's functions training the translator: with lessons/solutions/ every
+piece is the learner's, the demo trains at a reduced size through them, and each plugged-in op equals the
+package's; with the untouched stubs every piece falls back, said once; a wrong answer is refused with the
+grader's hint; everything is bound back on exit; the command line."""
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import attention, bpe, bpe_learn, optim, search
+from minitransformer import functional as F
+from minitransformer.bpe import BPE
+from minitransformer.config import SearchConfig
+from minitransformer.demo_task import QUICK
+
+from conftest import f32_tol, task, tiny_model  # noqa: F401  (task: a fixture)
+
+LESSONS = Path(__file__).resolve().parents[1] / "lessons"
+sys.path.insert(0, str(LESSONS))                   # capstone imports lessons/check.py and lessons/checks/
+spec = importlib.util.spec_from_file_location("capstone", LESSONS / "capstone.py")
+capstone = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(capstone)
+NAMES = [name for _, name, _, _ in capstone.PIECES]
+LINE = re.compile(r"^  \d\d (\S+) +-> (\S+) +(yours|the package's): ?(.*)$")
+
+
+def pieces(out):
+    """{function: (yours or the package's, the rest of its line)} from what choose() printed."""
+    return {m[1]: (m[3], m[4]) for m in map(LINE.match, out.splitlines()) if m}
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    return capstone.choose(LESSONS / "solutions")
+
+
+def test_solutions_are_all_yours_and_train_the_demo(capsys):
+    mine = capstone.choose(LESSONS / "solutions")
+    lines = pieces(capsys.readouterr().out)
+    assert sorted(lines) == sorted(NAMES) and all(whose == "yours" for whose, _ in lines.values())
+    capstone.CALLS.clear()
+    small = dict(QUICK, n_train=600, n_test=8, steps=12, max_tokens=300)
+    with capstone.plugged(mine):
+        match = capstone.run_demo(small)
+    assert 0.0 <= match <= 1.0
+    # the pieces on the demo's path ran (softmax and softmax_backward: the learner's attention does their work)
+    ran = {name for name in NAMES if capstone.CALLS[name] > 0}
+    assert ran == set(NAMES) - {"softmax", "softmax_backward"}, ran
+
+
+def test_stubs_all_fall_back_once(capsys):
+    assert capstone.choose(LESSONS / "exercises") == {}
+    out = capsys.readouterr().out
+    lines = pieces(out)
+    assert sorted(lines) == sorted(NAMES)
+    assert all(whose == "the package's" and text == "not implemented yet" for whose, text in lines.values())
+    assert out.count("not implemented yet") == len(NAMES)
+
+
+def test_a_wrong_answer_is_refused_with_the_graders_hint(tmp_path, capsys):
+    for path in (LESSONS / "solutions").glob("[0-9][0-9]_*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    wrong = tmp_path / "04_functional.py"
+    wrong.write_text(wrong.read_text().replace("return y * (dy - (dy * y).sum(axis=axis, keepdims=True))",
+                                               "return y * dy"))
+    (tmp_path / "10_decoding.py").write_text("syntax error(\n")
+    mine = capstone.choose(tmp_path)
+    lines = pieces(capsys.readouterr().out)
+    whose, text = lines["softmax_backward"]
+    assert whose == "the package's" and text.startswith("refused by the grader") and "sum(dy * y)" in text
+    for name in ("length_penalty", "beam_search"):
+        assert lines[name][0] == "the package's" and "10_decoding.py does not load" in lines[name][1]
+    assert set(mine) == set(NAMES) - {"softmax_backward", "length_penalty", "beam_search"}
+
+
+def test_plugged_ops_equal_the_packages(solutions):
+    """Forward and backward of every op built around a solution equal the package's in float32."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 5, 16)).astype(np.float32) * 3
+    gamma, beta = (rng.standard_normal(16).astype(np.float32) for _ in range(2))
+    target = rng.integers(0, 16, (3, 5))
+    target[0, :2] = 0
+    q, k, v = (rng.standard_normal((2, 2, 5, 8)).astype(np.float32) for _ in range(3))
+    mask = attention.causal_mask(5)
+
+    def run():
+        leaves = [mt.tensor(a, requires_grad=True) for a in (x, gamma, beta, q, k, v)]
+        X, G, B, Q, K, Vt = leaves
+        outs = [F.softmax(X), F.layer_norm(X, G, B), F.cross_entropy(X, target, ignore_index=0, label_smoothing=0.1),
+                attention.scaled_dot_product_attention(Q, K, Vt, mask)]
+        w = [rng_w.standard_normal(o.shape).astype(np.float32) for o in outs]
+        sum((o * mt.tensor(wi)).sum() for o, wi in zip(outs, w)).backward()
+        return [o.numpy() for o in outs] + [t.grad for t in leaves]
+
+    rng_w = np.random.default_rng(1)
+    package, package_softmax, package_layer_norm = run(), F.softmax, F.layer_norm
+    with capstone.plugged(solutions):
+        assert F.softmax is not package_softmax and F.layer_norm is not package_layer_norm
+        rng_w = np.random.default_rng(1)
+        yours = run()
+    for a, b in zip(package, yours):
+        assert a.shape == b.shape and a.dtype == b.dtype == np.float32
+        np.testing.assert_allclose(b, a, rtol=0, atol=f32_tol(64, max(1.0, float(np.abs(a).max()))))
+
+
+def test_plugged_optimizer_schedule_and_tokenizer_equal_the_packages(solutions):
+    w = np.random.default_rng(0).standard_normal(50).astype(np.float32)
+    grads = [np.random.default_rng(s).standard_normal(50).astype(np.float32) for s in (1, 2, 3)]
+
+    def train():
+        p = mt.tensor(w.copy(), requires_grad=True)
+        opt, schedule = optim.Adam([p]), optim.WarmupSchedule(32, 2)
+        for step, g in enumerate(grads, 1):
+            p.grad = g.copy()
+            opt.step(schedule(step))
+        return p.numpy(), schedule(1), schedule(5)
+
+    lines = ["the lower lowest newer newest", "wider widest low new"] * 3
+    package = train(), BPE.train(lines, 300, min_frequency=1), None
+    with capstone.plugged(solutions):
+        yours = train(), BPE.train(lines, 300, min_frequency=1), None
+        encoded = yours[1].encode("the newest lowest wider")
+    np.testing.assert_allclose(yours[0][0], package[0][0], rtol=0, atol=f32_tol(3 * 20, 1.0))
+    assert yours[0][1:] == pytest.approx(package[0][1:], rel=1e-15)
+    assert yours[1].merges == package[1].merges
+    assert encoded == package[1].encode("the newest lowest wider")
+
+
+def test_plugged_beam_search_equals_the_packages(solutions, task):
+    tok, pairs, _ = task
+    model = tiny_model(tok, dropout=0.0)
+    sources = [src for src, _ in pairs[:6]]
+    config = SearchConfig(beam_size=3, alpha=0.6, max_len_b=8)
+    package = search.beam_search(model, sources, config)
+    with capstone.plugged(solutions):
+        yours = search.beam_search(model, sources, config)
+    assert [h[0].tokens for h in yours] == [h[0].tokens for h in package]
+    np.testing.assert_allclose([h[0].score for h in yours], [h[0].score for h in package], rtol=f32_tol(40))
+
+
+def test_everything_is_bound_back(solutions):
+    before = [getattr(*target) for _, _, target, _ in capstone.PIECES] + [bpe.learn_merges, bpe.apply_merges]
+    with pytest.raises(RuntimeError):
+        with capstone.plugged(solutions):
+            assert bpe.apply_merges is not before[-1] and bpe_learn.apply_merges is not before[-1]
+            raise RuntimeError("a run that fails")
+    after = [getattr(*target) for _, _, target, _ in capstone.PIECES] + [bpe.learn_merges, bpe.apply_merges]
+    assert all(a is b for a, b in zip(before, after))
+
+
+def run_cli(*argv):
+    return subprocess.run([sys.executable, str(LESSONS / "capstone.py"), *argv], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_help_has_examples():
+    r = run_cli("--help")
+    assert r.returncode == 0 and "python lessons/capstone.py --solutions" in r.stdout and "--quick" in r.stdout
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--bogus"], "unrecognized arguments"),
+    (["--quick", "--data-dir", "x"], "--data-dir is for Multi30k"),
+    (["--exercises", "no/such/dir"], "no directory"),
+    (["--solutions", "--exercises", "x"], "not allowed with"),
+])
+def test_bad_options_refused_in_one_sentence(argv, words):
+    r = run_cli(*argv)
+    assert r.returncode == 2 and words in r.stderr and r.stdout == ""
+    assert len([line for line in r.stderr.splitlines() if "error" in line]) == 1
+
+
+def test_data_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    r = run_cli("--data-dir", str(tmp_path / "f"))
+    assert r.returncode == 2 and "is a file, not a directory" in r.stderr
