@@ -77,8 +77,9 @@ def gradcheck_eps():
         return abs(numeric - analytic)
 
     default = inspect.signature(mt.gradcheck).parameters["eps"].default
-    fig, (ax,) = new_figure(6.4, 3.8)
-    for dtype, color in ((np.float32, ORANGE), (np.float64, BLUE)):
+    fig, (ax,) = new_figure(8.6, 3.8)
+    # the labels of the vertical lines sit, horizontal, in the empty band below every curve (< 1e-13)
+    for dtype, color, y, side in ((np.float32, ORANGE, 1e-14, "right"), (np.float64, BLUE, 1e-16, "left")):
         name = dtype.__name__
         ax.loglog(eps_grid, [max(tanh_error(e, dtype), 1e-17) for e in eps_grid], "o-", ms=3, color=color,
                   label=f"tanh'(0.5), {name}")
@@ -86,16 +87,17 @@ def gradcheck_eps():
                   alpha=0.6, label=f"F.softmax, projected, {name}")
         u = np.finfo(dtype).eps                     # the optimum of eps^2 + u / eps is near u^(1/3)
         ax.axvline(u ** (1 / 3), color=color, lw=0.8, ls=":")
-        ax.text(u ** (1 / 3) * 1.25, 1e-16, f"$u^{{1/3}}$, {name}", fontsize=8, color=color, rotation=90)
+        ax.text(u ** (1 / 3) * (1.25 if side == "left" else 1 / 1.25), y, f"$u^{{1/3}}$, {name}", fontsize=8,
+                color=color, ha=side, va="center")
     ax.axvline(default, color="k", lw=1.2)
-    ax.text(default / 1.3, 1e-16, f"mt.gradcheck's default eps = {default:g}", fontsize=8, rotation=90,
-            ha="right")
+    ax.text(default / 1.25, 1e-16, f"mt.gradcheck's default eps = {default:g}", fontsize=8, ha="right",
+            va="center")
     ax.set_xlabel("eps (step of the central difference)")
     ax.set_ylabel("|numeric - analytic|")
     ax.set_ylim(1e-17, 3)
     ax.set_title("Central differences: truncation ($\\sim\\epsilon^2$) against round-off ($\\sim u/\\epsilon$)",
                  fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))   # beside the axes, clear of the curves
     return fig
 
 
@@ -153,7 +155,7 @@ def masks():
               (cm[0, 0], "causal_mask(4)\n(1, 1, T, T)", "key", "query"),
               (both[0, 0], "causal & padding,\nsentence 1 (5 8 3 <pad>)", "key", "query"),
               (both[1, 0], "causal & padding,\nsentence 2 (7 <pad> <pad> <pad>)", "key", "query")]
-    fig, axes = new_figure(11, 3.2, cols=4)
+    fig, axes = new_figure(11.6, 3.9, cols=4)              # room enough for every title and key label
     for ax, (m, title, xlabel, ylabel) in zip(axes, panels):
         ax.imshow(m, cmap=cmap, vmin=0, vmax=1)
         for (i, j), v in np.ndenumerate(m):
@@ -179,15 +181,17 @@ def positional_encoding():
     a.set_xlabel("dimension (2i: sin, 2i+1: cos)")
     a.set_ylabel("position")
     a.set_title("sinusoids(100, 128): fast waves on the left, slow on the right", fontsize=10)
-    fig.colorbar(im, ax=a, shrink=0.8)
+    fig.colorbar(im, ax=a, shrink=0.8, label="PE[pos, dimension]")
     ks = np.arange(0, 60)
-    for pos, color in ((0, BLUE), (20, ORANGE), (40, GREEN)):
-        b.plot(ks, [pe[pos] @ pe[pos + k] for k in ks], color=color, lw=1.5 if pos == 0 else 1,
-               ls="-" if pos == 0 else "--", label=f"pos = {pos}")
+    # the three curves coincide: a wide pale line, markers on it, and a thin dashed line through both
+    styles = ((0, dict(color=BLUE, lw=5, alpha=0.35)), (20, dict(color=ORANGE, ls="none", marker="o", ms=4,
+              markevery=3)), (40, dict(color=GREEN, lw=1, ls="--")))
+    for pos, style in styles:
+        b.plot(ks, [pe[pos] @ pe[pos + k] for k in ks], label=f"pos = {pos}", **style)
     b.set_xlabel("offset k")
     b.set_ylabel("PE(pos) . PE(pos + k)")
     b.set_title("The dot product depends on k only", fontsize=10)
-    b.legend(fontsize=8)
+    b.legend(fontsize=8, title="three curves, on top\nof each other", title_fontsize=8)
     return fig
 
 
@@ -275,6 +279,8 @@ def bpe_merges():
         if k < len(counts):
             a.annotate(repr(tok.id_to_token(tok.offset + 256 + k)), (ranks[k], counts[k]), fontsize=8,
                        xytext=(4, 4), textcoords="offset points")
+    a.set_xlim(0.7, len(counts) * 3)                 # room for the labels above the first merge and after the last
+    a.set_ylim(min(counts) / 1.5, max(counts) * 3)
     a.set_xlabel("merge number")
     a.set_ylabel("occurrences of the merged pair")
     a.set_title(f"{len(counts)} merges on lesson 08's corpus: each is rarer than the last", fontsize=10)
@@ -384,9 +390,10 @@ def loss_curve():
     b.plot([r["step"] for r in valid], [100 * r["exact_match"] for r in valid], "s--", color=GREY,
            label="exact match, %")
     b.set_xlabel("step")
+    b.set_ylabel("BLEU; exact match, %")
     b.set_ylim(0, 100)
     b.set_title("Greedy translations of 40 validation lines", fontsize=10)
-    b.legend(fontsize=8)
+    b.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))   # below: clear of any run
     lr = b.twinx()
     lr.plot(steps, [r["lr"] for r in train], color=BLUE, lw=0.8, alpha=0.5)
     lr.set_ylabel("learning rate (thin line)", fontsize=8, color=BLUE)
@@ -427,8 +434,16 @@ def attention_heads():
     x = [3, 4, 5, 6, 7, 8, 9]
     y = beam_search(model, [x])[0][0].tokens
     attn = collect_attention(model, x, y)
-    return plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"], [str(t) for t in y] + ["</s>"],
-                          title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
+    fig = plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"], [str(t) for t in y] + ["</s>"],
+                         title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
+    panels = list(fig.axes)                          # one per head, each scaled to its own largest weight
+    for h, ax in enumerate(panels):
+        ax.set_xlabel("source token (key)", fontsize=8)
+        ax.set_ylabel("output token (query)" if h == 0 else "", fontsize=8)
+        fig.colorbar(ax.images[0], ax=ax, fraction=0.05, pad=0.03).ax.tick_params(labelsize=7)
+    fig.axes[-1].set_ylabel("attention weight", fontsize=8)    # the last colour bar's
+    fig.tight_layout()
+    return fig
 
 
 # ==================================================================== 12: data parallelism

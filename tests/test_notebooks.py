@@ -2,8 +2,12 @@
 invisible to run.py (and, in an HTML comment, to GitHub), and every lesson executes as a notebook
 (jupytext converts it, nbclient runs it in a python3 kernel). The execution tests need the `lessons`
 extra (pip install -e .[lessons]) and are skipped without it; they take about as long as
-tests/test_lessons.py (lesson 09 trains for a minute or more), plus a kernel start per lesson."""
+tests/test_lessons.py (lesson 09 trains for a minute or more), plus a kernel start per lesson.
+Jupyter starts a notebook's kernel in the notebook's folder, lessons/: lesson 01 runs from there too,
+its grader cell included, which must find lessons/check.py from either folder."""
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,3 +77,26 @@ def test_lesson_executes_as_a_notebook(path, tmp_path):
     if path.name.startswith("10_") and importlib.util.find_spec("matplotlib"):
         images = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})]
         assert images, "plot_attention's Figure shows inline in the notebook"
+
+
+@needs_extra
+@pytest.mark.parametrize("folder", [LESSONS, LESSONS.parent], ids=["in_lessons", "in_the_root"])
+def test_the_grader_cell_runs_where_jupyter_starts_the_kernel(folder, monkeypatch):
+    """Jupyter starts a notebook's kernel in the notebook's folder, lessons/: there (and in the repository
+    root, where run.py starts it) every cell of lesson 01 runs, the grader cell included, which grades the
+    untouched exercise: each function "not implemented yet", exit status 1 (a check.py not found is 2)."""
+    import jupytext
+    from nbclient import NotebookClient
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    nb = jupytext.read(LESSONS / "01_backend.md", fmt="md")
+    grader = [c for c in nb.cells if c.cell_type == "code" and "check.py" in c.source]
+    assert len(grader) == 1 and grader[0].source.startswith("%%bash\n"), "one grader cell, a %%bash cell"
+    grader[0].metadata["tags"] = ["raises-exception"]   # its non-zero exit status is an error in the notebook
+    NotebookClient(nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(folder)}}).execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "every cell ran"
+    assert not any(o.output_type == "error" for c in code if c is not grader[0] for o in c.outputs)
+    printed = "".join(o.get("text", "") for o in grader[0].outputs if o.output_type == "stream")
+    assert "machine_epsilon" in printed and "not implemented yet" in printed, printed
+    errors = [o for o in grader[0].outputs if o.output_type == "error"]
+    assert [e.ename for e in errors] == ["CalledProcessError"] and "exit status 1." in errors[0].evalue, errors
