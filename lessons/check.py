@@ -13,7 +13,8 @@ difference and a hint. A function that still raises NotImplementedError is "not 
 Exit status: 0 when every function passes, 1 when one fails, 2 for a bad command line.
 
 The checkers live in lessons/checks/, one file per lesson (its ITEMS, in order, and the known mistakes
-behind its hints), and what they share in lessons/checks/common.py; this file is the command line.
+behind its hints), and what they share in lessons/checks/common.py; the plausible wrong answers every
+checker must fail, each with its hint, in lessons/checks/mistakes/; this file is the command line.
 """
 import argparse
 import contextlib
@@ -38,9 +39,10 @@ from checks.common import Fail, Grade, NotDone  # noqa: E402
 
 
 def lesson_items():
-    """{"04": ("04_functional", [(name, checker), ...]), ...}: the ITEMS of each lessons/checks/NN_topic.py."""
-    return {path.stem[:2]: (path.stem, importlib.import_module(f"checks.{path.stem}").ITEMS)
-            for path in sorted((LESSONS / "checks").glob("[0-9][0-9]_*.py"))}
+    """{"04": ("04_functional", [(name, checker), ...]), "04b": ...}: the ITEMS of each lessons/checks/NN_topic.py
+    (or NNb_topic.py, a second exercise of lesson NN)."""
+    return {path.stem.split("_")[0]: (path.stem, importlib.import_module(f"checks.{path.stem}").ITEMS)
+            for path in sorted((LESSONS / "checks").glob("[0-9][0-9]*_*.py"))}
 
 
 LESSON_ITEMS = lesson_items()
@@ -129,8 +131,8 @@ def main(argv=None):
     args = parser.parse_intermixed_args(argv)   # check.py 04 --solutions softmax works too
     lessons = sorted(LESSON_ITEMS)
     if args.lesson is not None:
-        digits = re.match(r"(?:.*/)?(\d+)", args.lesson)     # 4, 04, 04_functional, exercises/04_functional.py
-        number = f"{int(digits[1]):02d}" if digits else args.lesson
+        digits = re.match(r"(?:.*/)?(\d+)([a-z]?)", args.lesson)   # 4, 04, 04b, 04_functional, exercises/04b_x.py
+        number = f"{int(digits[1]):02d}{digits[2]}" if digits else args.lesson
         if number not in LESSON_ITEMS:
             parser.error(f"no exercises for lesson {args.lesson!r}; lessons with exercises: {', '.join(lessons)}")
         lessons = [number]

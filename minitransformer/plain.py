@@ -73,7 +73,7 @@ def linear(x, w, b=None):
 def attention(q, k, v, mask=None, dropout_p=0.0):
     """Eq. (1): softmax(q k^T / sqrt(d_k)) v, with the scores -1e9 where mask is False.
 
-    q (B, H, Tq, K), k and v (B, H, Tk, K) -> (B, H, Tq, K); mask: boolean, True where a query may see
+    q (B, H, Tq, d_k), k and v (B, H, Tk, d_k) -> (B, H, Tq, d_k); mask: boolean, True where a query may see
     a key, broadcastable to (B, H, Tq, Tk). A query whose keys are all masked gets 0 (its softmax would
     be uniform). dropout_p > 0 drops attention weights as the fast op does. Fast form:
     attention.scaled_dot_product_attention."""
@@ -83,7 +83,7 @@ def attention(q, k, v, mask=None, dropout_p=0.0):
     p = softmax(s)                                                     # (B, H, Tq, Tk) weights
     if mask is not None:
         p = p * mask.any(axis=-1, keepdims=True)                       # no key to see: 0, not uniform
-    return dropout(p, dropout_p) @ v                                   # (B, H, Tq, K)
+    return dropout(p, dropout_p) @ v                                   # (B, H, Tq, d_k)
 
 
 def multi_head_attention(q, k, v, w_q, w_k, w_v, w_o, n_heads, mask=None, biases=(None,) * 4):
@@ -95,9 +95,9 @@ def multi_head_attention(q, k, v, w_q, w_k, w_v, w_o, n_heads, mask=None, biases
     B, Tq, D = q.shape
     b_q, b_k, b_v, b_o = biases
 
-    def heads(x, w, b):                                                # (B, T, D) -> (B, H, T, K)
+    def heads(x, w, b):                                                # (B, T, D) -> (B, H, T, d_k)
         return linear(x, w, b).reshape(B, x.shape[1], n_heads, D // n_heads).transpose(0, 2, 1, 3)
-    o = attention(heads(q, w_q, b_q), heads(k, w_k, b_k), heads(v, w_v, b_v), mask)  # (B, H, Tq, K)
+    o = attention(heads(q, w_q, b_q), heads(k, w_k, b_k), heads(v, w_v, b_v), mask)  # (B, H, Tq, d_k)
     return linear(o.transpose(0, 2, 1, 3).reshape(B, Tq, D), w_o, b_o)  # heads side by side: (B, Tq, D)
 
 

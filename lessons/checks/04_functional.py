@@ -12,15 +12,19 @@ from .common import leaf, with_your_backward
 def check_softmax(fn, g):
     r = np.random.default_rng(40).standard_normal
     cases = [("shape (3, 5)", 3 * r((3, 5)), -1), ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0),
-             ("logits near 1000", 1000 + r((2, 4)), -1), ("shape (6,)", r(6), -1)]
+             ("logits near 1000", 1000 + r((2, 4)), -1), ("shape (6,)", r(6), -1),
+             ("one row near 1000, one near 0", np.array([[1000, 999, 998], [0, 1, -1]]) + r((2, 3)), -1)]
     for case, x, axis in cases:
         g.start(case)
+        overflow = "exp(1000) overflows: subtract the maximum along the axis first (it cancels)"
+        underflow = ("subtract each row's own maximum (along `axis`), not the whole array's: exp(0 - 1000) "
+                     "underflows to 0 and the row is 0/0")
         ref, mine = F.softmax(mt.tensor(x), axis=axis).numpy(), x.copy()
         last = np.exp(x - x.max(-1, keepdims=True))
         known = [] if axis in (-1, x.ndim - 1) else [(last / last.sum(-1, keepdims=True),
                                                       "take the max and the sum along `axis`, not the last axis")]
         g.cmp("softmax", g.call(fn, mine, axis=axis), ref, known=known,
-              nan_hint="exp(1000) overflows: subtract the maximum along the axis first (it cancels)")
+              nan_hint=underflow if x.max() - x.min() > 500 else overflow)
         if not np.array_equal(mine, x):          # cross_entropy_backward calls it on the caller's logits
             g.fail("softmax changed its input x in place: compute into a new array (x - x.max(...) makes one)")
 
@@ -106,6 +110,7 @@ def cross_entropy_backward_mistakes(z, t, eps, ignore_index):
     t2t = (1 - eps) * onehot + eps / (V - 1) * (1 - onehot)
     bare = (1 - eps) * onehot + eps / V * (1 - onehot)
     return [((p - q) * valid, "divide by the number of counted rows: the loss is their mean"),
+            ((z - q) * valid / n, "dz = softmax(z) - q: the probabilities p, not the logits z"),
             ((p - onehot) * valid / n, "label smoothing: the target is q = (1 - eps) onehot + eps / V, not onehot"),
             ((p - q) * valid / valid.size, "divide by the rows that count (target != ignore_index), not all rows"),
             ((p - q) / n, "rows whose target is ignore_index get a zero gradient"),
@@ -119,7 +124,11 @@ def layer_norm_backward_mistakes(x, gamma, dy):
 
     def mean(a):
         return a.mean(-1, keepdims=True)
+    unbiased = np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-6)
+    xu = (x - mu) / unbiased
     return [(gx / sigma, "mu and sigma depend on every x_j: you treated them as constants (lesson 04, section 4)"),
+            ((gx - mean(gx) - xu * mean(gx * xu)) / unbiased,
+             "the variance divides by D (ddof=0), as LayerNorm's forward does, not by D - 1"),
             ((gx - xhat * mean(gx * xhat)) / sigma, "you left out - mean(g): mu depends on every x_j"),
             ((gx - mean(gx)) / sigma, "you left out - xhat * mean(g * xhat): sigma depends on every x_j"),
             ((dy - mean(dy) - xhat * mean(dy * xhat)) / sigma, "g = dy * gamma: multiply by gamma first"),

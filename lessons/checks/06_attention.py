@@ -84,12 +84,13 @@ def causal_mask_mistakes(ref, T):
             (np.tril(np.ones((T, T), bool), -1)[None, None], "a query may attend to itself: the diagonal is True")]
 
 
-def attention_numpy(q, k, v, mask, divide=None, zero_empty=True, invert=False, after=False, axis=-1):
+def attention_numpy(q, k, v, mask, divide=None, zero_empty=True, invert=False, after=False, axis=-1, fill=-1e9):
     """Attention, with a mistake when asked (scores divided by `divide`, not sqrt(d_k); no weights 0 for a
-    query with no key; the mask inverted; applied after the softmax; the softmax along `axis`): (out, weights)."""
+    query with no key; the mask inverted; applied after the softmax; the softmax along `axis`; masked scores
+    set to `fill`): (out, weights)."""
     s = q @ np.swapaxes(k, -1, -2) / (math.sqrt(q.shape[-1]) if divide is None else divide)
     if mask is not None and not after:
-        s = np.where(~mask if invert else mask, s, -1e9)
+        s = np.where(~mask if invert else mask, s, fill)
     p = np.exp(s - s.max(axis, keepdims=True))
     p /= p.sum(axis, keepdims=True)
     if mask is not None and (zero_empty or after):
@@ -107,6 +108,7 @@ def attention_forward_mistakes(q, k, v, mask):
               {"zero_empty": False})]
     if mask is not None:
         hints += [("set the scores of masked keys to -1e9 before the softmax", {"mask": None}),
+                  ("masked scores get -1e9, not 0: exp(0) = 1 still gives the hidden keys weight", {"fill": 0.0}),
                   ("the mask is True where attention is ALLOWED", {"invert": True}),
                   ("mask before the softmax: scores -1e9 where the mask is False, then softmax, so that a row's "
                    "weights sum to 1 over the keys it may see (zeroing weights afterwards leaves them short)",
@@ -120,8 +122,11 @@ def attention_backward_mistakes(q, k, v, p, dout, dq, dk, dv):
     no_centre = p * dp
     scale_hint = "you left out the 1/sqrt(d_k) of S = Q K^T / sqrt(d_k)"
     centre_hint = "dS = P * (dP - rowsum(dP * P)): the softmax backward of lesson 04"
-    return {"dq": [(dq / c, scale_hint), (c * no_centre @ k, centre_hint)],
-            "dk": [(dk / c, scale_hint), (c * np.swapaxes(no_centre, -1, -2) @ q, centre_hint)],
+    ds, columns = (p * (dp - (dp * p).sum(axis, keepdims=True)) for axis in (-1, -2))
+    axis_hint = "rowsum(dP * P) sums over the keys, the last axis: each query's softmax is its own row"
+    return {"dq": [(dq / c, scale_hint), (c * no_centre @ k, centre_hint), (c * columns @ k, axis_hint)],
+            "dk": [(dk / c, scale_hint), (c * np.swapaxes(no_centre, -1, -2) @ q, centre_hint),
+                   (lambda: c * ds @ q, "dK = dS^T Q / sqrt(d_k): transpose dS")],   # lazy: Tq may not be Tk
             "dv": [(lambda: p @ dout, "dV = P^T dO: transpose P")]}   # lazy: the shapes may not fit
 
 

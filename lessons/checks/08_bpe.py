@@ -16,7 +16,11 @@ def check_merge(fn, g):
         got = g.call(fn, ids, pair, new)
         if ids != before:
             g.fail("ids was changed: build and return a new list")
-        g.same("it", g.ids(got), bpe_learn.merge(ids, pair, new), hint=MERGE_HINT)
+        ref = bpe_learn.merge(ids, pair, new)
+        first = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair), None)
+        once = ids[:first] + [new] + ids[first + 2:] if first is not None else ids
+        g.same("it", g.ids(got), ref, hint=("replace EVERY occurrence of the pair, not the first" if got == once
+                                             else MERGE_HINT))
 
 
 def corpus_words(n_lines=200, seed=0):
@@ -47,7 +51,7 @@ def check_learn_merges(fn, g):
             g.fail(f"return a list of (left id, right id) pairs, got {type(got).__name__}")
         ref = bpe_learn.learn_merges_naive(words, num, min_freq, offset)
         if got != ref:
-            g.fail(learn_merges_hint(words, got, ref, min_freq, offset))
+            g.fail(learn_merges_hint(words, num, got, ref, min_freq, offset))
 
 
 def check_encode(fn, g):
@@ -65,10 +69,10 @@ def check_encode(fn, g):
         g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=encode_hint(got, word, merges))
 
 
-def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True):
+def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True, byte_offset=True):
     """encode as the exercise says (each learned merge in rank order), or with a mistake: from the
-    characters' code points; the leftmost known pair first; new ids 256 + k without the offset."""
-    ids = [ord(c) + offset for c in word] if chars else [b + offset for b in word.encode("utf-8")]
+    characters' code points; the leftmost known pair first; new ids 256 + k, or bytes b, without the offset."""
+    ids = [ord(c) + offset for c in word] if chars else [b + offset * byte_offset for b in word.encode("utf-8")]
     new = {pair: (offset if new_offset else 0) + 256 + k for k, pair in enumerate(merges)}
     if not leftmost:
         for pair, made in new.items():
@@ -91,28 +95,45 @@ def encode_hint(yours, word, merges):
                                             "characters"),
                           ({"leftmost": True}, "that is the leftmost known pair first: apply the merge of the lowest "
                                                "rank (learned earliest) first, wherever it is in the word"),
-                          ({"new_offset": False}, "merge k makes the id offset + 256 + k")):
+                          ({"new_offset": False}, "merge k makes the id offset + 256 + k"),
+                          ({"byte_offset": False}, "byte b has id b + offset: ids 0 .. offset - 1 are the special "
+                                                   "tokens")):
         if yours == encode_like(word, merges, **mistake):
             return hint
     return "apply the merge of the lowest rank first, again and again, until no learned pair is left"
 
 
-def pair_counts(word_counts, merges, offset, weighted=True):
-    """Pair counts after applying `merges` to every word, as learn_merges_naive sees them."""
+def pair_counts(word_counts, merges, offset, weighted=True, once_per_word=False):
+    """Pair counts after applying `merges` to every word, as learn_merges_naive sees them (or unweighted, or
+    each pair counted once per word)."""
     counts = {}
     for w, f in word_counts.items():
         ids = [b + offset for b in w.encode("utf-8")]
         for k, pair in enumerate(merges):
             ids = bpe_learn.merge(ids, pair, offset + 256 + k)
-        for pair in zip(ids, ids[1:]):
+        for pair in set(zip(ids, ids[1:])) if once_per_word else zip(ids, ids[1:]):
             counts[pair] = counts.get(pair, 0) + (f if weighted else 1)
     return counts
 
 
-def learn_merges_hint(word_counts, yours, ref, min_frequency, offset):
+def learn_once_per_word(word_counts, num_merges, min_frequency, offset):
+    """The merges learned when each word counts a pair once, however often it holds it."""
+    merges = []
+    for _ in range(num_merges):
+        counts = pair_counts(word_counts, merges, offset, once_per_word=True)
+        best = min(counts, key=lambda p: (-counts[p], p), default=None)
+        if best is None or counts[best] < max(1, min_frequency):
+            break
+        merges.append(best)
+    return merges
+
+
+def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset):
     """Why the merges differ, from the first merge where they part."""
     k = next((i for i, (a, b) in enumerate(zip(yours, ref)) if a != b), min(len(yours), len(ref)))
     counts = pair_counts(word_counts, ref[:k], offset)
+    if yours == learn_once_per_word(word_counts, num_merges, min_frequency, offset):
+        return f"merge {k}: count every occurrence, times its word's count: a pair twice in a word counts twice"
     if k == len(yours):
         return (f"you stopped after {k} merges, but {ref[k]} still occurs {counts[ref[k]]} times "
                 f"(min_frequency {min_frequency})")

@@ -4,6 +4,7 @@ prune anything). The cases: lesson 10's tables, a tie, random models, and random
 fixed seeds) so that each catalogued mistake of beam_like finds another output than the rules do. A wrong
 search gets the hint of the mistake that finds what it found on every case."""
 import contextlib
+import functools
 import itertools
 import math
 
@@ -57,9 +58,11 @@ def run_search(fn, g, step, V, k, max_len, alpha):
     return g.ids(tokens, "tokens"), log_prob
 
 
+@functools.cache
 def beam_search_cases():
     """(what, step, V, beam size, max_len, alpha): the lesson's tables, a tie, random models, one beam that
-    prunes nothing, and for each mistake of MISTAKES a random model where it finds another output."""
+    prunes nothing, and for each mistake of MISTAKES a random model where it finds another output (searched
+    once a process: every step() is a pure function of its prefixes)."""
     cases = [("lesson 10's greedy trap, beam 2", table_step(greedy_trap, 6), 6, 2, 5, 0.0),
              ("longer_is_better, beam 1, alpha 2", table_step(longer_is_better, 5), 5, 1, 8, 2.0),
              ("longer_is_better, beam 1, alpha 0", table_step(longer_is_better, 5), 5, 1, 8, 0.0),

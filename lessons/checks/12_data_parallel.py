@@ -46,7 +46,8 @@ def check_ring_allreduce(fn, g):
         # any order of N - 1 additions is within (N - 1) eps/2 sum|x| of the exact sum; twice that, for safety
         size = np.sum(np.abs(np.stack(arrays).astype(np.float64)), axis=0)
         tol = N * float(np.finfo(dtype).eps) * float(size.max())
-        stopped = ring_stopped_after_reduce_scatter(arrays)
+        stopped, added = ring(arrays, gather=False), ring(arrays, gather_adds=True)
+        short = ring(arrays, steps=N - 2) if N > 2 else arrays          # (N - 2 = 0 steps: each its own)
         for r, y in enumerate(out):
             if isinstance(y, np.ndarray) and y.shape == shape and y.dtype != dtype:
                 g.fail(f"rank {r}'s sum is {y.dtype}: keep the inputs' dtype ({np.dtype(dtype).name}): it is "
@@ -57,7 +58,9 @@ def check_ring_allreduce(fn, g):
             g.cmp(f"rank {r}'s sum", y, exact, tol=tol, shape_hint="the shape of the inputs",
                   known=[(stopped[r], "after the reduce-scatter each rank holds ONE finished chunk: the all-gather "
                                       "must pass the finished chunks round the ring"),
-                         (arrays[r], "each rank must end with the sum of all ranks' arrays, not its own")])
+                         (added[r], "the all-gather copies the finished chunks (=), it adds nothing (+=)"),
+                         (arrays[r], "each rank must end with the sum of all ranks' arrays, not its own"),
+                         (short[r], "each phase takes N - 1 steps: a chunk passes N - 1 ranks to meet all N")])
         for r in range(1, N):
             if not np.array_equal(np.asarray(out[r]), np.asarray(out[0])):
                 g.fail(f"rank {r}'s sum differs from rank 0's in the last bits: every rank must end with the very "
@@ -82,14 +85,20 @@ def is_close(y, ref, tol):
     return y.shape == ref.shape and bool(np.all(np.abs(y - ref) <= tol))
 
 
-def ring_stopped_after_reduce_scatter(arrays):
-    """What each rank holds when the ring stops after its reduce-scatter (the all-gather left out)."""
+def ring(arrays, gather=True, gather_adds=False, steps=None):
+    """What each rank holds after the ring, or after a wrong one: without the all-gather; with an all-gather
+    that adds; with `steps` steps in each phase, not N - 1."""
     N = len(arrays)
+    steps = N - 1 if steps is None else steps
     chunks = [np.array_split(np.array(a).reshape(-1), N) for a in arrays]
-    for s in range(N - 1):
-        messages = [(r, (r - s) % N, chunks[r][(r - s) % N].copy()) for r in range(N)]
-        for r, c, data in messages:
-            chunks[(r + 1) % N][c] += data
+    for first in (0, 1) if gather else (0,):            # reduce-scatter sends chunk r - s, all-gather r + 1 - s
+        for s in range(steps):
+            messages = [(r, (r + first - s) % N, chunks[r][(r + first - s) % N].copy()) for r in range(N)]
+            for r, c, data in messages:
+                if first and not gather_adds:
+                    chunks[(r + 1) % N][c][...] = data
+                else:
+                    chunks[(r + 1) % N][c] += data
     return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks]
 
 
@@ -120,6 +129,7 @@ def shard_weights_mistakes(counts, rank, size):
 def ring_bytes_sent_mistakes(n, b, N):
     S = n * b
     return [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the all-gather each send N - 1 chunks"),
+            (4 * (N - 1) / N * S, "count what the rank sends, not what it sends and receives"),
             (2 * (N - 1) * S, "each message is one chunk, 1/size of the array, not the whole of it"),
             ((N - 1) * S, "that is what rank 0 sends back when every rank sends it the whole gradient: the ring "
                           "sends chunks"),

@@ -9,6 +9,15 @@ Answers to the lesson's questions:
    YX, and YX a last token: four merges, the word ends as one token.
 3. decode joins the tokens' bytes and decodes them with errors="replace": half a character becomes
    U+FFFD, so the first byte of "é" alone decodes to "\ufffd".
+4. a (bc): lowest rank first, (b, c) is merged, then no learned pair is left. The leftmost pair gives
+   (ab) c. Training merged (b, c) in every word before (a, b) existed, so in a word abc the pair (a, b)
+   never formed: encoding must replay training's order, or text is cut into pieces training never saw.
+5. One: merge scans left to right and skips both symbols it merges, so aaa becomes Z a. Occurrences of a
+   pair can overlap; replacements cannot.
+6. At most n, one per byte: every byte has an id, so nothing is unknown, and a merge only shortens. At
+   least one per pre-tokenized word, since merges never cross words (and 0 for the empty text).
+7. Nearly twice as long: every word would be followed by a space token, and attention's cost grows with
+   the square of the length. Kept with the word, the space costs nothing once " Mann" is one token.
 """
 from minitransformer.bpe import BPE
 
@@ -68,3 +77,9 @@ def answers_to_questions():
     assert learn_merges({"abababa": 1}, 10, 1) == [(A, B), (259, 259), (259, A), (260, 261)]
     t = BPE.train(["abababa"], vocab_size=300, min_frequency=1)
     assert len(t.encode("abababa")) == 1 and t.decode(["é".encode("utf-8")[0] + 3]) == "\ufffd"
+    a, b, c = (ord(ch) + 3 for ch in "abc")                                                       # 4
+    assert encode("abc", [(b, c), (a, b)]) == [a, 259]
+    assert merge(["a"] * 3, ("a", "a"), "Z") == ["Z", "a"]                                         # 5
+    tok = BPE.train(["kate kate rima"] * 5, vocab_size=300)                                       # 6
+    for text in ("kate", "unseen words 😀"):
+        assert len(text.split()) <= len(tok.encode(text)) <= len(text.encode("utf-8"))

@@ -8,6 +8,16 @@ Answers to the lesson's questions:
 3. 51 positions with the cache, one per step; 1 + 2 + ... + 51 = 1326 by recomputation, 26 times more.
 4. Yes: log 0.5 = -0.69 beats every longer output (3 3 3 3 </s> has log p = -1.40), and without a
    length penalty nothing makes up for that.
+5. Yes. Step 0: 3 (0.5), 4 (0.45); after 3: 5, 4, 3 (0.34, 0.33, 0.33), then </s>; after 4: 5 or 3
+   (0.5 each), then </s> 0.6 or 3 0.4. Greedy takes 3 5 </s>: 0.17. A beam of 2 keeps 4 5 and 4 3
+   (0.225 each), which prune every extension of 3 (0.17 at most), and ends with 4 3 </s>: 0.135. A wider
+   beam finds better *prefixes*, not necessarily better outputs: pruning can drop greedy's path.
+6. Counting </s>: -1.0 / lp(2) = -0.857 against -1.31 / lp(4) = -0.873: the short one wins. Leaving it
+   out: -1.0 / lp(1) = -1.0 against -1.31 / lp(3) = -0.983: the long one wins. The convention decides.
+7. With alpha > 0 a longer output is divided by a larger lp, which raises its (negative) score: a prefix
+   judged at the next length may still win at a later one (longer_is_better). With alpha = 0, lp = 1
+   and log p only falls as a prefix grows: its score now bounds every continuation, and the two stops
+   agree.
 """
 import math
 
@@ -57,3 +67,11 @@ def answers_to_questions():
     assert tokens == [4, 5] and math.isclose(math.exp(logp), 0.36)
     assert (51, sum(range(1, 52))) == (51, 1326)                                               # 3
     assert beam_search(table_step(longer_is_better), 2, 8)[0] == []                            # 4
+    def beam_beats_greedy(p):                                                                  # 5
+        table = {(): {3: 0.5, 4: 0.45, EOS: 0.05}, (3,): {5: 0.34, 4: 0.33, 3: 0.33}, (4,): {5: 0.5, 3: 0.5},
+                 (4, 5): {EOS: 0.6, 3: 0.4}, (4, 3): {EOS: 0.6, 3: 0.4}}
+        return table.get(p, {EOS: 1.0})
+    (greedy, g_logp), (beam, b_logp) = (beam_search(table_step(beam_beats_greedy), k, 8) for k in (1, 2))
+    assert greedy == [3, 5] and beam == [4, 3] and b_logp < g_logp
+    lp = length_penalty                                                                           # 6
+    assert -1.0 / lp(2, 1.0) > -1.31 / lp(4, 1.0) and -1.0 / lp(1, 1.0) < -1.31 / lp(3, 1.0)

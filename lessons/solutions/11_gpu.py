@@ -6,6 +6,16 @@ Answers to the lesson's questions:
 1. 64 * 30 * 37000 float32 numbers of 4 bytes: about 284 MB cross the bus.
 2. Reading a GPU value back makes the CPU wait until every queued kernel has run: the pipeline of
    asynchronous launches drains at each read. On the CPU, work is already synchronous: nothing waits.
+3. 284 MB / 25e9 B/s = 11.4 ms (bandwidth rules). The ids are 64 * 30 * 8 = 15,360 bytes: 0.6 us of
+   bandwidth and 10 us of latency, about 10.6 us (latency rules): copy batches whole, once each.
+4. Plain: the max reads x (1), the subtraction reads x and writes y (2), exp reads and writes y (2), the
+   sum reads y (1), the division reads and writes y (2): 8. Fused: x read twice, y written, read and
+   rewritten: 5. About 1.6x less traffic, and one launch instead of five.
+5. CuPy's memory pool keeps the blocks the first step freed and hands them out again, without asking
+   the driver. The driver, and nvidia-smi, count those kept blocks as in use.
+6. cuBLAS chooses its matrix kernels by GPU model, and another kernel sums the products in another
+   order: float addition is not associative (lesson 01), so the last bits differ, and the runs drift
+   apart within float32 rounding.
 """
 import math
 
@@ -27,3 +37,8 @@ def layer_norm(x, gamma, beta, eps=1e-6):
 def answers_to_questions():
     """The lesson's questions, checked (the test suite runs this)."""
     assert round(transfer_megabytes((64, 30, 37000), np.float32)) == 284
+    logits = transfer_megabytes((64, 30, 37000), np.float32) * 1e6                                 # 3
+    assert round(logits / 25e9 * 1e3, 1) == 11.4
+    assert round((64 * 30 * 8 / 25e9 + 10e-6) * 1e6, 1) == 10.6
+    plain, fused = 1 + 2 + 2 + 1 + 2, 2 + 3                                                        # 4
+    assert round(plain / fused, 1) == 1.6

@@ -15,6 +15,15 @@ Answers to the lesson's questions:
    With dropout on, batch 0 gets the same masks in both: rank 0 seeds with step_seed(seed, step, 0) ==
    step_seed(seed, step), the one process's seed, and batch 0 draws first. Batch 1 does not: the one
    process draws its masks further along that same stream, rank 1 from its own, step_seed(seed, step, 1).
+4. 2(N - 1)/N S tends to 2 S: each rank sends at most twice the gradient, however many ranks there are,
+   so the ring's bandwidth term hardly grows with N. Through rank 0, rank 0 sends (N - 1) S: linear in N.
+5. Each chunk is summed only once, along the ring during the reduce-scatter, by one chain of additions
+   in one order; the all-gather then only copies the finished chunk to every rank. Nobody re-adds.
+6. A batch normalisation: its mean and variance over the batch are not the sum of the ranks' means
+   and variances, so each rank's normalised output, and its gradient, differ from the big batch's.
+   LayerNorm normalises each position over its own features: a position never sees another sentence.
+7. Each Allreduce pays the latency 2 (N - 1) times: 193 arrays cost 2 * 7 * 193 * 50 us = 135 ms per
+   update, 10 buckets 7 ms. Buckets pay the latency per 25 MiB, not per array.
 """
 import numpy as np
 
@@ -65,3 +74,15 @@ def answers_to_questions():
     assert 7 * S == 1_766_309_888
     t = np.float32([0.1, 0.2, -0.3, 0.7])
     assert t[0] + t[1] == t[1] + t[0] and (t[0] + t[1]) + t[2] != t[0] + (t[1] + t[2])
+    assert [ring_bytes_sent(1000, 4, N) for N in (2, 10, 100)] == [4000, 7200, 7920]               # 4: -> 2 S
+    rng = np.random.default_rng(0)                                                                  # 5
+    summed = ring_allreduce([rng.standard_normal(10).astype(np.float32) for _ in range(4)])
+    assert all(np.array_equal(summed[0], s) for s in summed)
+    x = rng.standard_normal((8, 5))                                                                 # 6
+    def layer_norm(x):
+        return (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
+    def batch_norm(x):
+        return (x - x.mean(0)) / x.std(0)
+    assert np.array_equal(layer_norm(x), np.concatenate([layer_norm(x[:4]), layer_norm(x[4:])]))
+    assert not np.allclose(batch_norm(x), np.concatenate([batch_norm(x[:4]), batch_norm(x[4:])]))
+    assert round(2 * 7 * 193 * 50e-6 * 1e3) == 135 and round(2 * 7 * 10 * 50e-6 * 1e3) == 7         # 7

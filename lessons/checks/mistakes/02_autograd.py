@@ -1,0 +1,20 @@
+"""Lesson 02's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+MISTAKES = [
+    ("mul", """
+        def mul(a, b):
+            return make_node(a.data * b.data, (a, b), lambda g: (g * a.data, g * b.data), "mul")
+    """, "the gradients are swapped"),
+    ("mul", ("return g * b.data, g * a.data", "return b.data, a.data"),
+     "multiply by the incoming gradient g"),
+    ("reduce_sum", """
+        def reduce_sum(x, axis=None, keepdims=False):   # works for axis=0 and None, not for (0, 2)
+            out = np.asarray(x.data.sum(axis=axis, keepdims=keepdims))
+            return make_node(out, (x,), lambda g: (np.broadcast_to(g, x.shape),), "sum")
+    """, "np.expand_dims"),
+    ("matmul", """
+        def matmul(a, b):
+            return make_node(a.data @ b.data, (a, b), lambda g: (g @ b.data, a.data.T @ g), "matmul")
+    """, "dA = g B^T"),
+    ("matmul", ("return g @ B.T, A.T @ g", "return g @ B.T, g.T @ A"),
+     "dB = A^T g is (k, m)(m, n)"),
+]

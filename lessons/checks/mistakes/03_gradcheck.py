@@ -1,0 +1,30 @@
+"""Lesson 03's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+MISTAKES = [
+    ("numeric_gradient", """
+        def numeric_gradient(f, x, eps=1e-6):       # one-sided
+            grad, base = np.empty(x.shape), f(x)
+            for i in range(x.size):
+                old = x.flat[i]
+                x.flat[i] = old + eps
+                grad.flat[i] = (f(x) - base) / eps
+                x.flat[i] = old
+            return grad
+    """, "one-sided difference"),
+    ("numeric_gradient", ("out[i] = (up - down) / (2 * eps)", "out[i] = (up - down) / eps"),
+     "yours is twice the answer"),
+    ("gradcheck", """
+        def gradcheck(op, *arrays, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):   # R = ones
+            xs = [np.array(a, dtype=np.float64) for a in arrays]
+            leaves = [mt.tensor(x, requires_grad=True) for x in xs]
+            op(*leaves).sum().backward()
+            for i, leaf in enumerate(leaves):
+                def loss(xi, i=i):
+                    with mt.no_grad():
+                        return float(op(*[mt.tensor(xi if j == i else x) for j, x in enumerate(xs)]).data.sum())
+                numeric = numeric_gradient(loss, xs[i], eps)
+                analytic = leaf.grad if leaf.grad is not None else np.zeros(xs[i].shape)
+                if np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric)):
+                    return False
+            return True
+    """, "fixed random R"),
+]

@@ -1,0 +1,57 @@
+"""Lesson 04's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+MISTAKES = [
+    ("softmax", """
+        def softmax(x, axis=-1):
+            return np.exp(x) / np.exp(x).sum(axis=axis, keepdims=True)
+    """, "subtract the maximum"),
+    ("softmax", (("x.max(axis=axis, keepdims=True)", "x.max(axis=-1, keepdims=True)"),
+      ("e.sum(axis=axis, keepdims=True)", "e.sum(axis=-1, keepdims=True)")),
+     "not the last axis"),
+    ("softmax", ("x - x.max(axis=axis, keepdims=True)", "x - x.max()"),
+     "each row's own maximum"),
+    ("softmax_backward", """
+        def softmax_backward(y, dy, axis=-1):
+            return y * dy
+    """, "you left out - sum(dy * y)"),
+    ("softmax_backward", ("(dy * y).sum(axis=axis", "(dy * y).sum(axis=-1"),
+     "sum along `axis`"),
+    ("softmax_backward", ("y * (dy - (dy * y).sum(", "(dy - (dy * y).sum("),
+     "multiply by y"),
+    ("cross_entropy_backward", """
+        _right = cross_entropy_backward
+        def cross_entropy_backward(logits, target, label_smoothing=0.0, ignore_index=None):
+            valid = np.ones(target.shape, bool) if ignore_index is None else target != ignore_index
+            return _right(logits, target, label_smoothing, ignore_index) * max(int(valid.sum()), 1)
+    """, "divide by the number of counted rows"),
+    ("cross_entropy_backward", ("return (p - q) * valid[..., None] / n", "return (p - q) / n"),
+     "rows whose target is ignore_index get a zero gradient"),
+    ("cross_entropy_backward", ("n = max(int(valid.sum()), 1)", "n = valid.size"),
+     "divide by the rows that count"),
+    ("cross_entropy_backward", ("1 - eps + eps / V, axis=-1)", "1 - eps, axis=-1)"),
+     "the target gets eps / V too"),
+    ("cross_entropy_backward", (("q = np.full(logits.shape, eps / V)", "q = np.zeros(logits.shape)"),
+      ("1 - eps + eps / V, axis=-1)", "1.0, axis=-1)")),
+     "not onehot"),
+    ("cross_entropy_backward", ("p = softmax(logits)", "p = logits"),
+     "the probabilities p, not the logits z"),
+    ("layer_norm_backward", ("keepdims=True) + eps)", "keepdims=True))"),
+     "you left out eps"),
+    ("layer_norm_backward", ("(dy * xhat).reshape(-1, D)", "(dy * x).reshape(-1, D)"),
+     "the normalised x"),
+    ("layer_norm_backward", ("dy.reshape(-1, D).sum(axis=0)", "dy.reshape(-1, D).mean(axis=0)"),
+     "not mean"),
+    ("layer_norm_backward", ("- g.mean(axis=-1, keepdims=True) - xhat", "- xhat"),
+     "you left out - mean(g)"),
+    ("layer_norm_backward", ("((x - mu) ** 2).mean(axis=-1, keepdims=True)", "x.var(axis=-1, ddof=1, keepdims=True)"),
+     "not by D - 1"),
+    ("layer_norm_backward", ("(dy * xhat).reshape(-1, D).sum(axis=0)", "(dy * xhat).sum(axis=-1)"),
+     "sum dy * xhat over every leading axis"),
+    ("layer_norm_backward", """
+        def layer_norm_backward(x, gamma, dy, eps=1e-6):   # mu and sigma taken as constants
+            mu = x.mean(-1, keepdims=True)
+            sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
+            D = x.shape[-1]
+            xhat = (x - mu) / sigma
+            return dy * gamma / sigma, (dy * xhat).reshape(-1, D).sum(0), dy.reshape(-1, D).sum(0)
+    """, "you treated them as constants"),
+]

@@ -1,0 +1,55 @@
+"""Lesson 12's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+MISTAKES = [
+    ("shard_weights", """
+        def shard_weights(token_counts, rank, size):     # this rank's own tokens: the average of the means
+            own = token_counts[rank::size]
+            return [c / sum(own) / size for c in own]
+    """, "the average of the ranks' own means"),
+    ("shard_weights", ("n = sum(token_counts)", "n = sum(token_counts[rank::size])"), "not this rank's own"),
+    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",      # a block of neighbours
+                       "k = len(token_counts) // size\n    return [c / n for c in token_counts[rank * k:][:k]]"),
+     "every size-th batch"),
+    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",
+                       "return [1 / len(token_counts) for c in token_counts[rank::size]]"), "n_i / n, not 1 / K"),
+    ("ring_allreduce", """
+        def ring_allreduce(arrays):                      # the all-gather left out
+            chunks = [np.array_split(np.array(a).reshape(-1), len(arrays)) for a in arrays]
+            N = len(arrays)
+            for s in range(N - 1):
+                sent = [(r, (r - s) % N, chunks[r][(r - s) % N].copy()) for r in range(N)]
+                for r, c, data in sent:
+                    chunks[(r + 1) % N][c] += data
+            return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks]
+    """, "the all-gather"),
+    ("ring_allreduce", ("chunks[(r + 1) % N][c][...] = data", "chunks[(r + 1) % N][c] += data"),
+     "the all-gather copies the finished chunks"),
+    ("ring_allreduce", (("for s in range(N - 1):" + " " * 50 + "# reduce-scatter", "for s in range(N - 2):"),
+                        ("for s in range(N - 1):" + " " * 50 + "# all-gather", "for s in range(N - 2):")),
+     "each phase takes N - 1 steps"),
+    ("ring_allreduce", ("np.array(a).reshape(-1)", "np.asarray(a).reshape(-1)"),
+     "leave the inputs as they are (work on copies)"),
+    ("ring_allreduce", ("np.array(a).reshape(-1)", "np.array(a, dtype=np.float64).reshape(-1)"),
+     "keep the inputs' dtype"),
+    ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
+                        "return [np.concatenate(c).reshape(shape) / N for c in chunks]"), "the mean: return the sum"),
+    ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
+                        "return [np.concatenate(c) for c in chunks]"),
+     "the shape of the inputs"),
+    ("ring_allreduce", """
+        def ring_allreduce(arrays):                      # each rank adds all arrays itself, starting from its own
+            N = len(arrays)
+            return [sum(arrays[(r + i) % N] for i in range(1, N)) + arrays[r] for r in range(N)]
+    """, "every rank must end with the very same numbers"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size):   # the reduce-scatter alone
+            return (size - 1) * (n_elements // size) * itemsize
+    """, "that is one phase"),
+    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
+                         "return 2 * (size - 1) * n_elements * itemsize"), "one chunk, 1/size of the array"),
+    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
+                         "return 2 * (size - 1) * (n_elements // size)"), "that counts elements"),
+    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
+                         "return 2 * n_elements * itemsize"), "2 x the bytes is the limit for many ranks"),
+    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
+                         "return 4 * (size - 1) * (n_elements // size) * itemsize"), "not what it sends and receives"),
+]
