@@ -434,16 +434,8 @@ def attention_heads():
     x = [3, 4, 5, 6, 7, 8, 9]
     y = beam_search(model, [x])[0][0].tokens
     attn = collect_attention(model, x, y)
-    fig = plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"], [str(t) for t in y] + ["</s>"],
-                         title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
-    panels = list(fig.axes)                          # one per head, each scaled to its own largest weight
-    for h, ax in enumerate(panels):
-        ax.set_xlabel("source token (key)", fontsize=8)
-        ax.set_ylabel("output token (query)" if h == 0 else "", fontsize=8)
-        fig.colorbar(ax.images[0], ax=ax, fraction=0.05, pad=0.03).ax.tick_params(labelsize=7)
-    fig.axes[-1].set_ylabel("attention weight", fontsize=8)    # the last colour bar's
-    fig.tight_layout()
-    return fig
+    return plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"], [str(t) for t in y] + ["</s>"],
+                          title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
 
 
 # ==================================================================== 12: data parallelism

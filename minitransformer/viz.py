@@ -88,7 +88,7 @@ def plot_attention(weights, src_tokens, tgt_tokens, path=None, title=None):
     labelled by tgt_tokens (the queries), columns by src_tokens (the keys). Returns the matplotlib
     Figure (a notebook shows it inline); saves it too when `path` is given (.png, .pdf, .svg: atomically,
     a missing directory created).
-    Each panel is scaled from 0 to its own largest weight.
+    Each panel is scaled from 0 to its own largest weight (its colour bar); axes labelled key and query.
     """
     Figure = _figure()
     w = np.asarray(backend.to_numpy(weights), dtype=np.float64)
@@ -111,9 +111,15 @@ def plot_attention(weights, src_tokens, tgt_tokens, path=None, title=None):
         if h >= H:
             ax.axis("off")
             continue
-        ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=max(w[h].max(), 1e-9), aspect="auto")
+        image = ax.imshow(w[h], cmap="viridis", vmin=0.0, vmax=max(w[h].max(), 1e-9), aspect="auto")
         ax.set_xticks(range(S), labels=src_tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(T), labels=tgt_tokens, fontsize=7)
+        ax.set_xlabel("source token (key)", fontsize=8)
+        ax.set_ylabel("output token (query)" if h % cols == 0 else "", fontsize=8)
+        bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.03)           # each panel its own scale
+        bar.ax.tick_params(labelsize=7)
+        if h % cols == cols - 1 or h == H - 1:
+            bar.set_label("attention weight", fontsize=8)
         if H > 1:
             ax.set_title(f"head {h + 1}", fontsize=9)
     if title:

@@ -77,7 +77,9 @@ def test_drawing_writes_images(tmp_path):
     tok = NamedTokenizer()
     for kind in ("cross", "encoder", "decoder"):
         fig = viz.plot_sentence_attention(model, tok, SRC, TGT, tmp_path / f"{kind}.png", kind=kind, layer=0)
-        assert len(fig.axes) == 2                                          # one panel per head
+        panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert len(panels) == 2 and len(fig.axes) == 4                     # a panel per head, each its colour bar
+        assert all(ax.get_xlabel() == "source token (key)" for ax in panels)
         assert (tmp_path / f"{kind}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     single = viz.plot_attention(np.full((2, 3), 1 / 3), ["x", "y", "z"], ["u", "v"], tmp_path / "one.svg", title="t")
     assert (tmp_path / "one.svg").read_text().lstrip().startswith("<?xml")
@@ -93,7 +95,8 @@ def test_drawing_without_a_path_returns_the_figure_and_writes_nothing(tmp_path, 
     from matplotlib.figure import Figure
     monkeypatch.chdir(tmp_path)
     fig = viz.plot_attention(np.random.default_rng(0).dirichlet(np.ones(4), size=(3, 2)), list("abcd"), ["u", "v"])
-    assert isinstance(fig, Figure) and len([ax for ax in fig.axes if ax.axison]) == 3   # 3 heads in a 3-wide grid
+    panels = [ax for ax in fig.axes if ax.axison and ax.get_label() != "<colorbar>"]
+    assert isinstance(fig, Figure) and len(panels) == 3                   # 3 heads in a 3-wide grid
     fig = viz.plot_sentence_attention(make_model(seed=3), NamedTokenizer(), SRC, TGT, kind="decoder")
     assert isinstance(fig, Figure) and fig.axes[0].get_title() == "head 1"
     assert list(tmp_path.iterdir()) == []                                  # nothing saved anywhere
