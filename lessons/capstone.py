@@ -13,7 +13,8 @@ is wrapped. Before it is used, each of your functions goes through the grader's 
 one that fails is refused, with the grader's hint, and the package's own runs instead; one that still
 raises NotImplementedError falls back too; each is said once. The bar: the demo's held-out exact match at
 least 95%, Multi30k --quick at least 35 BLEU. The demo translates its held-out lines with beam search
-(4 beams, alpha 0.6) so that your beam search runs; Note: the demo subcommand translates greedily.
+(4 beams, alpha 0: this task has one right length, and a length penalty would only reward longer
+outputs) so that your beam search runs; Note: the demo subcommand translates greedily.
 
 How your code gets in: the profiler's technique (minitransformer/profiler.py, _rebind). While the
 capstone runs, every name in a package module that holds a replaced function is bound to an adapter
@@ -277,7 +278,7 @@ def run_demo(settings, progress=False, seed=0):
         summary = trainer.train()
         if summary["stopped"] != "done":
             raise KeyboardInterrupt
-        hypotheses = translate_lines(trainer.model, tokenizer, test[0], SearchConfig(beam_size=4, alpha=0.6))
+        hypotheses = translate_lines(trainer.model, tokenizer, test[0], SearchConfig(beam_size=4, alpha=0.0))
     for source, reference, hypothesis in list(zip(test[0], test[1], hypotheses))[:3]:
         print(f"  {source}  ->  {hypothesis}  [{'ok' if hypothesis == reference else 'WRONG'}]")
     print(f"  training loss {summary['last_loss']:.3f} after {summary['steps_run']} steps ({summary['seconds']:.0f} s)")
