@@ -84,3 +84,15 @@ def test_figures_refuses_a_bad_name_or_out_before_drawing(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert e.value.code == 2 and err.startswith("figures.py: error: ") and message in err, argv
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("path", sorted(LESSONS.glob("[01][0-9]_*.md")), ids=lambda p: p.stem)
+def test_each_lesson_ends_with_five_to_ten_questions_answered_in_its_solutions(path):
+    """The questions of a lesson: the numbered items of its "## Exercises" section (up to the next
+    heading); their answers stand in lessons/solutions/ under the lesson's number."""
+    text = path.read_text(encoding="utf-8")
+    section = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
+    numbers = [int(line.split(".", 1)[0]) for line in section.splitlines() if line[:1].isdigit() and ". " in line[:4]]
+    assert 5 <= len(numbers) <= 10 and numbers == list(range(1, len(numbers) + 1)), (path.name, numbers)
+    answers = LESSONS / "solutions" / (path.stem + ".py")
+    assert answers.exists() and "Answers to the lesson's questions" in answers.read_text(encoding="utf-8")
