@@ -40,6 +40,15 @@ class EncodeReport:
     __str__ = summary
 
 
+def most_characters(tokenizer, n_tokens):
+    """The most characters a line spelled by n_tokens tokens can have: a byte-level BPE's token holds at
+    most its longest token's bytes, and a character is at least one byte; no bound (inf) for another
+    tokenizer. A longer line is too long before it is encoded (a 2 MB line costs no encoding time)."""
+    if not isinstance(tokenizer, BPE):
+        return float("inf")
+    return n_tokens * max(map(len, tokenizer.vocab))
+
+
 def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     """Encode both sides with one joint tokenizer; drop pairs with an empty side, and pairs with a
     side longer than max_len tokens (counted without <s> and </s>; None: no limit). A side with more
@@ -55,10 +64,7 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
         fail("encode_pairs", f"src_lines and tgt_lines must pair up, got {len(src_lines):,} source lines but "
              f"{len(tgt_lines):,} target lines", ("src_lines", "tgt_lines"))
     encode_batch = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    # a byte-level BPE spells every byte of a line with tokens of at most `widest` bytes: a side of more
-    # characters than max_len such tokens is too long before it is encoded (a 2 MB line costs no encoding time)
-    widest = max(map(len, tokenizer.vocab)) if isinstance(tokenizer, BPE) else 0
-    limit = max_len * widest if max_len is not None and widest else float("inf")
+    limit = most_characters(tokenizer, max_len) if max_len is not None else float("inf")
     fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src_lines, tgt_lines)]
     src_ids = encode_batch([s if ok else "" for s, ok in zip(src_lines, fits)])
     tgt_ids = encode_batch([t if ok else "" for t, ok in zip(tgt_lines, fits)])

@@ -6,6 +6,7 @@ from tqdm import tqdm
 
 from .checks import FileError, check_int
 from .config import SearchConfig
+from .corpus import most_characters
 from .search import beam_search, check_search, greedy_search
 
 
@@ -24,12 +25,12 @@ def one_line(text):
 def encode_fitting(tokenizer, lines, max_len):
     """The ids of each line, if every line fits a model of max_len positions (x </s>), else a FileError
     naming the first line that does not (1-based; the caller names the file with in_file). Lines are
-    measured in characters first: a byte-level BPE spells at most `widest` bytes per token, so a huge
-    line is refused before it costs any encoding."""
+    measured in characters first (corpus.most_characters), so a huge line is refused before it costs
+    any encoding."""
     longest = max_len - 1
-    widest = max(map(len, getattr(tokenizer, "vocab", [])), default=0)  # bytes of the longest token (BPE)
-    for n, line in enumerate(lines if widest else (), 1):
-        if len(line) > longest * widest:
+    most = most_characters(tokenizer, longest)
+    for n, line in enumerate(lines, 1):
+        if len(line) > most:
             raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens can spell "
                                      f"(max_len {max_len} with </s>): shorten or split it")
     ids = encode_lines(tokenizer, lines)
