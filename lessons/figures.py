@@ -295,10 +295,12 @@ def bpe_merges():
 # ==================================================================== 09: training
 def lr_schedule():
     """Eq. (3) for three configurations: the paper's base and big models, and the demo's settings."""
+    from minitransformer.demo_task import DEMO
     from minitransformer.optim import WarmupSchedule
     configs = [("base: d_model 512, warmup 4000", WarmupSchedule(512, 4000), BLUE),
                ("big: d_model 1024, warmup 4000", WarmupSchedule(1024, 4000), ORANGE),
-               ("demo: d_model 128, warmup 100, scale 0.4", WarmupSchedule(128, 100, 0.4), GREEN)]
+               (f"demo: d_model 128, warmup {DEMO['warmup_steps']}, scale {DEMO['lr_scale']}",
+                WarmupSchedule(128, DEMO["warmup_steps"], DEMO["lr_scale"]), GREEN)]
     steps = np.unique(np.logspace(0, 5, 400).astype(int))
     fig, (a, b) = new_figure(10, 3.6, cols=2)
     for name, sched, color in configs:

@@ -16,12 +16,15 @@ ONES = ("zero one two three four five six seven eight nine ten eleven twelve thi
 TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 # The demo's settings, tuned to reach >= 95% exact match on held-out lines in a few
-# minutes on a 2-core CPU (measured: 100% after 1,000 steps, 124 s in all when idle, 243 s under load;
-# 99.5% and 80 s on another CPU). Note: not the paper's settings: no dropout, and a warmup of 100
-# steps instead of 4,000, so the rate peaks at 0.4 * 128^-0.5 * 100^-0.5 = 0.0035 (the paper's base
-# model peaks at 0.0007); this small, noise-free task and the tiny model learn faster that way.
+# minutes on a 2-core CPU (measured: 98.5% after 1,000 steps, 80 s in all when idle; earlier recipes: 124 s
+# and 243 s under load). Note: not the paper's settings: no dropout, and a warmup of 150 steps instead
+# of 4,000, so the rate peaks at 0.3 * 128^-0.5 * 150^-0.5 = 0.0022 (the paper's base model peaks at
+# 0.0007); this small, noise-free task and the tiny model learn faster that way. Why 0.3 and 150, not
+# the earlier 0.4 and 100: that peak was chaotic; rounding-level changes (the capstone's float64
+# LayerNorm, another BLAS thread count) sent the run into a minimum that miscounts the digits of the
+# last number (85.5% exact match, twice). This one gave 96-100% in 7 of 7 such runs (seeds 0-5).
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
-            max_tokens=1000, warmup_steps=100, lr_scale=0.4, dropout=0.0, eval_every=250, overrides={})
+            max_tokens=1000, warmup_steps=150, lr_scale=0.3, dropout=0.0, eval_every=250, overrides={})
 QUICK = dict(DEMO, n_train=3000, n_test=40, steps=150, max_tokens=600, eval_every=0,
              overrides=dict(d_model=64, d_ff=128, n_layers=1))
 
