@@ -4,6 +4,7 @@
     python lessons/capstone.py --solutions               # the answers in lessons/solutions/ instead
     python lessons/capstone.py --demo-only               # the demo task alone (a few minutes on 2 cores)
     python lessons/capstone.py --data-dir data/multi30k  # where Multi30k's .gz files are
+    python lessons/capstone.py --fast-bpe                # Multi30k's tokenizer by the package's learner
     python lessons/capstone.py --quick                   # the demo at demo_task.QUICK: seconds, no bar
 
 It runs the demo subcommand's recipe (demo_task.DEMO: numbers in digits -> English words) and then
@@ -324,13 +325,16 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="the demo at demo_task.QUICK (seconds: checks the "
                         "plumbing, not the bar), no Multi30k")
     parser.add_argument("--data-dir", type=Path, help="Multi30k's .gz files (default: examples/multi30k.py's)")
+    parser.add_argument("--fast-bpe", action="store_true", help="learn Multi30k's tokenizer with the package's "
+                        "learner (seconds) instead of yours (the plain learner of lesson 08: 10-15 minutes there)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     folder = LESSONS / "solutions" if args.solutions else args.exercises or LESSONS / "exercises"
     if not folder.is_dir():
         parser.error(f"--exercises: no directory {folder}")
-    if args.data_dir is not None and (args.quick or args.demo_only):
-        parser.error("--data-dir is for Multi30k, which --quick and --demo-only skip: leave one out")
+    for option, given in (("--data-dir", args.data_dir is not None), ("--fast-bpe", args.fast_bpe)):
+        if given and (args.quick or args.demo_only):
+            parser.error(f"{option} is for Multi30k, which --quick and --demo-only skip: leave one out")
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         parser.error(f"--data-dir {args.data_dir} is a file, not a directory")
     backend.use("cpu")
@@ -344,17 +348,22 @@ def main(argv=None):
               f"{settings['steps']} steps)")
         match = run_demo(settings, progress=not args.no_progress)
         ok = verdict("demo exact match", match, BAR_DEMO, f"{match:.1%}") or args.quick
-        if not (args.quick or args.demo_only):
-            example = multi30k_example()
-            data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir() else Path("data/multi30k"))
-            try:
-                example.find_files(data_dir)
-            except example.UsageError as e:
-                print(f"\n2. Multi30k --quick: skipped: {e}")
-            else:
-                print(f"\n2. Multi30k --quick, from {data_dir}")
+    if not (args.quick or args.demo_only):
+        example = multi30k_example()
+        data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir() else Path("data/multi30k"))
+        try:
+            example.find_files(data_dir)
+        except example.UsageError as e:
+            print(f"\n2. Multi30k --quick: skipped: {e}")
+        else:
+            print(f"\n2. Multi30k --quick, from {data_dir}")
+            if "learn_merges" in mine:
+                print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
+                      args.fast_bpe else "your learner: 10-15 minutes if it is the plain one of lesson 08 (0.1 s a "
+                      "merge on Multi30k, 7,700 merges; --fast-bpe: the package's, seconds)"))
+            with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}):
                 bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
-                ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, "did not finish" if bleu is None else f"{bleu:.2f}") and ok
+            ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, "did not finish" if bleu is None else f"{bleu:.2f}") and ok
     print("\nyour code ran: " + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))
     if any(CALLS[name] == 0 for name in mine):
         print("(0x: this run needed it nowhere; your attention_forward, for one, does the softmax's work)")

@@ -167,6 +167,7 @@ def test_help_has_examples():
 @pytest.mark.parametrize("argv, words", [
     (["--bogus"], "unrecognized arguments"),
     (["--quick", "--data-dir", "x"], "--data-dir is for Multi30k"),
+    (["--demo-only", "--fast-bpe"], "--fast-bpe is for Multi30k"),
     (["--exercises", "no/such/dir"], "no directory"),
     (["--solutions", "--exercises", "x"], "not allowed with"),
 ])
