@@ -1,6 +1,6 @@
 """The capstone: your own code trains the translator.
 
-    python lessons/capstone.py                           # your exercises: the demo task, then Multi30k --quick
+    python lessons/capstone.py                           # your exercises: the demo, then Multi30k --quick (an hour)
     python lessons/capstone.py --solutions               # the answers in lessons/solutions/ instead
     python lessons/capstone.py --demo-only               # the demo task alone (a few minutes on 2 cores)
     python lessons/capstone.py --data-dir data/multi30k  # where Multi30k's .gz files are
@@ -363,7 +363,8 @@ def main(argv=None):
                       "merge on Multi30k, 7,700 merges; --fast-bpe: the package's, seconds)"))
             with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}):
                 bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
-            ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, "did not finish" if bleu is None else f"{bleu:.2f}") and ok
+            shown = "did not finish" if bleu is None else f"{bleu:.2f}"
+            ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, shown) and ok
     print("\nyour code ran: " + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))
     if any(CALLS[name] == 0 for name in mine):
         print("(0x: this run needed it nowhere; your attention_forward, for one, does the softmax's work)")
