@@ -360,7 +360,7 @@ def main(argv=None):
             if "learn_merges" in mine:
                 print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
                       args.fast_bpe else "your learner: 10-15 minutes if it is the plain one of lesson 08 (0.1 s a "
-                      "merge on Multi30k, 7,700 merges; --fast-bpe: the package's, seconds)"))
+                      "merge on Multi30k, 7,741 merges; --fast-bpe: the package's, seconds)"))
             with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}):
                 bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
             shown = "did not finish" if bleu is None else f"{bleu:.2f}"
