@@ -1,6 +1,6 @@
 """The capstone: your own code trains the translator.
 
-    python lessons/capstone.py                           # your exercises: the demo, then Multi30k --quick (an hour)
+    python lessons/capstone.py                           # your exercises: the demo, then Multi30k --quick (hours)
     python lessons/capstone.py --solutions               # the answers in lessons/solutions/ instead
     python lessons/capstone.py --demo-only               # the demo task alone (a few minutes on 2 cores)
     python lessons/capstone.py --data-dir data/multi30k  # where Multi30k's .gz files are
