@@ -15,7 +15,11 @@ one that fails is refused, with the grader's hint, and the package's own runs in
 raises NotImplementedError falls back too; each is said once. The bar: the demo's held-out exact match at
 least 95%, Multi30k --quick at least 35 BLEU. The demo translates its held-out lines with beam search
 (4 beams, alpha 0: this task has one right length, and a length penalty would only reward longer
-outputs) so that your beam search runs; Note: the demo subcommand translates greedily.
+outputs) so that your beam search runs; Note: the demo subcommand translates greedily. On Multi30k,
+your beam search translates every 20th test line (EVERY: 50 of 1,000, of every length) and the package's
+batched search the rest: a plain beam search, a sentence at a time without a cache, takes seconds a
+line there (the solution: 1.5-3.3 s), so all 1,000 would take most of an hour. Where yours ran, the
+BLEU counts your output, and the capstone says on how many lines it equals the package's.
 
 How your code gets in: the profiler's technique (minitransformer/profiler.py, _rebind). While the
 capstone runs, every name in a package module that holds a replaced function is bound to an adapter
@@ -28,6 +32,7 @@ import contextlib
 import importlib.util
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -66,6 +71,8 @@ PIECES = [
     ("10", "beam_search", (search, "beam_search"), "a sentence at a time, the model as step"),
 ]
 CALLS = Counter()                                  # your function -> how many times the capstone called it
+BEAM = Counter()       # Multi30k: the lines your beam search translated, how many as the package's did, seconds
+EVERY = 20             # Multi30k: your beam search translates every 20th test line (a sentence at a time)
 
 
 def choose(folder):
@@ -129,9 +136,9 @@ def cast(grads, parents):
     return tuple(np.asarray(d, dtype=p.dtype) for d, p in zip(grads, parents))
 
 
-def adapters(mine, package):
+def adapters(mine, package, beam_every=1):
     """{(owner, name): adapter} for every package function that at least one of `mine` replaces;
-    `package` holds the originals, by (owner, name)."""
+    `package` holds the originals, by (owner, name); beam_every: see beam_search_with."""
     swaps = {}
     if "softmax" in mine:
         def softmax_array(x, axis=-1, out=None):
@@ -199,7 +206,8 @@ def adapters(mine, package):
     if "length_penalty" in mine:
         swaps[search, "length_penalty"] = mine["length_penalty"]
     if "beam_search" in mine:
-        swaps[search, "beam_search"] = beam_search_with(mine["beam_search"], package[search, "beam_search"])
+        swaps[search, "beam_search"] = beam_search_with(mine["beam_search"], package[search, "beam_search"],
+                                                         beam_every)
     return swaps
 
 
@@ -218,38 +226,53 @@ def apply_merges_with(encode):
     return apply_merges
 
 
-def beam_search_with(yours, package_beam_search):
+def beam_search_with(yours, package_beam_search, every=1):
     """search.beam_search(model, sources, config) by your beam_search(step, k, max_len, alpha), one
-    sentence at a time: step(prefixes) decodes all prefixes (of one length) in one batch, without the cache."""
+    sentence at a time: step(prefixes) decodes all prefixes (of one length) in one batch, without the cache.
+    every > 1: yours translates every `every`-th sentence (counted over all calls) and the package's
+    batched search all of them; where yours ran, its output is kept and compared (BEAM counts)."""
+    def yours_one(model, ids, config):
+        c = model.config
+        x = backend.asarray(np.array([list(ids) + [c.eos_id]]))           # (1, S) x </s>
+        memory = model.encode(x, attention.padding_mask(x, c.pad_id))      # (1, S, D)
+
+        def step(prefixes):
+            tgt = backend.asarray(np.array([[c.bos_id, *y] for y in prefixes]))        # (n, t+1)
+            z = model.decode(tgt, Tensor(memory.data[[0] * len(prefixes)])).data[:, -1]  # (n, V)
+            logp = backend.to_numpy(F.log_softmax_array(z))
+            logp[:, [c.pad_id, c.bos_id]] = -np.inf                          # never emitted
+            return logp
+        max_len = min(int(config.max_len_a * len(ids) + config.max_len_b), c.max_len - 1)
+        tokens, log_prob = yours(step, config.beam_size, max_len, config.alpha)
+        score = log_prob / search.length_penalty(len(tokens) + 1, config.alpha)
+        return search.Hypothesis([int(t) for t in tokens], float(score), float(log_prob))
+
     def beam_search(model, src, config=SearchConfig(), *, use_cache=True, return_attention=False):
         if config.nbest != 1 or return_attention:
             return package_beam_search(model, src, config, use_cache=use_cache, return_attention=return_attention)
-        c, results = model.config, []
+        results = package_beam_search(model, src, config) if every > 1 else [None] * len(src)
         with model.inference_mode():
-            for ids in src:
-                x = backend.asarray(np.array([list(ids) + [c.eos_id]]))       # (1, S) x </s>
-                memory = model.encode(x, attention.padding_mask(x, c.pad_id))  # (1, S, D)
-
-                def step(prefixes):
-                    tgt = backend.asarray(np.array([[c.bos_id, *y] for y in prefixes]))    # (n, t+1)
-                    z = model.decode(tgt, Tensor(memory.data[[0] * len(prefixes)])).data[:, -1]  # (n, V)
-                    logp = backend.to_numpy(F.log_softmax_array(z))
-                    logp[:, [c.pad_id, c.bos_id]] = -np.inf                      # never emitted
-                    return logp
-                max_len = min(int(config.max_len_a * len(ids) + config.max_len_b), c.max_len - 1)
-                tokens, log_prob = yours(step, config.beam_size, max_len, config.alpha)
-                score = log_prob / search.length_penalty(len(tokens) + 1, config.alpha)
-                results.append([search.Hypothesis([int(t) for t in tokens], float(score), float(log_prob))])
+            for i, ids in enumerate(src):
+                BEAM["seen"] += 1
+                if (BEAM["seen"] - 1) % every:
+                    continue
+                start = time.perf_counter()
+                mine = yours_one(model, ids, config)
+                BEAM["lines"], BEAM["seconds"] = BEAM["lines"] + 1, BEAM["seconds"] + time.perf_counter() - start
+                if results[i] is not None:
+                    BEAM["same"] += mine.tokens == results[i][0].tokens
+                results[i] = [mine]
         return results
     return beam_search
 
 
 @contextlib.contextmanager
-def plugged(mine):
+def plugged(mine, beam_every=1):
     """Your functions in place of the package's while the block runs (profiler._rebind binds every
-    name of a package module that holds the function; a class attribute is set), restored on exit."""
+    name of a package module that holds the function; a class attribute is set), restored on exit.
+    beam_every: your beam search translates every beam_every-th sentence (beam_search_with)."""
     package = {target: getattr(*target) for _, _, target, _ in PIECES}
-    swaps = [(target, package[target], adapter) for target, adapter in adapters(mine, package).items()]
+    swaps = [(target, package[target], adapter) for target, adapter in adapters(mine, package, beam_every).items()]
     try:
         for (owner, name), original, adapter in swaps:
             profiler._rebind({id(original): adapter})
@@ -361,8 +384,15 @@ def main(argv=None):
                 print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
                       args.fast_bpe else "your learner: 10-15 minutes if it is the plain one of lesson 08 (0.1 s a "
                       "merge on Multi30k, 7,741 merges; --fast-bpe: the package's, seconds)"))
-            with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}):
+            if "beam_search" in mine:
+                print(f"   the test set: your beam search translates every {EVERY}th line, a sentence at a time; "
+                      "the package's batched search all of them, to compare and for the rest")
+            BEAM.clear()
+            with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}, EVERY):
                 bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
+            if BEAM["lines"]:
+                print(f"your beam search translated {BEAM['lines']} of the {BEAM['seen']:,} test lines "
+                      f"({BEAM['seconds'] / BEAM['lines']:.1f} s a line): the package's output on {BEAM['same']} of them")
             shown = "did not finish" if bleu is None else f"{bleu:.2f}"
             ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, shown) and ok
     print("\nyour code ran: " + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))

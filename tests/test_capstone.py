@@ -144,6 +144,26 @@ def test_plugged_beam_search_equals_the_packages(solutions, task):
     np.testing.assert_allclose([h[0].score for h in yours], [h[0].score for h in package], rtol=f32_tol(40))
 
 
+def test_plugged_beam_search_every_nth_line(solutions, task):
+    """Multi30k's way: yours on every 2nd sentence (counted across calls), the package's on the rest."""
+    tok, pairs, _ = task
+    model = tiny_model(tok, dropout=0.0)
+    sources = [src for src, _ in pairs[:7]]
+    config = SearchConfig(beam_size=3, alpha=0.6, max_len_b=8)
+    package = [h[0].tokens for h in search.beam_search(model, sources, config)]
+    capstone.BEAM.clear()
+    with capstone.plugged({"beam_search": solutions["beam_search"]}, beam_every=2):
+        yours = [h[0].tokens for h in search.beam_search(model, sources[:3], config) +
+                 search.beam_search(model, sources[3:], config)]
+    assert yours == package and capstone.BEAM["lines"] == capstone.BEAM["same"] == 4    # lines 0, 2, 4, 6
+    fixed = lambda step, k, max_len, alpha: ([5, 5, 5], -1.5)                       # not a search at all
+    capstone.BEAM.clear()
+    with capstone.plugged({"beam_search": fixed}, beam_every=3):
+        outs = search.beam_search(model, sources, config)
+    assert [h[0].tokens for h in outs] == [[5, 5, 5] if i % 3 == 0 else t for i, t in enumerate(package)]
+    assert capstone.BEAM["lines"] == 3 and capstone.BEAM["same"] == sum(package[i] == [5, 5, 5] for i in (0, 3, 6))
+
+
 def test_everything_is_bound_back(solutions):
     before = [getattr(*target) for _, _, target, _ in capstone.PIECES] + [bpe.learn_merges, bpe.apply_merges]
     with pytest.raises(RuntimeError):
