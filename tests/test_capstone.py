@@ -201,3 +201,18 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("")
     r = run_cli("--data-dir", str(tmp_path / "f"))
     assert r.returncode == 2 and "is a file, not a directory" in r.stderr
+
+
+def test_multi30k_part_runs_quick_at_the_bars_updates(tmp_path):
+    """The bar was set at --quick's 1,200 updates; the capstone keeps them when --quick trains longer."""
+    seen = []
+
+    class Example:                                     # examples/multi30k.py's main, recording its argv
+        @staticmethod
+        def main(argv):
+            seen.append(argv)
+            return 130                                 # as if interrupted: no BLEU
+    assert capstone.run_multi30k(Example, tmp_path) is None
+    argv = seen[0]
+    assert argv[:3] == ["--quick", "--steps", "1200"] and capstone.STEPS == 1200
+    assert argv[argv.index("--data-dir") + 1] == str(tmp_path) and "--no-progress" in argv
