@@ -4,6 +4,7 @@ Multi30k's, for the tiny, small and base presets; side by side with an equivalen
     python benchmarks/train_step.py --preset small            # ours only
     python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
     python benchmarks/train_step.py --preset tiny small base --torch --steps 10
+    python benchmarks/train_step.py --preset tiny --torch --rounds 5   # alternating: a ratio a noisy machine keeps
     python benchmarks/train_step.py --device gpu --data-dir data/multi30k        # on CuPy
     python benchmarks/train_step.py --device gpu --torch --tf32 --json tf32.json  # TF32 matmuls, both sides
 
@@ -16,11 +17,12 @@ same batches for both frameworks. --tf32 lets float32 matmuls use TF32 tensor co
 Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shapes: per encoder layer
 2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
 the output projection 2BTDV. The ceiling is a large float32 matmul measured by this script.
-Each framework runs in its own subprocess, so peak memory (RSS growth over the timed steps, or the
-GPU memory pool's peak) belongs to one framework alone.
+Each framework runs in its own subprocess (with --rounds R, R of each, alternating), so peak memory
+(RSS growth over the timed steps, or the GPU memory pool's peak) belongs to one framework alone.
 """
 import argparse
 import gzip
+import itertools
 import json
 import os
 import resource
@@ -229,6 +231,8 @@ def main(argv=None):
     p.add_argument("--torch", action="store_true", help="also run the PyTorch eager reference, if installed")
     p.add_argument("--steps", type=int, default=10, help="timed steps, median reported (default: 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default: 2)")
+    p.add_argument("--rounds", type=int, default=1, help="run each framework this many times, alternating "
+                   "(ours, PyTorch, ours, ...): the ratio is the median of the rounds' ratios (default: 1)")
     p.add_argument("--max-tokens", type=int, default=4096,
                    help="padded target tokens per batch at most (default: 4096)")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
@@ -242,7 +246,7 @@ def main(argv=None):
         args.preset = args.preset[0]
         return worker(args)
     for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
-                               ("--max-tokens", args.max_tokens, 1)):
+                               ("--max-tokens", args.max_tokens, 1), ("--rounds", args.rounds, 1)):
         if value < low:
             p.error(f"{option} must be at least {low}, got {value}")
     if args.data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
@@ -257,31 +261,35 @@ def main(argv=None):
               f"GENERATED sentence lengths, not Multi30k's; give --data-dir for comparable figures", file=sys.stderr)
     results, failed = [], []
     env = {**os.environ, "CUPY_TF32": "1" if args.tf32 else "0"}
-    for preset in args.preset:
-        for fw in ["ours"] + (["torch"] if args.torch else []):
-            cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
-            cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
-            if out.returncode != 0:
-                tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
-                if fw == "torch" and "No module named 'torch'" in out.stderr:
-                    print("PyTorch is not installed: skipping the side-by-side run")
-                    continue
-                print(f"{fw} {preset} failed: {tail[0]}")
-                failed.append({"framework": fw, "preset": preset, "error": tail[0]})
+    for preset, _, fw in itertools.product(args.preset, range(args.rounds), ["ours"] + ["torch"] * args.torch):
+        cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
+               "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
+        cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
+        if out.returncode != 0:
+            tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            if fw == "torch" and "No module named 'torch'" in out.stderr:
+                print("PyTorch is not installed: skipping the side-by-side run")
+                args.torch = False
                 continue
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            r = results[-1]
-            print(f"{r['framework']:6s} {r['preset']:6s} {r['ms_per_step']:9.1f} ms/step {r['tokens_per_s']:9.0f} tgt tok/s "
-                  f"{r['flops_per_s'] / 1e9:7.1f} GFLOP/s ({r['flops_per_s'] / r['ceiling']:5.1%} of "
-                  f"{r['ceiling'] / 1e9:.0f}) peak step memory {r['peak_mem_mb']:7.0f} MB  loss {r['loss']:.3f}")
-    by = {(r["framework"], r["preset"]): r for r in results}
+            print(f"{fw} {preset} failed: {tail[0]}")
+            failed.append({"framework": fw, "preset": preset, "error": tail[0]})
+            continue
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        r = results[-1]
+        print(f"{r['framework']:6s} {r['preset']:6s} {r['ms_per_step']:9.1f} ms/step "
+              f"{r['tokens_per_s']:9.0f} tgt tok/s {r['flops_per_s'] / 1e9:7.1f} GFLOP/s ({r['flops_per_s'] / r['ceiling']:5.1%} of "
+              f"{r['ceiling'] / 1e9:.0f}) peak step memory {r['peak_mem_mb']:7.0f} MB  loss {r['loss']:.3f}")
     for preset in args.preset:
-        if ("ours", preset) in by and ("torch", preset) in by:
-            o, t = by["ours", preset], by["torch", preset]
-            print(f"{preset}: step time ours / PyTorch = {o['ms_per_step'] / t['ms_per_step']:.2f}x, "
-                  f"memory ours / PyTorch = {o['peak_mem_mb'] / max(t['peak_mem_mb'], 1e-9):.2f}x")
+        ours, torch = ([r for r in results if (r["framework"], r["preset"]) == (fw, preset)]
+                       for fw in ("ours", "torch"))
+        if ours and len(ours) == len(torch):             # round i of ours against round i of PyTorch
+            ratios = sorted(o["ms_per_step"] / t["ms_per_step"] for o, t in zip(ours, torch))
+            memory = statistics.median(o["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9)
+                                       for o, t in zip(ours, torch))
+            spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+            print(f"{preset}: step time ours / PyTorch = {statistics.median(ratios):.2f}x{spread}, "
+                  f"memory ours / PyTorch = {memory:.2f}x")
     if results:
         print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
               f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}"
