@@ -1,6 +1,7 @@
 """The scripts in examples/ and benchmarks/: each shows --help, and refuses a bad option before any work
 with one line naming it (exit 2, no traceback, nothing written). They are run as a user runs them, in a
 subprocess from the repository's root."""
+import json
 import re
 import subprocess
 import sys
@@ -32,6 +33,7 @@ BAD = [
     ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"], r"--minutes must be a number above 0, got 0\.0"),
     ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"], r"--data-dir .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--rounds", "0"], r"--rounds must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--data-dir", "{tmp}"], r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
 ]
 
@@ -70,3 +72,13 @@ def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
             "assert 'minitransformer.tensor' not in sys.modules; print('ok')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_train_step_rounds_alternate_and_pair(tmp_path):
+    """--rounds R runs each framework R times; the JSON holds every round (PyTorch absent here: ours alone)."""
+    out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "64",
+                                           "--rounds", "2", "--json", str(tmp_path / "r.json")])
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert [(r["framework"], r["preset"]) for r in rows] == [("ours", "tiny")] * 2
+    assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
