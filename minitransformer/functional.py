@@ -163,12 +163,12 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     loss = xp.asarray((row_loss * w).sum(), dtype=dtype)              # ()
 
     def backward(g):
+        c = w * g                                                     # (N,) 1/n per counted row, 0 if ignored
         dz = p                                                        # reuse the saved array in place
-        dz /= s[:, None]                                              # softmax
-        dz[rows, t] -= 1.0 - eps
+        dz *= (c / s)[:, None]                                        # c * softmax: one pass
         if eps:
-            dz -= eps / V
-        dz *= (w * g)[:, None]                                        # 1/n per counted row, 0 if ignored
+            dz -= (c * (eps / V))[:, None]                            # - c * eps/V: one pass
+        dz[rows, t] -= c * (1.0 - eps)                                # - c * (1 - eps) at the targets
         return (dz.reshape(logits.shape),)
     out = make_node(loss, (logits,), backward, "cross_entropy")
     return (out, int(n)) if return_count else out
