@@ -7,6 +7,8 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
     python examples/multi30k.py --data-dir data/multi30k --device gpu --max-tokens 8192 --steps 1500 --eval-every 500 --minutes 10
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
     mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py   # data parallel, 2 ranks (lesson 12)
+    mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py --max-tokens 1024 --steps 3200 --dropout 0.2
+                                                     # 2 ranks: 37 minutes on 2 cores, BLEU 41.4
 
 Measured with the defaults (small preset with pre-LN, dropout 0.3, label smoothing 0.2, 6,000 updates of
 2,048-token batches at 1.0 x eq. (3), warmup 400, seed 0, about 25 epochs; chosen on the validation set),
