@@ -75,10 +75,11 @@ def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
 
 
 def test_train_step_rounds_alternate_and_pair(tmp_path):
-    """--rounds R runs each framework R times; the JSON holds every round (PyTorch absent here: ours alone)."""
+    """--rounds R runs each framework R times; the JSON holds every round; PyTorch missing is said once."""
     out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "64",
-                                           "--rounds", "2", "--json", str(tmp_path / "r.json")])
+                                           "--rounds", "2", "--torch", "--json", str(tmp_path / "r.json")])
     assert out.returncode == 0, out.stderr
     rows = json.loads((tmp_path / "r.json").read_text())["results"]
-    assert [(r["framework"], r["preset"]) for r in rows] == [("ours", "tiny")] * 2
+    assert [(r["framework"], r["preset"]) for r in rows if r["framework"] == "ours"] == [("ours", "tiny")] * 2
+    assert out.stdout.count("PyTorch is not installed") == (0 if any(r["framework"] == "torch" for r in rows) else 1)
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
