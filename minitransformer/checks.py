@@ -81,3 +81,10 @@ def check_max_tokens(owner, max_tokens):
     """A batch's token budget, the one check for every place that takes one (batching, TrainingConfig):
     an integer >= 1."""
     check_int(owner, "max_tokens", max_tokens, 1)
+
+
+def check_ids(ids, V, what="embedding"):
+    """Refuse ids outside [0, V), naming one, where they are on the host (on the device: no sync)."""
+    if type(ids) is np.ndarray and ids.size and (ids.min() < 0 or ids.max() >= V):
+        bad = ids[(ids < 0) | (ids >= V)][0]
+        raise ValueError(f"{what}: id {int(bad)} is out of range for {V} embeddings (ids must lie in [0, {V}))")

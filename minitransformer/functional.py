@@ -13,7 +13,7 @@ call), and gradients of the integer inputs (targets, ids), which have none.
 import numpy as np
 
 from . import backend, kernels
-from .checks import check_real
+from .checks import check_ids, check_real
 from .ops import transpose_matmul
 from .profiler import traced
 from .tensor import Tensor, data_of, make_node
@@ -278,9 +278,7 @@ def embedding(weight, ids):
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding: ids must be integers, got dtype {ids.dtype}")
     V, D = weight.shape
-    if backend.device_of(ids) == "cpu" and ids.size and (ids.min() < 0 or ids.max() >= V):  # no GPU sync
-        bad = ids[(ids < 0) | (ids >= V)][0]
-        raise ValueError(f"embedding: id {int(bad)} is out of range for {V} embeddings (ids must lie in [0, {V}))")
+    check_ids(ids, V)
     flat = ids.reshape(-1)                          # (N,) kept where they came: the GPU's backward sorts them on the host
     ids = backend.asarray(ids)
 

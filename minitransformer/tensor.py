@@ -74,7 +74,7 @@ class Tensor:
     def assign(self, values):
         """Write `values` into `.data` in place, even while a graph holds it read-only (that graph then
         refuses backward): what load_state_dict does, so that views into `.data` stay valid."""
-        if not self._data.flags.writeable:
+        if type(self._data) is np.ndarray and not self._data.flags.writeable:  # CuPy arrays have no flag
             self._data.setflags(write=True)
         self._data[...] = values
         self.changed()
@@ -225,8 +225,8 @@ def _first_gradient(root, grad):
             raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {root.shape}")
         return backend.xp.ones_like(root.data)
     grad = data_of(grad)
-    if not hasattr(grad, "dtype"):  # a list or a number
-        grad = backend.asarray(grad, dtype=root.dtype)
+    if not hasattr(grad, "dtype") or backend.device_of(grad) != backend.device_of(root.data):
+        grad = backend.asarray(grad, dtype=root.dtype)   # a list, a number, a NumPy array for a GPU tensor
     if grad.shape != root.shape:
         raise ValueError(f"backward(grad): grad has shape {tuple(grad.shape)}, but the tensor has shape {root.shape}")
     return grad
@@ -254,13 +254,13 @@ def tensor(data, requires_grad=False, dtype=None):
     arrays keep their dtype unless `dtype` is given."""
     if isinstance(data, Tensor):
         data = data.data
-    if dtype is None and not hasattr(data, "dtype"):
-        arr = np.asarray(data)
-        dtype = backend.DEFAULT_DTYPE if arr.dtype.kind == "f" else None
-    t = Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
-    if t.dtype.kind not in "biuf":
-        raise TypeError(f"tensor: a Tensor holds real numbers or booleans, got dtype {t.dtype} "
+    kind = (data.dtype if hasattr(data, "dtype") else np.asarray(data).dtype).kind
+    if kind not in "biuf":                     # checked on the host: CuPy refuses text with its own words
+        raise TypeError(f"tensor: a Tensor holds real numbers or booleans, got dtype kind {kind!r} "
                         f"(text must become token ids first)")
+    if dtype is None and not hasattr(data, "dtype"):
+        dtype = backend.DEFAULT_DTYPE if kind == "f" else None
+    t = Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
     if requires_grad and t.dtype.kind != "f":
         raise TypeError(f"tensor: only floating-point tensors can require gradients, got dtype {t.dtype} "
                         f"(write 1.0, not 1, or pass dtype=np.float32)")

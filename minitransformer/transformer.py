@@ -17,6 +17,7 @@ from . import functional as F
 from . import nn
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .cache import DecoderCache
+from .checks import check_ids
 from .config import TransformerConfig, count_parameters  # noqa: F401  (re-exported)
 from .tensor import data_of
 
@@ -198,7 +199,7 @@ class Transformer(nn.Module):
 
     def encode(self, src, src_mask=None):
         """src (B, S) ids -> memory (B, S, D). src_mask defaults to the padding mask of src."""
-        src = _ids(src)
+        src = _ids(src, self.config.vocab_size)
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)              # (B, 1, 1, S)
         return self.encoder(self._embed(src, self.src_embed, self.src_pos), src_mask)
@@ -211,7 +212,7 @@ class Transformer(nn.Module):
         sit at positions cache.length onwards; tgt_mask=None then means that one new token sees every
         cached position, and several new tokens get a causal mask offset by the cache.
         """
-        tgt_in = _ids(tgt_in)
+        tgt_in = _ids(tgt_in, self.config.vocab_size)
         if cache is None and tgt_in.shape[0] != memory.shape[0]:  # with a cache, beams share a sentence's memory
             raise ValueError(f"tgt_in has {tgt_in.shape[0]} sentences but the memory has {memory.shape[0]}: "
                              f"each target must face its own source")
@@ -234,7 +235,7 @@ class Transformer(nn.Module):
 
     def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
         """src (B, S), tgt_in (B, T) ids -> logits (B, T, V); masks from pad_id when not given."""
-        src, tgt_in = _ids(src), _ids(tgt_in)
+        src, tgt_in = _ids(src, self.config.vocab_size), _ids(tgt_in, self.config.vocab_size)
         if src.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"src has {src.shape[0]} sentences but tgt_in has {tgt_in.shape[0]}: "
                              f"each target must face its own source")
@@ -247,7 +248,7 @@ class Transformer(nn.Module):
         target tokens; eps_ls is the config's unless label_smoothing is given (0.0 for validation).
         return_count=True also gives that token count."""
         eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
-        tgt_in, tgt_out = _ids(tgt_in), _ids(tgt_out)
+        tgt_in, tgt_out = _ids(tgt_in, self.config.vocab_size), _ids(tgt_out, self.config.vocab_size, "tgt_out")
         if tgt_out.shape != tgt_in.shape:
             raise ValueError(f"tgt_out has shape {tuple(tgt_out.shape)} but tgt_in has {tuple(tgt_in.shape)}: "
                              f"they are the same sentences, y </s> and <s> y")
@@ -261,13 +262,16 @@ class Transformer(nn.Module):
         return DecoderCache(self.config.n_decoder_layers, capacity)
 
 
-def _ids(x):
-    """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array)."""
-    ids = backend.asarray(data_of(x))
+def _ids(x, vocab_size, what="embedding"):
+    """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array), each
+    in [0, vocab_size) where they come from the host (checked before they travel to a GPU)."""
+    ids = data_of(x)
+    ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids
     if ids.dtype.kind not in "iu":
         raise TypeError(f"token ids must be integers, got dtype {ids.dtype}")
     if ids.ndim != 2:
         raise ValueError(f"token ids must have shape (batch, length), got {tuple(ids.shape)}")
     if ids.shape[1] == 0:
         raise ValueError(f"token ids must hold at least one position, got shape {tuple(ids.shape)}")
-    return ids
+    check_ids(ids, vocab_size, what)
+    return backend.asarray(ids)

@@ -38,6 +38,13 @@ def xp_backend(request):
     mt.use(DEFAULT_DEVICE)
 
 
+@pytest.fixture
+def on_cpu():
+    """The CPU for one test, whatever MINITRANSFORMER_DEVICE says: the lessons' code (the learner's
+    solutions, the figures, the capstone) is NumPy code, as a learner writes it."""
+    mt.use("cpu")
+
+
 @pytest.fixture(autouse=True)
 def _reset_default_backend():
     """Every test starts on the suite's default device (MINITRANSFORMER_DEVICE, else the CPU)."""

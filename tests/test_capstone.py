@@ -21,6 +21,8 @@ from minitransformer.demo_task import QUICK
 
 from conftest import f32_tol, task, tiny_model  # noqa: F401  (task: a fixture)
 
+pytestmark = pytest.mark.usefixtures("on_cpu")   # the lessons' code is NumPy code
+
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 sys.path.insert(0, str(LESSONS))                   # capstone imports lessons/check.py and lessons/checks/
 spec = importlib.util.spec_from_file_location("capstone", LESSONS / "capstone.py")

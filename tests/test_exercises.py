@@ -17,6 +17,8 @@ from hypothesis import given, settings, strategies as st
 
 from minitransformer import bpe_learn
 
+pytestmark = pytest.mark.usefixtures("on_cpu")   # the lessons' code is NumPy code
+
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 spec = importlib.util.spec_from_file_location("lesson_check", LESSONS / "check.py")
 check = importlib.util.module_from_spec(spec)

@@ -16,6 +16,8 @@ import pytest
 
 import minitransformer as mt
 
+pytestmark = pytest.mark.usefixtures("on_cpu")   # the lessons' code is NumPy code
+
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 IMG = LESSONS / "img"
 LESSON_FILES = sorted(LESSONS.glob("[0-9][0-9]_*.md"))
@@ -208,9 +210,19 @@ def test_lesson_06_and_04_constants():
     assert inspect.signature(mt.nn.LayerNorm).parameters["eps"].default == 1e-6
 
 
-def test_lesson_11_quotes_no_unmeasured_gpu_figure():
-    lesson = text("11_")
-    assert "These kernels have not yet run on a GPU in this project" in lesson
+def test_lesson_11_quotes_the_gpu_figures_of_the_committed_run():
+    """The speed-ups and step times lesson 11 quotes are those of results/gpu-run-h200/."""
+    import json
+    lesson = " ".join(text("11_").split())
+    run = json.loads((LESSONS.parent / "results/gpu-run-h200/call1/results.json").read_text())["stages"]
+    speedups = {o["op"]: o["speedup"] for o in run["fused"]["result"]["ops"]}
+    adam = speedups.pop("Adam update")
+    assert f"ran {min(speedups.values()):.2f}-{max(speedups.values()):.2f}x faster" in lesson
+    assert f"(Adam {adam:.2f}x)" in lesson and "all 63 parity tests passed" in lesson
+    assert run["kernels"]["result"]["tests"] == 63 and run["kernels"]["result"]["failures"] == 0
+    steps = {(r["framework"], r["preset"]): r["ms_per_step"] for r in run["train_step"]["result"]["fp32"]["results"]}
+    for preset in ("tiny", "small", "base"):
+        assert f"{preset} {steps['ours', preset]:.1f}" in lesson and f"{steps['torch', preset]:.1f}" in lesson
     assert "Left out: fused CuPy kernels" in inspect.getsource(mt.functional)
     assert "GB/s" not in "".join(code for _, code in _blocks("11_") if "device == \"gpu\"" not in code)
     assert round(64 * 30 * 37000 * 4 / 1e6) == 284 and "is 284 MB" in lesson
@@ -240,4 +252,5 @@ def test_timings_say_where_they_were_measured():
         for paragraph in prose.split("\n\n"):
             paragraph = " ".join(paragraph.split())
             if re.search(r"\b\d+(?:\.\d+)? ?(?:s|ms|seconds|minutes)\b(?![/-])", paragraph):
-                assert "2-core CPU" in paragraph, f"{path.name}: a timing without its machine: {paragraph[:120]!r}"
+                assert any(machine in paragraph for machine in ("2-core CPU", "H100", "H200")), \
+                    f"{path.name}: a timing without its machine: {paragraph[:120]!r}"

@@ -31,9 +31,9 @@ def test_the_dry_run_writes_a_small_results_folder(dry):
     assert done.returncode == 0, done.stdout + done.stderr
     names = sorted(p.name for p in (tmp / "results").iterdir())
     assert names == sorted(["results.json", "summary.md", "kernels.log", "suite.log", "train_step.log", "multi30k.log",
-                            "multi30k-log.jsonl", "multi30k-test_2016_flickr.hyp.en"])
+                            "multi30k-log.jsonl", "test_2016_flickr.hyp.en"])
     assert sum(p.stat().st_size for p in (tmp / "results").iterdir()) < 1_000_000
-    assert len((tmp / "results" / "multi30k-test_2016_flickr.hyp.en").read_text().splitlines()) == 60
+    assert len((tmp / "results" / "test_2016_flickr.hyp.en").read_text().splitlines()) == 60
     summary = (tmp / "results" / "summary.md").read_text()
     for name in gpu_run.STAGES:
         assert f"| {name} | ran |" in summary
