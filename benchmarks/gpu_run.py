@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "train_step": 0.16, "multi30k": None}
 FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
 SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
-GPU_RECIPE = ["--max-tokens", "8192", "--steps", "3000", "--eval-every", "1000"]   # examples/multi30k.py
+GPU_RECIPE = ["--max-tokens", "8192", "--steps", "3000", "--dropout", "0.3", "--eval-every", "1000"]   # examples/multi30k.py
 DRY_RECIPE = ["--config", "tiny", "--vocab-size", "300", "--max-tokens", "256", "--steps", "6",
               "--eval-every", "3", "--save-every", "2", "--average", "2", "--beam", "1", "--minutes", "0.001"]
 LOG_TAIL = 100_000             # characters of a command's output kept in its log

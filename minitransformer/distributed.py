@@ -4,6 +4,7 @@ an Allreduce, and every rank then takes the very same Adam step, so the N copies
 drift apart.
 
     mpiexec -n 2 python -m minitransformer train ...   # the world is read from mpiexec's environment
+    launch("examples/multi30k.py", [...], 2)           # the same, started from a program (mpiexec found)
 
 world() is this process's World: a LocalWorld (rank 0 of 1, every collective a no-op) unless the
 process was started by mpiexec with more than one rank, else an MPIWorld over mpi4py's COMM_WORLD.
@@ -14,7 +15,10 @@ Why the sum of the ranks' gradients is the big batch's gradient, and where it is
 Left out on purpose: model and pipeline parallelism, gradient compression, elastic worlds, and
 overlapping the Allreduce with backward (docs/data_parallel.md measures what it could save).
 """
+import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import traceback
 
@@ -133,6 +137,25 @@ def nccl():
     if not getattr(module, "available", False) or not hasattr(module, "NcclCommunicator"):
         raise RuntimeError(f"summing gradients across GPUs needs NCCL, which CuPy did not find: {NCCL_HINT}")
     return module
+
+
+def can_launch():
+    """Whether this process can start ranks itself: an mpiexec on the PATH and mpi4py installed."""
+    return shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
+
+
+def launch(script, argv, ranks):
+    """Run `python script *argv` as `ranks` processes under mpiexec, OMP_NUM_THREADS = cores / ranks (one
+    BLAS thread per core); the exit code. A Ctrl-C reaches mpiexec too, which passes it to the ranks: they
+    stop after the same update, with a checkpoint, while this process waits for them."""
+    threads = max(1, (os.cpu_count() or 1) // ranks)
+    proc = subprocess.Popen([shutil.which("mpiexec"), "-n", str(ranks), sys.executable, str(script), *argv],
+                            env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            continue
 
 
 def launched_size(environ=None):

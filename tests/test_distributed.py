@@ -306,3 +306,25 @@ def test_bad_input_is_refused_on_every_rank_before_any_collective(corpus):
     assert run.returncode == 2
     assert "--train-tgt file not found: missing.tgt" in run.stderr and "Traceback" not in run.stderr
     assert not (corpus / "dp_bad").exists()
+
+
+def test_launch_starts_the_ranks_with_a_thread_per_core_each_and_waits_through_ctrl_c(monkeypatch):
+    """distributed.launch: mpiexec -n R python script argv, OMP_NUM_THREADS = cores / R; a Ctrl-C while
+    waiting (mpiexec passes it on to the ranks, which stop after the update) waits on for their exit code."""
+    seen = {}
+
+    class FakeMpiexec:
+        def __init__(self, cmd, env):
+            seen.update(cmd=cmd, threads=env["OMP_NUM_THREADS"])
+            self.waits = 0
+
+        def wait(self):
+            self.waits += 1
+            if self.waits == 1:
+                raise KeyboardInterrupt
+            return 130
+    monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(distributed.subprocess, "Popen", FakeMpiexec)
+    assert distributed.launch("script.py", ["--steps", "3"], 2) == 130
+    assert seen == {"cmd": ["/bin/mpiexec", "-n", "2", sys.executable, "script.py", "--steps", "3"], "threads": "2"}

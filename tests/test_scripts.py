@@ -22,6 +22,8 @@ BAD = [
     ("examples/multi30k.py", ["--beam", "0"], r"--beam must be an integer of at least 1, got 0"),
     ("examples/multi30k.py", ["--minutes", "0"], r"--minutes must be a number above 0, got 0\.0"),
     ("examples/multi30k.py", ["--data-dir", "{tmp}", "--out", "{tmp}/run"], r"Multi30k files missing: .*train\.de\.gz"),
+    ("examples/multi30k.py", ["--ranks", "0"], r"--ranks must be an integer of at least 1, got 0"),
+    ("examples/multi30k.py", ["--ranks", "2", "--minutes", "3"], r"--minutes works in one process only: give --ranks 1"),
     ("examples/tune_decoding.py", ["{tmp}/run"], r"run is not a directory: give the --out directory of a training run"),
     ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam \(or --base's BEAM\) must be an integer of at least 1, got 0"),
     ("examples/warmup_study.py", ["--max-tokens", "0", "--out", "{tmp}/ws"], r"--max-tokens must be at least 1, got 0"),
@@ -83,3 +85,66 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
     assert [(r["framework"], r["preset"]) for r in rows if r["framework"] == "ours"] == [("ours", "tiny")] * 2
     assert out.stdout.count("PyTorch is not installed") == (0 if any(r["framework"] == "torch" for r in rows) else 1)
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
+
+
+def _multi30k():
+    """examples/multi30k.py as a module (its main() and ranks_to_start())."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("multi30k_example", ROOT / "examples" / "multi30k.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("options, can_launch, cores, launched, ranks", [
+    ({}, True, 2, 1, 2),                       # the recipe on a 2-core CPU with mpiexec: 2 ranks
+    ({}, False, 2, 1, 1),                      # no mpiexec or mpi4py: one process
+    ({}, True, 1, 1, 1),                       # one core: nothing to split
+    ({"quick": True}, True, 2, 1, 1),          # --quick was measured in one process
+    ({"minutes": 5.0}, True, 2, 1, 1),         # ranks could stop at different updates
+    ({"device": "gpu"}, True, 2, 1, 1),
+    ({}, True, 2, 2, 1),                       # already one of mpiexec's ranks: train here
+    ({"ranks": 3}, True, 2, 1, 3),
+    ({"ranks": 1}, True, 8, 1, 1)])
+def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, can_launch, cores, launched, ranks):
+    from types import SimpleNamespace
+    m = _multi30k()
+    monkeypatch.setattr(m.distributed, "can_launch", lambda: can_launch)
+    monkeypatch.setattr(m.distributed, "launched_size", lambda: launched)
+    monkeypatch.setattr(m.os, "cpu_count", lambda: cores)
+    args = SimpleNamespace(**{"ranks": None, "quick": False, "minutes": None, "device": "cpu", "max_tokens": 2048,
+                              **options})
+    assert m.ranks_to_start(args) == ranks
+
+
+def test_ranks_that_cannot_start_are_refused_naming_why(monkeypatch):
+    from types import SimpleNamespace
+    m = _multi30k()
+    args = SimpleNamespace(ranks=2, quick=False, minutes=None, device="cpu", max_tokens=2048)
+    monkeypatch.setattr(m.distributed, "launched_size", lambda: 1)
+    monkeypatch.setattr(m.distributed, "can_launch", lambda: False)
+    with pytest.raises(m.UsageError, match=r"--ranks 2 needs mpiexec and mpi4py: pip install"):
+        m.ranks_to_start(args)
+    monkeypatch.setattr(m.distributed, "launched_size", lambda: 2)
+    with pytest.raises(m.UsageError, match="--ranks 2 starts mpiexec itself: run without mpiexec"):
+        m.ranks_to_start(args)
+
+
+def test_the_recipe_hands_each_rank_its_share_of_the_update(monkeypatch, tmp_path):
+    """With 2 ranks to start, main() checks every option, then starts them with --ranks 1 and half the
+    tokens per update (the later option wins in argparse), and returns their exit code."""
+    m = _multi30k()
+    for split in m.SPLITS:
+        for lang in ("de", "en"):
+            (tmp_path / f"{split}.{lang}.gz").write_bytes(b"")
+    started = []
+    monkeypatch.setattr(m.distributed, "launched_size", lambda: 1)
+    monkeypatch.setattr(m.distributed, "can_launch", lambda: True)
+    monkeypatch.setattr(m.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(m.distributed, "launch", lambda script, argv, ranks: started.append((script, argv, ranks)) or 7)
+    argv = ["--data-dir", str(tmp_path), "--out", str(tmp_path / "run"), "--max-tokens", "3000"]
+    assert m.main(argv) == 7
+    (script, child_argv, ranks), = started
+    assert Path(script).name == "multi30k.py" and ranks == 2
+    assert child_argv == argv + ["--ranks", "1", "--max-tokens", "1500"]
+    assert not (tmp_path / "run").exists()     # nothing written before the ranks start
