@@ -9,7 +9,8 @@ trained on the GPU recipe and scored on test_2016_flickr. One results folder, sm
 Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
-pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, train_step
+pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
+(the small step op by op, mt.profile(sync=True): profile.txt), train_step
 16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
@@ -36,7 +37,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "train_step": 0.16, "multi30k": None}
+STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "profile": 0.04, "train_step": 0.16,
+          "multi30k": None}
 FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
 SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
 GPU_RECIPE = ["--max-tokens", "8192", "--steps", "3000", "--dropout", "0.3", "--eval-every", "1000"]   # examples/multi30k.py
@@ -151,6 +153,35 @@ def worker_fused(device, dry):
     return {"ops": table, "reps": reps, "device": device}
 
 
+def worker_profile(device, dry, data_dir):
+    """Where the small preset's training step spends its time, op by op: the step's median wall time
+    unsynchronised (as training runs it), then mt.profile(sync=True) over 3 steps (each op waited for:
+    its real time; what is outside the ops is the engine's Python and the launches between them)."""
+    import minitransformer as mt
+    from minitransformer import backend
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train_step import make_batches, run_ours
+    preset, tokens, reps = ("tiny", 256, 2) if dry else ("small", 8192, 10)
+    batches, _ = make_batches(8000, tokens, 1, data_dir)
+    cfg, step, dev, sync, xp, _ = run_ours(preset, batches, reps, device)
+    for _ in range(3):                  # compilation, the memory pool
+        step(dev[0])
+    times = []
+    for _ in range(reps):
+        sync()
+        start = time.perf_counter()
+        step(dev[0])
+        sync()
+        times.append(time.perf_counter() - start)
+    with mt.profile(sync=device == "gpu") as prof:
+        for _ in range(3):
+            step(dev[0])
+    ops = {name: {"forward_ms": f * 1e3 / 3, "backward_ms": b * 1e3 / 3} for name, (f, b) in prof.totals().items()}
+    return {"preset": preset, "tokens": int(dev[0][2].size), "step_ms": statistics.median(times) * 1e3,
+            "profiled_step_ms": prof.wall * 1e3 / 3, "ops": ops, "table": prof.table(top=25),
+            "fused": backend.fused, "device": device}
+
+
 # -------------------------------------------------------------------- stages
 def pytest_counts(xml_path):
     """(counts, the failed tests with the first line of their message) from a JUnit XML file."""
@@ -211,6 +242,16 @@ def stage_fused(args, out, seconds):
     if code != 0:
         raise RuntimeError(f"the fused worker ended with {code}: {output.strip().splitlines()[-1:]}")
     return last_json(output)
+
+
+def stage_profile(args, out, seconds):
+    cmd = [sys.executable, __file__, "--worker", "profile", "--device", args.device, "--data-dir", args.data_dir]
+    code, output = run_command(cmd + ["--dry-run"] * args.dry_run, seconds)
+    if code != 0:
+        raise RuntimeError(f"the profile worker ended with {code}: {output.strip().splitlines()[-1:]}")
+    result = last_json(output)
+    (out / "profile.txt").write_text(result["table"] + "\n", encoding="utf-8")
+    return result
 
 
 def stage_train_step(args, out, seconds):
@@ -294,6 +335,11 @@ def summary_markdown(results):
                   "|---|---|---|---|---|"]
         lines += [f"| {o['op']} | {tuple(o['shape'])} | {o['plain_ms']:.3f} | {o['fused_ms']:.3f} | {o['speedup']:.2f}x |"
                   for o in stages["fused"]["result"]["ops"]]
+    if "table" in stages.get("profile", {}).get("result", {}):
+        r = stages["profile"]["result"]
+        lines += ["", f"## Where the {r['preset']} step's time goes ({r['tokens']} target tokens)", "",
+                  f"{r['step_ms']:.1f} ms per step unsynchronised; {r['profiled_step_ms']:.1f} ms with each op "
+                  f"waited for (mt.profile(sync=True), 3 steps):", "", "```", r["table"], "```"]
     if "result" in stages.get("train_step", {}):
         lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
                   "|---|---|---|---|---|---|"]
@@ -315,11 +361,13 @@ def main(argv=None):
     p.add_argument("--run-dir", type=Path, help="checkpoints and scratch files (default: runs/gpu-run, "
                    "--dry-run: runs/gpu-run-dry); a Multi30k checkpoint there is resumed")
     p.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes: checks the plumbing in seconds")
-    p.add_argument("--worker", choices=["env", "fused"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["env", "fused", "profile"], help=argparse.SUPPRESS)
     p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker_env(args.device) if args.worker == "env" else worker_fused(args.device, args.dry_run)))
+        work = {"env": lambda: worker_env(args.device), "fused": lambda: worker_fused(args.device, args.dry_run),
+                "profile": lambda: worker_profile(args.device, args.dry_run, args.data_dir)}[args.worker]
+        print(json.dumps(work()))
         return 0
     from minitransformer.fileio import check_writable_dir
     if not args.minutes > 0:

@@ -30,8 +30,8 @@ def test_the_dry_run_writes_a_small_results_folder(dry):
     tmp, results, done = dry
     assert done.returncode == 0, done.stdout + done.stderr
     names = sorted(p.name for p in (tmp / "results").iterdir())
-    assert names == sorted(["results.json", "summary.md", "kernels.log", "suite.log", "train_step.log", "multi30k.log",
-                            "multi30k-log.jsonl", "test_2016_flickr.hyp.en"])
+    assert names == sorted(["results.json", "summary.md", "kernels.log", "suite.log", "profile.txt", "train_step.log",
+                            "multi30k.log", "multi30k-log.jsonl", "test_2016_flickr.hyp.en"])
     assert sum(p.stat().st_size for p in (tmp / "results").iterdir()) < 1_000_000
     assert len((tmp / "results" / "test_2016_flickr.hyp.en").read_text().splitlines()) == 60
     summary = (tmp / "results" / "summary.md").read_text()
@@ -51,6 +51,9 @@ def test_every_stage_ran_on_the_cpu_with_its_figures(dry):
     assert [o["op"].split()[0] for o in stages["fused"]["result"]["ops"]] == [
         "softmax", "log_softmax", "cross_entropy,", "layer_norm", "dropout", "Adam"]
     assert all(o["plain_ms"] > 0 and o["fused_ms"] > 0 for o in stages["fused"]["result"]["ops"])
+    prof = stages["profile"]["result"]
+    assert prof["preset"] == "tiny" and prof["step_ms"] > 0 and prof["tokens"] > 0
+    assert {"linear", "cross_entropy", "layer_norm"} <= set(prof["ops"]) and "(all ops)" in prof["table"]
     steps = stages["train_step"]["result"]
     assert list(steps) == ["fp32"]                                   # TF32 is a GPU mode
     (ours,) = steps["fp32"]["results"]
@@ -84,7 +87,7 @@ def test_a_stage_that_fails_is_recorded_and_the_next_runs(monkeypatch, tmp_path)
     assert gpu_run.main(["--dry-run", "--out", str(tmp_path / "r"), "--run-dir", str(tmp_path / "run")]) == 1
     stages = json.loads((tmp_path / "r" / "results.json").read_text())["stages"]
     assert stages["kernels"]["status"] == "failed" and "the kernel crashed" in stages["kernels"]["reason"]
-    assert [r["status"] for r in stages.values()] == ["ran", "failed", "ran", "ran", "ran", "ran"]
+    assert [r["status"] for r in stages.values()] == ["ran", "failed", "ran", "ran", "ran", "ran", "ran"]
 
 
 def test_without_a_gpu_the_gpu_stages_are_skipped_with_the_reason(monkeypatch, tmp_path):
