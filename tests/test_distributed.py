@@ -323,8 +323,14 @@ def test_launch_starts_the_ranks_with_a_thread_per_core_each_and_waits_through_c
             if self.waits == 1:
                 raise KeyboardInterrupt
             return 130
+    version = "HYDRA build details:"
     monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/bin/{name}")
     monkeypatch.setattr(distributed.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(distributed.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
     monkeypatch.setattr(distributed.subprocess, "Popen", FakeMpiexec)
     assert distributed.launch("script.py", ["--steps", "3"], 2) == 130
     assert seen == {"cmd": ["/bin/mpiexec", "-n", "2", sys.executable, "script.py", "--steps", "3"], "threads": "2"}
+    version = "mpiexec (OpenRTE) 4.1.6 ... Open MPI"   # as root, Open MPI's mpiexec wants a flag
+    distributed.launch("script.py", [], 3)
+    assert seen["cmd"][:4] == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"] and seen["threads"] == "1"
