@@ -26,8 +26,8 @@ paper's is 0.1) and every run: docs/experiments.md; logs and curves: results/mul
 results/multi30k-cpu-session9/ and results/multi30k-cpu/.
 
 The GPU recipe: the previous recipe's model and settings (dropout 0.3) on 4x larger batches, 8,192 tokens,
-for 3,000 updates (about 44 epochs), stopped after 10 minutes of training at the latest (--minutes stops the run with a checkpoint,
-then averages and scores; --resume continues it); benchmarks/gpu_run.py runs it. On one H200: 222 s of
+for 3,000 updates (about 44 epochs), stopped after 10 minutes of training at the latest (--minutes stops
+the run with a checkpoint, then averages and scores; --resume continues it); benchmarks/gpu_run.py runs it. On one H200: 222 s of
 training, test_2016_flickr sacreBLEU 41.57 (results/gpu-run-h200/).
 
 Expects train / val / test_2016_flickr .de.gz and .en.gz (29,000 / 1,014 / 1,000 lines) in --data-dir;

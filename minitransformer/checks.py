@@ -83,8 +83,8 @@ def check_max_tokens(owner, max_tokens):
     check_int(owner, "max_tokens", max_tokens, 1)
 
 
-def check_ids(ids, V, what="embedding"):
+def check_ids(ids, V, what="embedding", of="embeddings"):
     """Refuse ids outside [0, V), naming one, where they are on the host (on the device: no sync)."""
     if type(ids) is np.ndarray and ids.size and (ids.min() < 0 or ids.max() >= V):
         bad = ids[(ids < 0) | (ids >= V)][0]
-        raise ValueError(f"{what}: id {int(bad)} is out of range for {V} embeddings (ids must lie in [0, {V}))")
+        raise ValueError(f"{what}: id {int(bad)} is out of range for {V} {of} (ids must lie in [0, {V}))")

@@ -248,7 +248,7 @@ class Transformer(nn.Module):
         target tokens; eps_ls is the config's unless label_smoothing is given (0.0 for validation).
         return_count=True also gives that token count."""
         eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
-        tgt_in, tgt_out = _ids(tgt_in, self.config.vocab_size), _ids(tgt_out, self.config.vocab_size, "tgt_out")
+        tgt_in, tgt_out = _ids(tgt_in, self.config.vocab_size), _ids(tgt_out, self.config.vocab_size, "tgt_out", "classes")
         if tgt_out.shape != tgt_in.shape:
             raise ValueError(f"tgt_out has shape {tuple(tgt_out.shape)} but tgt_in has {tuple(tgt_in.shape)}: "
                              f"they are the same sentences, y </s> and <s> y")
@@ -262,7 +262,7 @@ class Transformer(nn.Module):
         return DecoderCache(self.config.n_decoder_layers, capacity)
 
 
-def _ids(x, vocab_size, what="embedding"):
+def _ids(x, vocab_size, what="embedding", of="embeddings"):
     """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array), each
     in [0, vocab_size) where they come from the host (checked before they travel to a GPU)."""
     ids = data_of(x)
@@ -273,5 +273,5 @@ def _ids(x, vocab_size, what="embedding"):
         raise ValueError(f"token ids must have shape (batch, length), got {tuple(ids.shape)}")
     if ids.shape[1] == 0:
         raise ValueError(f"token ids must hold at least one position, got shape {tuple(ids.shape)}")
-    check_ids(ids, vocab_size, what)
+    check_ids(ids, vocab_size, what, of)
     return backend.asarray(ids)
