@@ -18,7 +18,8 @@ Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shap
 2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
 the output projection 2BTDV. The ceiling is a large float32 matmul measured by this script.
 Each framework runs in its own subprocess (with --rounds R, R of each, alternating), so peak memory
-(RSS growth over the timed steps, or the GPU memory pool's peak) belongs to one framework alone.
+(RSS growth over the timed steps; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
+PyTorch's allocator) belongs to one framework alone.
 """
 import argparse
 import gzip
@@ -136,13 +137,28 @@ def run_ours(preset, batches, steps, device):
         step_no[0] += 1
         opt.step(lr=sched(step_no[0]))
         return loss
-    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_pool_peak(xp))
+    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_peak_used(xp, step, dev))
 
 
-def _gpu_pool_peak(xp):
+def _gpu_peak_used(xp, step, batches):
+    """The most bytes CuPy's memory pool lent out at once over one more pass of the batches: live arrays,
+    as PyTorch's max_memory_allocated counts (the pool's total_bytes also holds freed blocks it keeps for
+    reuse, which PyTorch's figure leaves out). Read by a memory hook after every allocation; None on the CPU."""
     if xp.__name__ != "cupy":
         return None
-    return xp.get_default_memory_pool().total_bytes()
+    pool = xp.get_default_memory_pool()
+
+    class Peak(xp.cuda.MemoryHook):
+        name, top = "train_step_peak", 0
+
+        def malloc_postprocess(self, **kwargs):
+            self.top = max(self.top, pool.used_bytes())
+    hook = Peak()
+    with hook:
+        for b in batches:
+            step(b)
+    xp.cuda.Device().synchronize()
+    return hook.top
 
 
 def run_torch(preset, batches, steps, device):
