@@ -10,7 +10,8 @@ Stages, in order, each within its share of --minutes (what one leaves goes to th
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True): profile.txt), train_step
+(the small step op by op, mt.profile(sync=True): profile.txt), graph 3% (a probe: can the small step be
+captured as one CUDA graph, and what would replaying it save), train_step
 16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
@@ -37,8 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "profile": 0.04, "train_step": 0.16,
-          "multi30k": None}
+STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "profile": 0.04, "graph": 0.03,
+          "train_step": 0.16, "multi30k": None}
 FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
 SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
 GPU_RECIPE = ["--max-tokens", "8192", "--steps", "3000", "--dropout", "0.3", "--eval-every", "1000"]   # examples/multi30k.py
@@ -182,6 +183,53 @@ def worker_profile(device, dry, data_dir):
             "fused": backend.fused, "device": device}
 
 
+def worker_graph(device, dry, data_dir):
+    """A probe, not a feature: can the small preset's whole training step be captured as one CUDA graph
+    (CuPy stream capture, memory from cudaMallocAsync so that allocations become graph nodes), and what
+    would replaying it save against the eager step? Reports the eager step's time, then either the
+    capture's failure (the exception and the package's frames it came from: the first thing to change)
+    or the replay's time. A replay reruns the captured kernels on the captured buffers, with the
+    learning rate and Adam's step count of the captured step: fine for timing, not for training."""
+    if device != "gpu":
+        return {"captured": None, "reason": "CUDA graphs need a GPU", "device": device}
+    import traceback
+    import cupy
+    cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)   # before any array of the run exists
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train_step import make_batches, run_ours
+    batches, _ = make_batches(8000, 256 if dry else 8192, 1, data_dir)
+    cfg, step, dev, sync, xp, _ = run_ours("tiny" if dry else "small", batches, 10, device)
+    stream = cupy.cuda.Stream(non_blocking=True)
+
+    def median_ms(run, reps=10):
+        times = []
+        for _ in range(reps):
+            stream.synchronize()
+            start = time.perf_counter()
+            run()
+            stream.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+    with stream:
+        for _ in range(3):
+            step(dev[0])
+        result = {"eager_ms": median_ms(lambda: step(dev[0])), "device": device}
+        try:
+            stream.begin_capture()
+            try:
+                loss = step(dev[0])
+            finally:
+                graph = stream.end_capture()
+        except Exception as e:  # the first op that cannot be captured
+            frames = [f"{f.filename.split('/minitransformer/')[-1]}:{f.lineno} {f.name}"
+                      for f in traceback.extract_tb(e.__traceback__) if "/minitransformer/" in f.filename]
+            return {**result, "captured": False, "error": f"{type(e).__name__}: {e}", "package frames": frames[-6:]}
+        result.update(captured=True, replay_ms=median_ms(lambda: graph.launch(stream)),
+                      loss_after_replays=float(loss.data))
+    result["speedup"] = result["eager_ms"] / result["replay_ms"]
+    return result
+
+
 # -------------------------------------------------------------------- stages
 def pytest_counts(xml_path):
     """(counts, the failed tests with the first line of their message) from a JUnit XML file."""
@@ -252,6 +300,14 @@ def stage_profile(args, out, seconds):
     result = last_json(output)
     (out / "profile.txt").write_text(result["table"] + "\n", encoding="utf-8")
     return result
+
+
+def stage_graph(args, out, seconds):
+    cmd = [sys.executable, __file__, "--worker", "graph", "--device", args.device, "--data-dir", args.data_dir]
+    code, output = run_command(cmd + ["--dry-run"] * args.dry_run, seconds)
+    if code != 0:
+        raise RuntimeError(f"the graph worker ended with {code}: {output.strip().splitlines()[-1:]}")
+    return last_json(output)
 
 
 def stage_train_step(args, out, seconds):
@@ -340,6 +396,9 @@ def summary_markdown(results):
         lines += ["", f"## Where the {r['preset']} step's time goes ({r['tokens']} target tokens)", "",
                   f"{r['step_ms']:.1f} ms per step unsynchronised; {r['profiled_step_ms']:.1f} ms with each op "
                   f"waited for (mt.profile(sync=True), 3 steps):", "", "```", r["table"], "```"]
+    if "captured" in stages.get("graph", {}).get("result", {}):
+        lines += ["", "## One training step as a CUDA graph (a probe)", ""] + [
+            f"- {k}: {v}" for k, v in stages["graph"]["result"].items()]
     if "result" in stages.get("train_step", {}):
         lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
                   "|---|---|---|---|---|---|"]
@@ -361,12 +420,13 @@ def main(argv=None):
     p.add_argument("--run-dir", type=Path, help="checkpoints and scratch files (default: runs/gpu-run, "
                    "--dry-run: runs/gpu-run-dry); a Multi30k checkpoint there is resumed")
     p.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes: checks the plumbing in seconds")
-    p.add_argument("--worker", choices=["env", "fused", "profile"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["env", "fused", "profile", "graph"], help=argparse.SUPPRESS)
     p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         work = {"env": lambda: worker_env(args.device), "fused": lambda: worker_fused(args.device, args.dry_run),
-                "profile": lambda: worker_profile(args.device, args.dry_run, args.data_dir)}[args.worker]
+                "profile": lambda: worker_profile(args.device, args.dry_run, args.data_dir),
+                "graph": lambda: worker_graph(args.device, args.dry_run, args.data_dir)}[args.worker]
         print(json.dumps(work()))
         return 0
     from minitransformer.fileio import check_writable_dir

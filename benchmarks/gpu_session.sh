@@ -1,7 +1,7 @@
 #!/bin/bash
 # The whole GPU run inside one device call of under 10 minutes (session 14's, 15 minutes of device time):
-#   phase 1, alone: versions, the fused-kernel tests, fused ops, the small step's profile, train_step
-#   against PyTorch (gpu_run.py --stages env kernels fused profile train_step);
+#   phase 1, alone: versions, the fused-kernel tests, fused ops, the small step's profile, the CUDA-graph
+#   probe, train_step against PyTorch (gpu_run.py --stages env kernels fused profile graph train_step);
 #   phase 2: the whole suite on CuPy (pytest-xdist) beside Multi30k on the GPU recipe.
 # Results in results/gpu-run-$KIND (README: copy Multi30k into data/multi30k, carry "data"); packed into
 # $OUT/r.tgz every 30 s, so a call cut short still returns what was done. END: seconds for the whole call.
@@ -11,7 +11,7 @@ T0=$(date +%s); END=${END:-540}; R=${R:-results/gpu-run-${KIND:-gpu}}; OUT=${OUT
 mkdir -p "$R" "$OUT"
 pack() { tar czf "$OUT/.r.tgz" "$R" 2>/dev/null; mv "$OUT/.r.tgz" "$OUT/r.tgz"; }
 ( while sleep 30; do pack; done ) & PACKER=$!
-python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R" --stages env kernels fused profile train_step \
+python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R" --stages env kernels fused profile graph train_step \
     --minutes 12 2>&1 | tee "$R/phase1.out"
 pack
 left=$(( END - 15 - ($(date +%s) - T0) )); echo "phase 2: $left s"
