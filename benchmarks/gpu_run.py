@@ -42,7 +42,6 @@ STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "profile":
           "train_step": 0.16, "multi30k": None}
 FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
 SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
-GPU_RECIPE = ["--max-tokens", "8192", "--steps", "3000", "--dropout", "0.3", "--eval-every", "1000"]   # examples/multi30k.py
 DRY_RECIPE = ["--config", "tiny", "--vocab-size", "300", "--max-tokens", "256", "--steps", "6",
               "--eval-every", "3", "--save-every", "2", "--average", "2", "--beam", "1", "--minutes", "0.001"]
 LOG_TAIL = 100_000             # characters of a command's output kept in its log
@@ -335,7 +334,7 @@ def stage_multi30k(args, out, seconds):
         raise Skip(f"only {seconds / 60:.1f} minutes left: at least {SCORE_RESERVE_S / 60 + 1:.1f} needed")
     run = args.run_dir / "multi30k"
     resume = any(run.glob("checkpoint_*.npz"))
-    recipe = DRY_RECIPE if args.dry_run else GPU_RECIPE + ["--minutes", f"{minutes:.2f}"]
+    recipe = DRY_RECIPE if args.dry_run else ["--minutes", f"{minutes:.2f}"]   # multi30k.py's GPU defaults
     cmd = [sys.executable, "examples/multi30k.py", "--data-dir", args.data_dir, "--out", run, "--device",
            args.device, *recipe, "--no-progress"] + ["--resume"] * resume
     code, output = run_command(cmd, seconds)

@@ -6,8 +6,7 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
     python examples/multi30k.py --steps 6000 --dropout 0.3 --ranks 1   # the previous recipe: 67-106 min, 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset: about 9 minutes, BLEU 38.9
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
-    python examples/multi30k.py --data-dir data/multi30k --device gpu --max-tokens 8192 --steps 3000 --dropout 0.3 --eval-every 1000 --minutes 10
-                                                     # one H200: 3.7 minutes, BLEU 41.6
+    python examples/multi30k.py --device gpu         # the GPU recipe: one H200, 3.7 minutes, BLEU 41.6
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
     mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py --max-tokens 1024   # what --ranks 2 starts
 
@@ -25,9 +24,10 @@ run-to-run noise. Why pre-LN (Note: the paper is post-LN), the dropout, label sm
 paper's is 0.1) and every run: docs/experiments.md; logs and curves: results/multi30k-cpu-onepiece/,
 results/multi30k-cpu-session9/ and results/multi30k-cpu/.
 
-The GPU recipe: the previous recipe's model and settings (dropout 0.3) on 4x larger batches, 8,192 tokens,
-for 3,000 updates (about 44 epochs), stopped after 10 minutes of training at the latest (--minutes stops
-the run with a checkpoint, then averages and scores; --resume continues it); benchmarks/gpu_run.py runs it. On one H200: 222 s of
+The GPU recipe, the default with --device gpu: the previous recipe's model and settings (dropout 0.3) on 4x
+larger batches, 8,192 tokens, for 3,000 updates (about 44 epochs); --minutes 10 would stop it after 10
+minutes of training at the latest (with a checkpoint, then average and score; --resume continues it);
+benchmarks/gpu_run.py runs it. On one H200: 222 s of
 training, test_2016_flickr sacreBLEU 41.57 (results/gpu-run-h200/).
 
 Expects train / val / test_2016_flickr .de.gz and .en.gz (29,000 / 1,014 / 1,000 lines) in --data-dir;
@@ -62,8 +62,12 @@ URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/
 # The defaults that differ between the recipe and --quick (each chosen on val: docs/experiments.md).
 # config: a 4x smaller model learns more per minute of a short run; dropout 0.3 wins over 15 epochs, a
 # short run learns faster with 0.1; label smoothing 0.2 wins at 15 and 25 epochs, --quick was measured with 0.1.
-RECIPE = {"config": "small", "steps": 3200, "dropout": 0.2, "label_smoothing": 0.2}
-QUICK = {"config": "tiny", "steps": 1800, "dropout": 0.1, "label_smoothing": 0.1}
+RECIPE = {"config": "small", "steps": 3200, "dropout": 0.2, "label_smoothing": 0.2, "max_tokens": 2048,
+          "eval_every": 1200}
+QUICK = {**RECIPE, "config": "tiny", "steps": 1800, "dropout": 0.1, "label_smoothing": 0.1}
+# --device gpu: 4x larger batches for about as many updates (a GPU runs a large batch in about the time
+# of a small one), dropout 0.3 at 44 epochs; one H200: 3.7 minutes to test BLEU 41.57 (results/gpu-run-h200/)
+GPU = {**RECIPE, "steps": 3000, "dropout": 0.3, "max_tokens": 8192, "eval_every": 1000}
 QUICK_BLEU = "38.9"                   # measured with the defaults: test BLEU 38.94 (chosen on val: 38.85)
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
@@ -178,6 +182,15 @@ def check_args(args):
     return training_config, search
 
 
+def fill_defaults(args):
+    """Set what the command line left unset (None) from the recipe that fits: QUICK with --quick, else
+    GPU with --device gpu, else RECIPE."""
+    recipe = QUICK if args.quick else GPU if args.device == "gpu" else RECIPE
+    for name, default in recipe.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def ranks_to_start(args):
     """How many ranks this process should start under mpiexec: 1 (train here) or more (see --ranks)."""
     if distributed.launched_size() > 1:  # started by mpiexec: this process is one of the ranks
@@ -214,9 +227,10 @@ def main(argv=None):
                    f"{QUICK['label_smoothing']} (about 9 minutes on 2 CPU cores; expected test BLEU {QUICK_BLEU}, "
                    f"measured with these defaults)")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary (default: 8000)")
-    p.add_argument("--steps", type=int, help=f"updates (default: {RECIPE['steps']}; --quick: {QUICK['steps']})")
-    p.add_argument("--max-tokens", type=int, default=2048, help="tokens per update and side, split among "
-                   "--ranks (default: 2048); under your own mpiexec, per rank")
+    p.add_argument("--steps", type=int, help=f"updates (default: {RECIPE['steps']}; --quick: {QUICK['steps']}; "
+                   f"--device gpu: {GPU['steps']})")
+    p.add_argument("--max-tokens", type=int, help=f"tokens per update and side, split among --ranks (default: "
+                   f"{RECIPE['max_tokens']}; --device gpu: {GPU['max_tokens']}); under your own mpiexec, per rank")
     p.add_argument("--ranks", type=int, help="processes that train together (data parallel, lesson 12), "
                    "started under mpiexec with one BLAS thread per core each (default: 2 for the recipe on a "
                    "CPU of 2 or more cores where mpiexec and mpi4py are installed, pip install -e \".[mpi]\"; "
@@ -226,10 +240,12 @@ def main(argv=None):
                    "4000 is for 25k-token batches and 100k steps)")
     p.add_argument("--lr-scale", type=float, default=1.0, help="factor on eq. (3) (default: 1)")
     p.add_argument("--dropout", type=float, help=f"P_drop (default: {RECIPE['dropout']}, tuned on val: the "
-                   f"paper uses 0.1 for its base model and 0.3 for its big one; --quick: {QUICK['dropout']})")
+                   f"paper uses 0.1 for its base model and 0.3 for its big one; --quick: {QUICK['dropout']}; "
+                   f"--device gpu: {GPU['dropout']})")
     p.add_argument("--label-smoothing", type=float, help=f"eps_ls (default: {RECIPE['label_smoothing']}, tuned on "
                    f"val; Note: the paper's is 0.1; --quick: {QUICK['label_smoothing']})")
-    p.add_argument("--eval-every", type=int, default=1200, help="updates between validations (default: 1200)")
+    p.add_argument("--eval-every", type=int, help=f"updates between validations (default: {RECIPE['eval_every']}; "
+                   f"--device gpu: {GPU['eval_every']})")
     p.add_argument("--save-every", type=int, default=100, help="updates between checkpoints (default: 100)")
     p.add_argument("--average", type=int, default=5, help="average the last N checkpoints (default: 5)")
     p.add_argument("--beam", type=int, default=4)
@@ -244,9 +260,7 @@ def main(argv=None):
                    "is saved), then average, translate and score as after the last update (default: no limit)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    for name, default in (QUICK if args.quick else RECIPE).items():  # what the command line left unset
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    fill_defaults(args)
     try:
         ranks = ranks_to_start(args)
         training_config, search = check_args(args)

@@ -117,6 +117,19 @@ def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, can_laun
     assert m.ranks_to_start(args) == ranks
 
 
+@pytest.mark.parametrize("given, expected", [
+    ({}, {"steps": 3200, "dropout": 0.2, "max_tokens": 2048, "eval_every": 1200, "config": "small"}),
+    ({"device": "gpu"}, {"steps": 3000, "dropout": 0.3, "max_tokens": 8192, "eval_every": 1000, "config": "small"}),
+    ({"quick": True, "device": "gpu"}, {"steps": 1800, "dropout": 0.1, "max_tokens": 2048, "config": "tiny"}),
+    ({"device": "gpu", "steps": 50, "max_tokens": 100}, {"steps": 50, "max_tokens": 100, "dropout": 0.3})])
+def test_each_device_gets_the_recipe_measured_on_it_and_options_win(given, expected):
+    from types import SimpleNamespace
+    m = _multi30k()
+    args = SimpleNamespace(**{"quick": False, "device": "cpu", **{k: None for k in m.RECIPE}, **given})
+    m.fill_defaults(args)
+    assert {k: getattr(args, k) for k in expected} == expected
+
+
 def test_ranks_that_cannot_start_are_refused_naming_why(monkeypatch):
     from types import SimpleNamespace
     m = _multi30k()
