@@ -1,11 +1,13 @@
 """The scripts in examples/ and benchmarks/: each shows --help, and refuses a bad option before any work
 with one line naming it (exit 2, no traceback, nothing written). They are run as a user runs them, in a
 subprocess from the repository's root."""
+import importlib.util
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -89,7 +91,6 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
 
 def _multi30k():
     """examples/multi30k.py as a module (its main() and ranks_to_start())."""
-    import importlib.util
     spec = importlib.util.spec_from_file_location("multi30k_example", ROOT / "examples" / "multi30k.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -107,7 +108,6 @@ def _multi30k():
     ({"ranks": 3}, True, 2, 1, 3),
     ({"ranks": 1}, True, 8, 1, 1)])
 def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, can_launch, cores, launched, ranks):
-    from types import SimpleNamespace
     m = _multi30k()
     monkeypatch.setattr(m.distributed, "can_launch", lambda: can_launch)
     monkeypatch.setattr(m.distributed, "launched_size", lambda: launched)
@@ -123,7 +123,6 @@ def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, can_laun
     ({"quick": True, "device": "gpu"}, {"steps": 1800, "dropout": 0.1, "max_tokens": 2048, "config": "tiny"}),
     ({"device": "gpu", "steps": 50, "max_tokens": 100}, {"steps": 50, "max_tokens": 100, "dropout": 0.3})])
 def test_each_device_gets_the_recipe_measured_on_it_and_options_win(given, expected):
-    from types import SimpleNamespace
     m = _multi30k()
     args = SimpleNamespace(**{"quick": False, "device": "cpu", **{k: None for k in m.RECIPE}, **given})
     m.fill_defaults(args)
@@ -131,7 +130,6 @@ def test_each_device_gets_the_recipe_measured_on_it_and_options_win(given, expec
 
 
 def test_ranks_that_cannot_start_are_refused_naming_why(monkeypatch):
-    from types import SimpleNamespace
     m = _multi30k()
     args = SimpleNamespace(ranks=2, quick=False, minutes=None, device="cpu", max_tokens=2048)
     monkeypatch.setattr(m.distributed, "launched_size", lambda: 1)
