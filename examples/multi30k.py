@@ -202,10 +202,10 @@ def ranks_to_start(args):
         return 1 if alone or not distributed.can_launch() else 2
     if args.ranks < 1:
         raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
-    if args.ranks > 1 and not distributed.can_launch():
-        raise UsageError(f"--ranks {args.ranks} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
     if args.ranks > 1 and args.minutes is not None:
         raise UsageError("--minutes works in one process only: give --ranks 1, or --steps instead")
+    if args.ranks > 1 and not distributed.can_launch():
+        raise UsageError(f"--ranks {args.ranks} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
     if args.max_tokens // args.ranks < 1:
         raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among --ranks {args.ranks}")
     return args.ranks
