@@ -153,32 +153,39 @@ def worker_fused(device, dry):
     return {"ops": table, "reps": reps, "device": device}
 
 
+def small_step(device, dry, data_dir):
+    """train_step.py's training step of the small preset and one batch of 8,192 target tokens (--dry-run:
+    tiny, 256): (step, the batch on the device, sync)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train_step import make_batches, run_ours
+    batches, _ = make_batches(8000, 256 if dry else 8192, 1, data_dir)
+    _, step, dev, sync, _, _ = run_ours("tiny" if dry else "small", batches, 1, device)
+    return step, dev[0], sync
+
+
 def worker_profile(device, dry, data_dir):
     """Where the small preset's training step spends its time, op by op: the step's median wall time
     unsynchronised (as training runs it), then mt.profile(sync=True) over 3 steps (each op waited for:
     its real time; what is outside the ops is the engine's Python and the launches between them)."""
     import minitransformer as mt
     from minitransformer import backend
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train_step import make_batches, run_ours
-    preset, tokens, reps = ("tiny", 256, 2) if dry else ("small", 8192, 10)
-    batches, _ = make_batches(8000, tokens, 1, data_dir)
-    cfg, step, dev, sync, xp, _ = run_ours(preset, batches, reps, device)
+    step, batch, sync = small_step(device, dry, data_dir)
+    reps = 2 if dry else 10
     for _ in range(3):                  # compilation, the memory pool
-        step(dev[0])
+        step(batch)
     times = []
     for _ in range(reps):
         sync()
         start = time.perf_counter()
-        step(dev[0])
+        step(batch)
         sync()
         times.append(time.perf_counter() - start)
     with mt.profile(sync=device == "gpu") as prof:
         for _ in range(3):
-            step(dev[0])
+            step(batch)
     ops = {name: {"forward_ms": f * 1e3 / 3, "backward_ms": b * 1e3 / 3} for name, (f, b) in prof.totals().items()}
-    return {"preset": preset, "tokens": int(dev[0][2].size), "step_ms": statistics.median(times) * 1e3,
-            "profiled_step_ms": prof.wall * 1e3 / 3, "ops": ops, "table": prof.table(top=25),
+    return {"preset": "tiny" if dry else "small", "tokens": int(batch[2].size),
+            "step_ms": statistics.median(times) * 1e3, "profiled_step_ms": prof.wall * 1e3 / 3, "ops": ops, "table": prof.table(top=25),
             "fused": backend.fused, "device": device}
 
 
@@ -194,10 +201,7 @@ def worker_graph(device, dry, data_dir):
     import traceback
     import cupy
     cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)   # before any array of the run exists
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train_step import make_batches, run_ours
-    batches, _ = make_batches(8000, 256 if dry else 8192, 1, data_dir)
-    cfg, step, dev, sync, xp, _ = run_ours("tiny" if dry else "small", batches, 10, device)
+    step, batch, _ = small_step(device, dry, data_dir)
     stream = cupy.cuda.Stream(non_blocking=True)
 
     def median_ms(run, reps=10):
@@ -211,12 +215,12 @@ def worker_graph(device, dry, data_dir):
         return statistics.median(times) * 1e3
     with stream:
         for _ in range(3):
-            step(dev[0])
-        result = {"eager_ms": median_ms(lambda: step(dev[0])), "device": device}
+            step(batch)
+        result = {"eager_ms": median_ms(lambda: step(batch)), "device": device}
         try:
             stream.begin_capture()
             try:
-                loss = step(dev[0])
+                loss = step(batch)
             finally:
                 graph = stream.end_capture()
         except Exception as e:  # the first op that cannot be captured
@@ -256,11 +260,17 @@ def run_pytest(files, seconds, args, out, name, extra=()):
     return {"exit": code, **counts, "failed tests": failed}
 
 
-def stage_env(args, out, seconds):
-    code, output = run_command([sys.executable, __file__, "--worker", "env", "--device", args.device], seconds)
+def run_worker(name, args, seconds):
+    """This script's `--worker name` in a subprocess: the JSON it prints."""
+    cmd = [sys.executable, __file__, "--worker", name, "--device", args.device, "--data-dir", args.data_dir]
+    code, output = run_command(cmd + ["--dry-run"] * args.dry_run, seconds)
     if code != 0:
-        raise RuntimeError(f"the env worker ended with {code}: {output.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"the {name} worker ended with {code}: {output.strip().splitlines()[-1:]}")
     return last_json(output)
+
+
+def stage_env(args, out, seconds):
+    return run_worker("env", args, seconds)
 
 
 def stage_kernels(args, out, seconds):
@@ -284,29 +294,17 @@ def stage_suite(args, out, seconds):
 
 
 def stage_fused(args, out, seconds):
-    cmd = [sys.executable, __file__, "--worker", "fused", "--device", args.device] + ["--dry-run"] * args.dry_run
-    code, output = run_command(cmd, seconds)
-    if code != 0:
-        raise RuntimeError(f"the fused worker ended with {code}: {output.strip().splitlines()[-1:]}")
-    return last_json(output)
+    return run_worker("fused", args, seconds)
 
 
 def stage_profile(args, out, seconds):
-    cmd = [sys.executable, __file__, "--worker", "profile", "--device", args.device, "--data-dir", args.data_dir]
-    code, output = run_command(cmd + ["--dry-run"] * args.dry_run, seconds)
-    if code != 0:
-        raise RuntimeError(f"the profile worker ended with {code}: {output.strip().splitlines()[-1:]}")
-    result = last_json(output)
+    result = run_worker("profile", args, seconds)
     (out / "profile.txt").write_text(result["table"] + "\n", encoding="utf-8")
     return result
 
 
 def stage_graph(args, out, seconds):
-    cmd = [sys.executable, __file__, "--worker", "graph", "--device", args.device, "--data-dir", args.data_dir]
-    code, output = run_command(cmd + ["--dry-run"] * args.dry_run, seconds)
-    if code != 0:
-        raise RuntimeError(f"the graph worker ended with {code}: {output.strip().splitlines()[-1:]}")
-    return last_json(output)
+    return run_worker("graph", args, seconds)
 
 
 def stage_train_step(args, out, seconds):
