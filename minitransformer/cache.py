@@ -13,20 +13,25 @@ from . import backend
 class KVCache:
     """The keys and values of one attention layer, kept between decoding steps (inference only).
 
-    Arrays (B, H, T, K), no graph. Decoder self-attention appends the new positions' keys and values
-    at each step (`append`, one position per step, into a buffer of `capacity` positions that doubles
-    when full, so a step copies only what is new; a search that knows its longest output reserves
-    that many, and no step copies the earlier positions into a larger buffer); encoder-decoder
-    attention stores the memory's keys and values once (`set`) and reuses them for the rest of the
-    sentence. `reorder(index)` keeps rows `index` of the
-    batch, in that order (beam search; repeated rows expand a batch into beams).
+    `k` and `v` are (B, H, T, K) arrays, no graph. Decoder self-attention appends the new positions'
+    keys and values at each step (`append`, one position per step, into a buffer of `capacity`
+    positions that doubles when full, so a step copies only what is new; a search that knows its
+    longest output reserves that many, and no step copies the earlier positions into a larger buffer);
+    encoder-decoder attention hands over the memory's keys and values once (`set`) and reuses them for
+    the rest of the sentence. `reorder(index)` keeps rows `index` of the batch, in that order (beam
+    search; repeated rows expand a batch into beams).
+
+    The buffers behind k and v are laid out (capacity, B, H, K), positions first, and k, v are
+    transposed views of them. Positions first, a step writes one contiguous slab and memory is touched
+    only as positions fill (a reserved capacity costs nothing until used: the OS hands out zeroed
+    pages on first touch); all heads of one position of one row are one contiguous block, which a
+    reorder copies in one piece; and the batched products of attention read these views as fast.
     """
 
     def __init__(self, capacity=0):
         self.capacity = capacity  # positions to hold before the buffers must grow (0: grow as needed)
-        self._k = self._v = None  # (B, H, capacity, K)
+        self._k = self._v = None  # (capacity, B, H, K)
         self.length = 0           # positions held
-        self._own = False         # the buffers are append's own (not set's arrays): reorder may write them
 
     def __len__(self):
         return self.length
@@ -37,30 +42,30 @@ class KVCache:
 
     @property
     def k(self):
-        return None if self._k is None else self._k[:, :, :self.length]  # (B, H, T, K)
+        return None if self._k is None else self._k[:self.length].transpose(1, 2, 0, 3)  # (B, H, T, K)
 
     @property
     def v(self):
-        return None if self._v is None else self._v[:, :, :self.length]  # (B, H, T, K)
+        return None if self._v is None else self._v[:self.length].transpose(1, 2, 0, 3)  # (B, H, T, K)
 
     def set(self, k, v):
-        """Hold exactly k, v (B, H, S, K): the memory's keys and values."""
-        self._k, self._v, self.length, self._own = k, v, k.shape[2], False
+        """Hold k, v (B, H, S, K), the memory's keys and values, handed over: reorder may write them."""
+        self._k, self._v = k.transpose(2, 0, 1, 3), v.transpose(2, 0, 1, 3)    # (S, B, H, K) views
+        self.length = k.shape[2]
         return k, v
 
     def append(self, k, v):
         """Add the keys and values (B, H, n, K) of n new positions; return all of them (B, H, T, K)."""
         B, H, n, K = k.shape
-        if self._k is None or self.length + n > self._k.shape[2]:
+        if self._k is None or self.length + n > self._k.shape[0]:
             capacity = max(self.capacity, 16, 2 * (self.length + n))
             for name in ("_k", "_v"):
-                buf = backend.xp.empty((B, H, capacity, K), dtype=k.dtype)
+                buf = backend.xp.empty((capacity, B, H, K), dtype=k.dtype)
                 if self.length:
-                    buf[:, :, :self.length] = getattr(self, name)[:, :, :self.length]
+                    buf[:self.length] = getattr(self, name)[:self.length]
                 setattr(self, name, buf)
-            self._own = True
-        self._k[:, :, self.length:self.length + n] = k
-        self._v[:, :, self.length:self.length + n] = v
+        self._k[self.length:self.length + n] = k.transpose(2, 0, 1, 3)        # (n, B, H, K)
+        self._v[self.length:self.length + n] = v.transpose(2, 0, 1, 3)
         self.length += n
         return self.k, self.v
 
@@ -75,33 +80,51 @@ class KVCache:
         sees only positions <= p), and beams mostly differ in their last few tokens. In place also
         spares allocating a new buffer each step (a large one comes fresh from the OS, page by page).
         """
-        if self._k is None:
+        if self._k is not None:
+            self.apply(moves(index, shared, self.length, self._k.shape[1]))
+
+    def apply(self, plan):
+        """Carry out a plan of moves() (made once for all the layers of a decoder: they move alike)."""
+        if plan is None:                                   # nothing moves
             return
-        index = backend.to_numpy(index)                                  # decided on the host
-        B, L = self._k.shape[0], self.length
-        if len(index) == B and (index == np.arange(B)).all():           # nothing moves
-            return
-        if not self._own or len(index) > B:          # set's arrays (not ours to write), or more rows
+        index, dst, src, pos = plan
+        L = self.length
+        if dst is None:                                    # more rows: new buffers, as much spare room
             i = backend.asarray(index)
-            for name in ("_k", "_v"):                  # new buffers (B', H, capacity, K), as much spare room
+            for name in ("_k", "_v"):
                 old = getattr(self, name)
-                setattr(self, name, backend.xp.empty((len(index),) + old.shape[1:], dtype=old.dtype))
-                getattr(self, name)[:, :, :L] = old[i, :, :L]
-            self._own = True
+                new = backend.xp.empty((old.shape[0], len(index)) + old.shape[2:], dtype=old.dtype)
+                new[:L] = old[:L, i]
+                setattr(self, name, new)
             return
-        start = np.zeros(len(index), np.int64) if shared is None else np.minimum(shared, L)
-        rows = np.flatnonzero((index != np.arange(len(index))) & (start < L))  # the rows that change
-        if shared is None:                               # whole rows: (moved, H, T, K) slices
-            dst, src, pos = backend.asarray(rows), backend.asarray(index[rows]), slice(0, L)
-        else:                                            # one (row, position) pair per key and value to copy:
-            count = L - start[rows]                      # rows[j] at positions start[rows[j]] .. L-1
-            dst = np.repeat(rows, count)                                                        # (P,)
-            pos = np.arange(len(dst)) - np.repeat(np.cumsum(count) - count - start[rows], count)  # (P,)
-            dst, src, pos = backend.asarray(dst), backend.asarray(index[dst]), backend.asarray(pos)
-        if len(rows):
-            for buf in (self._k, self._v):
-                buf[dst, :, pos] = buf[src, :, pos]      # all read before anything is written
-        self._k, self._v = self._k[:len(index)], self._v[:len(index)]   # dropped rows: a view of the first ones
+        if len(dst):
+            for buf in (self._k, self._v):                 # all read before anything is written
+                if pos is None:
+                    buf[:L, dst] = buf[:L, src]            # whole rows (L, moved, H, K)
+                else:
+                    buf[pos, dst] = buf[pos, src]          # (position, row) pairs: (P, H, K) blocks
+        self._k, self._v = self._k[:, :len(index)], self._v[:, :len(index)]  # dropped rows: a view of the first
+
+
+def moves(index, shared, length, rows):
+    """What keeping rows `index` of a cache of `rows` rows and `length` positions copies (KVCache.reorder):
+    None when nothing moves; (index, None, None, None) when there are more rows than before (new
+    buffers); else (index, dst, src, pos) on the device: row src[j] into row dst[j], at position pos[j]
+    (pos None: every position), only the rows that change (index[i] != i) and only the positions
+    after the first shared[i]."""
+    index = backend.to_numpy(index)                                        # decided on the host
+    if len(index) == rows and (index == np.arange(rows)).all():
+        return None
+    if len(index) > rows:
+        return index, None, None, None
+    start = np.zeros(len(index), np.int64) if shared is None else np.minimum(shared, length)
+    changed = np.flatnonzero((index != np.arange(len(index))) & (start < length))  # the rows that change
+    if shared is None:
+        return index, backend.asarray(changed), backend.asarray(index[changed]), None
+    count = length - start[changed]                       # changed[j] at positions start .. length-1
+    dst = np.repeat(changed, count)                                                          # (P,)
+    pos = np.arange(len(dst)) - np.repeat(np.cumsum(count) - count - start[changed], count)  # (P,)
+    return index, backend.asarray(dst), backend.asarray(index[dst]), backend.asarray(pos)
 
 
 class DecoderCache:
@@ -121,6 +144,7 @@ class DecoderCache:
     which copies no memory, and reordering beams within their sentence leaves the memory as it is.
     shared (one integer per new row, see KVCache.reorder): positions whose keys and values row i
     already has in self-attention, as when beams of one sentence share their first tokens.
+    The layers move alike, so the moves are worked out once for all of them.
     """
 
     def __init__(self, n_layers, capacity=0):
@@ -135,9 +159,11 @@ class DecoderCache:
         return self.self_attn[i], self.cross_attn[i]
 
     def reorder(self, index, memory_rows=None, shared=None):
-        index = backend.to_numpy(index)  # each KVCache decides on the host which rows move
+        index = backend.to_numpy(index)
         memory_rows = index if memory_rows is None else backend.to_numpy(memory_rows)
-        for c in self.self_attn:
-            c.reorder(index, shared)
-        for c in self.cross_attn:
-            c.reorder(memory_rows)       # the memory's keys and values: no positions in common
+        for caches, rows, common in ((self.self_attn, index, shared), (self.cross_attn, memory_rows, None)):
+            filled = [c for c in caches if c._k is not None]
+            if filled:
+                plan = moves(rows, common, filled[0].length, filled[0]._k.shape[1])
+                for c in filled:
+                    c.apply(plan)

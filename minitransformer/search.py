@@ -234,13 +234,14 @@ def _top_candidates(logp, alive, width):
     keep = xp.sort(xp.argsort(-best, axis=1, kind="stable")[:, :width], axis=1)  # (Ba, w), w <= width: in order
     row = (xp.arange(Ba)[:, None] * n + keep // nb)[:, :, None]                       # (Ba, w, 1)
     cand = (blocks[xp.arange(Ba)[:, None] * (n * nb) + keep] + alive[row]).reshape(Ba, -1)  # (Ba, w*bs)
+    # each kept block holds a candidate >= the least kept maximum, so the best ww are among those >= it
     ww = min(width, cand.shape[1])
-    top = xp.argpartition(cand, cand.shape[1] - ww, axis=1)[:, cand.shape[1] - ww:]   # (Ba, ww), any order
-    last = xp.take_along_axis(cand, top, 1).min(axis=1, keepdims=True)              # where a tie was cut at
-    tied = (cand == last).sum(1) > (xp.take_along_axis(cand, top, 1) == last).sum(1)  # the edge (as -inf),
-    top[tied] = xp.argsort(-cand[tied], axis=1, kind="stable")[:, :ww]                # a stable sort decides
-    top = xp.sort(top, axis=1)                                   # index order, then a stable sort by score
-    top = xp.take_along_axis(top, xp.argsort(-xp.take_along_axis(cand, top, 1), axis=1, kind="stable"), 1)
+    theta = xp.take_along_axis(best, keep, 1).min(axis=1, keepdims=True) if keep.shape[1] >= ww else -xp.inf
+    r, c = xp.nonzero(cand >= theta)                       # (P,) each: by sentence, then index (a few each)
+    by_score = xp.argsort(-cand[r, c], kind="stable")      # best first; ties keep the lower index first
+    order = by_score[xp.argsort(r[by_score], kind="stable")]                          # then by sentence
+    first = xp.searchsorted(r[order], xp.arange(Ba))                                  # each sentence's first
+    top = c[order][first[:, None] + xp.arange(ww)]                                    # (Ba, ww), best first
     scores = backend.to_numpy(xp.take_along_axis(cand, top, 1))                        # (Ba, ww)
     idx = backend.to_numpy(xp.take_along_axis(keep, top // bs, 1) * bs + top % bs)    # beam * V + token
     if ww < width:                                               # too few candidates: -inf, beam 0, <pad>

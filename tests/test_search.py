@@ -277,7 +277,7 @@ def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_
     grown = []
     append = KVCache.append
     def spy(self, k, v):
-        grown.append(self._k is None or self.length + k.shape[2] > self._k.shape[2])
+        grown.append(self._k is None or self.length + k.shape[2] > self._k.shape[0])
         return append(self, k, v)
     monkeypatch.setattr(KVCache, "append", spy)
     model = make_model()
