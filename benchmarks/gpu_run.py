@@ -159,7 +159,7 @@ def small_step(device, dry, data_dir):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from train_step import make_batches, run_ours
     batches, _ = make_batches(8000, 256 if dry else 8192, 1, data_dir)
-    _, step, dev, sync, _, _ = run_ours("tiny" if dry else "small", batches, 1, device)
+    _, step, dev, sync, _, _, _ = run_ours("tiny" if dry else "small", batches, 1, device)
     return step, dev[0], sync
 
 

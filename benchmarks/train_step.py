@@ -5,6 +5,7 @@ Multi30k's, for the tiny, small and base presets; side by side with an equivalen
     python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
     python benchmarks/train_step.py --preset tiny small base --torch --steps 10
     python benchmarks/train_step.py --preset tiny --torch --rounds 5   # alternating: a ratio a noisy machine keeps
+    python benchmarks/train_step.py --preset tiny small --torch --ranks 2  # 2 ranks of 1 thread (mpiexec), both
     python benchmarks/train_step.py --device gpu --data-dir data/multi30k        # on CuPy
     python benchmarks/train_step.py --device gpu --torch --tf32 --json tf32.json  # TF32 matmuls, both sides
 
@@ -20,6 +21,11 @@ the output projection 2BTDV. The ceiling is a large float32 matmul measured by t
 Each framework runs in its own subprocess (with --rounds R, R of each, alternating), so peak memory
 (RSS growth over the timed steps; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
 PyTorch's allocator) belongs to one framework alone.
+--ranks N runs each framework as N data-parallel processes of cores / N threads each (mpiexec; ours through
+distributed.py, PyTorch through DistributedDataParallel on gloo), as `examples/multi30k.py` trains by default
+on a CPU: each rank takes rows r, r + N, ... of every batch, the gradients are summed over the ranks, and
+the step's time is rank 0's (the Allreduce makes every rank wait for the slowest); memory is the sum over
+the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
 """
 import argparse
 import gzip
@@ -27,6 +33,7 @@ import itertools
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +44,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from minitransformer import distributed  # noqa: E402
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 GENERATED = "generated (no Multi30k train.de.gz/train.en.gz given)"
 VOCAB = {"tiny": 8000, "small": 8000, "base": 37000, "big": 37000}
@@ -105,15 +113,32 @@ def matmul_ceiling(xp, sync, n=2048, reps=5):
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
 
+def free_port():
+    """A TCP port free on this machine now (for the PyTorch ranks' rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def shard(batch, rank, size):
+    """Rank `rank`'s part of a length-sorted batch (rows rank, rank + size, ...) and its share of the
+    batch's target tokens (the weight of its mean loss in the mean over all ranks' tokens)."""
+    part = tuple(a[rank::size] for a in batch)
+    if not len(part[0]):
+        raise SystemExit(f"a batch of {len(batch[0])} sentences cannot give each of {size} ranks one: raise --max-tokens")
+    return part, float((part[2] != 0).sum() / (batch[2] != 0).sum())
 
 
 def run_ours(preset, batches, steps, device):
     import minitransformer as mt
     import minitransformer.functional as F
     from minitransformer import backend
+    world = distributed.world()
     mt.use(device)
     mt.seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
@@ -122,22 +147,27 @@ def run_ours(preset, batches, steps, device):
     sched = mt.optim.WarmupSchedule(cfg.d_model, warmup_steps=4000)
     xp = backend.xp
     dev = []
-    for src, tgt_in, tgt_out in batches:
+    for batch in batches:
+        (src, tgt_in, tgt_out), share = shard(batch, world.rank, world.size)
         causal = np.tril(np.ones((tgt_in.shape[1],) * 2, bool))
         dev.append(tuple(backend.asarray(a) for a in (src, tgt_in, tgt_out, (src != 0)[:, None, None, :],
-                                                      (tgt_in != 0)[:, None, None, :] & causal)))
+                                                      (tgt_in != 0)[:, None, None, :] & causal)) + (share,))
     step_no = [0]
 
     def step(b):
-        src, tgt_in, tgt_out, src_mask, tgt_mask = b
+        src, tgt_in, tgt_out, src_mask, tgt_mask, share = b
         logits = model(src, tgt_in, src_mask, tgt_mask)
         loss = F.cross_entropy(logits, tgt_out, ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
         opt.zero_grad()
+        if world.size > 1:                       # this rank's part of the mean over every rank's tokens
+            loss = loss * share
         loss.backward()
+        if world.size > 1:
+            loss = distributed.sum_over_ranks(world, opt, loss.data, [0, 0])[0]
         step_no[0] += 1
         opt.step(lr=sched(step_no[0]))
         return loss
-    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_peak_used(xp, step, dev))
+    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_peak_used(xp, step, dev)), world
 
 
 def _gpu_peak_used(xp, step, batches):
@@ -165,22 +195,29 @@ def run_torch(preset, batches, steps, device):
     import torch
     from torch_reference import TorchTransformer
     import minitransformer as mt
-    torch.set_num_threads(os.cpu_count() or 1)
+    ranks = distributed.launched_size()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ["CUPY_TF32"] == "1"
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     dev = "cuda" if device == "gpu" else "cpu"
     model = TorchTransformer(cfg).to(dev)
+    world = TorchWorld(ranks)
+    if ranks > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)       # averages the gradients of the ranks
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: cfg.d_model ** -0.5 * min((s + 1) ** -0.5, (s + 1) * 4000 ** -1.5))
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
-    data = [tuple(torch.as_tensor(a, device=dev) for a in b) for b in batches]
+    data = []
+    for batch in batches:
+        part, share = shard(batch, world.rank, ranks)
+        data.append(tuple(torch.as_tensor(a, device=dev) for a in part) + (share * ranks,))   # DDP divides by N
 
     def step(b):
-        src, tgt_in, tgt_out = b
+        src, tgt_in, tgt_out, weight = b
         logits = model(src, tgt_in)
-        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1))
+        loss = loss_fn(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1)) * weight
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -188,14 +225,38 @@ def run_torch(preset, batches, steps, device):
         return loss
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     peak = (lambda: torch.cuda.max_memory_allocated()) if dev == "cuda" else (lambda: None)
-    return cfg, step, data, sync, None, peak
+    return cfg, step, data, sync, None, peak, world
+
+
+class TorchWorld:
+    """The PyTorch side's ranks under mpiexec: a gloo process group on this machine (rank and size from
+    mpiexec's environment), and a sum of a few numbers over the ranks; one process alone: rank 0 of 1."""
+
+    def __init__(self, size):
+        import torch.distributed as dist
+        self.size, self.rank = size, 0
+        if size > 1:
+            for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
+                if os.environ.get(name, "").isdigit():
+                    self.rank = int(os.environ[name])
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['TRAIN_STEP_PORT']}",
+                                    rank=self.rank, world_size=size)
+
+    def sum_(self, array):
+        if self.size > 1:
+            import torch
+            import torch.distributed as dist
+            t = torch.as_tensor(array)
+            dist.all_reduce(t)
+            array[...] = t.numpy()
+        return array
 
 
 def worker(args):
     """Time one framework on one preset; print one JSON line."""
     batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, args.data_dir)
     runner = run_torch if args.worker == "torch" else run_ours
-    cfg, step, data, sync, xp, peak = runner(args.preset, batches, args.steps, args.device)
+    cfg, step, data, sync, xp, peak, world = runner(args.preset, batches, args.steps, args.device)
     for b in data[: args.warmup]:
         step(b)
     sync()
@@ -209,21 +270,28 @@ def worker(args):
         flops.append(3 * forward_flops(cfg, src.shape[0], src.shape[1], tgt_in.shape[1]))
         tokens.append(int((tgt_in != 0).sum()))
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    grown = world.sum_(np.array([max(maxrss - rss0, 0), maxrss], dtype=np.float64))  # every rank's memory
+    loss = float(loss.item())
+    if args.worker == "torch":  # each rank's loss is its part x N (DDP averages): their mean is the batch's
+        loss = world.sum_(np.array([loss]))[0] / world.size
+    if world.rank != 0:
+        return
     if xp is None:
         import torch
         xp = torch
         ceiling = _torch_ceiling(torch, args.device)
     else:
         ceiling = matmul_ceiling(xp, sync)
+    ceiling *= world.size       # one rank's threads measured it, alone: the machine's, as one process's
     med = statistics.median(times)
-    gpu_peak = peak()
+    gpu_peak = peak()       # on a GPU: one rank's (--ranks is for the CPU)
     print(json.dumps({
         "framework": args.worker, "preset": args.preset, "ms_per_step": med * 1e3,
         "tokens_per_s": sum(tokens) / sum(times), "flops_per_s": sum(flops) / sum(times),
-        "ceiling": ceiling, "peak_mem_mb": (gpu_peak if gpu_peak is not None else max(maxrss - rss0, 0)) / 2 ** 20,
-        "rss_mb": maxrss / 2 ** 20, "avg_tgt_tokens": statistics.mean(tokens),
+        "ceiling": ceiling, "peak_mem_mb": (gpu_peak if gpu_peak is not None else grown[0]) / 2 ** 20,
+        "rss_mb": grown[1] / 2 ** 20, "ranks": world.size, "avg_tgt_tokens": statistics.mean(tokens),
         "avg_padded_tgt": statistics.mean(b[1].size for b in batches[args.warmup:]),
-        "lengths": source, "loss": float(loss.item()), "steps": len(times), "device": args.device,
+        "lengths": source, "loss": loss, "steps": len(times), "device": args.device,
         "tf32": os.environ["CUPY_TF32"] == "1"}))
 
 
@@ -255,6 +323,8 @@ def main(argv=None):
     p.add_argument("--data-dir", type=Path, help="where Multi30k's train.de.gz and train.en.gz are, for the "
                    f"sentence lengths (default: {SHARED} where it exists, else generated lengths)")
     p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
+    p.add_argument("--ranks", type=int, nargs="+", default=[1], help="data-parallel processes per framework "
+                   "(mpiexec, cores / N threads each); several values alternate, e.g. 1 2 (default: 1)")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -262,9 +332,14 @@ def main(argv=None):
         args.preset = args.preset[0]
         return worker(args)
     for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
-                               ("--max-tokens", args.max_tokens, 1), ("--rounds", args.rounds, 1)):
+                               ("--max-tokens", args.max_tokens, 1), ("--rounds", args.rounds, 1),
+                               ("--ranks", min(args.ranks), 1)):
         if value < low:
             p.error(f"{option} must be at least {low}, got {value}")
+    if max(args.ranks) > 1 and args.device == "gpu":
+        p.error("--ranks is for the CPU (one GPU here: its ranks would share it)")
+    if max(args.ranks) > 1 and not distributed.can_launch():
+        p.error(f"--ranks {max(args.ranks)} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
     if args.data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
         args.data_dir = SHARED
     elif args.data_dir is not None:
@@ -277,12 +352,19 @@ def main(argv=None):
               f"GENERATED sentence lengths, not Multi30k's; give --data-dir for comparable figures", file=sys.stderr)
     results, failed = [], []
     env = {**os.environ, "CUPY_TF32": "1" if args.tf32 else "0"}
-    for preset, _, fw in itertools.product(args.preset, range(args.rounds), ["ours"] + ["torch"] * args.torch):
+    for preset, _, ranks, fw in itertools.product(args.preset, range(args.rounds), args.ranks,
+                                                  ["ours"] + ["torch"] * args.torch):
         if fw == "torch" and not args.torch:             # found missing in an earlier round: said once
             continue
         cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
+        if ranks > 1:
+            cmd = distributed.mpiexec_command(ranks) + cmd
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
+            env["TRAIN_STEP_PORT"] = str(free_port())
+        else:
+            env.pop("OMP_NUM_THREADS", None)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
         if out.returncode != 0:
             tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
@@ -295,20 +377,20 @@ def main(argv=None):
             continue
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = results[-1]
-        print(f"{r['framework']:6s} {r['preset']:6s} {r['ms_per_step']:9.1f} ms/step "
+        print(f"{r['framework']:6s} {r['preset']:6s} x{r['ranks']} {r['ms_per_step']:9.1f} ms/step "
               f"{r['tokens_per_s']:9.0f} tgt tok/s {r['flops_per_s'] / 1e9:7.1f} GFLOP/s "
               f"({r['flops_per_s'] / r['ceiling']:5.1%} of {r['ceiling'] / 1e9:.0f}) "
               f"peak step memory {r['peak_mem_mb']:7.0f} MB  loss {r['loss']:.3f}")
-    for preset in args.preset:
-        ours, torch = ([r for r in results if (r["framework"], r["preset"]) == (fw, preset)]
+    for preset, ranks in itertools.product(args.preset, args.ranks):
+        ours, torch = ([r for r in results if (r["framework"], r["preset"], r["ranks"]) == (fw, preset, ranks)]
                        for fw in ("ours", "torch"))
         if ours and len(ours) == len(torch):             # round i of ours against round i of PyTorch
             ratios = sorted(o["ms_per_step"] / t["ms_per_step"] for o, t in zip(ours, torch))
             memory = statistics.median(o["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9)
                                        for o, t in zip(ours, torch))
             spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
-            print(f"{preset}: step time ours / PyTorch = {statistics.median(ratios):.2f}x{spread}, "
-                  f"memory ours / PyTorch = {memory:.2f}x")
+            print(f"{preset}, {ranks} rank{'s' * (ranks > 1)} each: step time ours / PyTorch = "
+                  f"{statistics.median(ratios):.2f}x{spread}, memory ours / PyTorch = {memory:.2f}x")
     if results:
         print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
               f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}"

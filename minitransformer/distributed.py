@@ -144,15 +144,19 @@ def can_launch():
     return shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
 
 
+def mpiexec_command(ranks):
+    """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses)."""
+    mpiexec = shutil.which("mpiexec")
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    return [mpiexec, *["--allow-run-as-root"] * ("Open MPI" in version and os.geteuid() == 0), "-n", str(ranks)]
+
+
 def launch(script, argv, ranks):
     """Run `python script *argv` as `ranks` processes under mpiexec, OMP_NUM_THREADS = cores / ranks (one
     BLAS thread per core); the exit code. A Ctrl-C reaches mpiexec too, which passes it to the ranks: they
     stop after the same update, with a checkpoint, while this process waits for them."""
-    threads, mpiexec = max(1, (os.cpu_count() or 1) // ranks), shutil.which("mpiexec")
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    as_root = ["--allow-run-as-root"] * ("Open MPI" in version and os.geteuid() == 0)   # else Open MPI refuses
-    proc = subprocess.Popen([mpiexec, *as_root, "-n", str(ranks), sys.executable, str(script), *argv],
-                            env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    proc = subprocess.Popen([*mpiexec_command(ranks), sys.executable, str(script), *argv],
+                            env={**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))})
     while True:
         try:
             return proc.wait()

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from minitransformer import distributed
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).glob("*.py")
                  if p.name != "torch_reference.py")  # a module that the benchmarks import, not a script
@@ -38,6 +40,8 @@ BAD = [
     ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"], r"--data-dir .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--rounds", "0"], r"--rounds must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--ranks", "1", "0"], r"--ranks must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--ranks", "2", "--device", "gpu"], r"--ranks is for the CPU"),
     ("benchmarks/train_step.py", ["--data-dir", "{tmp}"], r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
 ]
 
@@ -87,6 +91,18 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
     assert [(r["framework"], r["preset"]) for r in rows if r["framework"] == "ours"] == [("ours", "tiny")] * 2
     assert out.stdout.count("PyTorch is not installed") == (0 if any(r["framework"] == "torch" for r in rows) else 1)
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
+
+
+@pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
+def test_train_step_ranks_share_each_batch(tmp_path):
+    """--ranks 1 2: the same batches in one process and in 2 ranks (rows r, r + 2, ... each, mean losses
+    weighted by their share of the tokens): the update's loss is the whole batch's, not the sum of two means."""
+    out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256",
+                                           "--ranks", "1", "2", "--json", str(tmp_path / "r.json")])
+    assert out.returncode == 0, out.stderr
+    one, two = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert (one["ranks"], two["ranks"]) == (1, 2) and one["avg_tgt_tokens"] == two["avg_tgt_tokens"]
+    assert abs(two["loss"] - one["loss"]) < 0.02 * one["loss"]      # dropout differs, the scale does not
 
 
 def _multi30k():
