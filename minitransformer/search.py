@@ -223,7 +223,9 @@ def _top_candidates(logp, alive, width):
     only where needed: each row is cut into nb blocks of tokens, and only the `width` blocks of a
     sentence with the best maxima are searched (rounding keeps the order: the best log_prob of a block
     is its best logp + alive). Nothing is lost: a candidate elsewhere is beaten by those `width`
-    maxima (better, or equal and in a lower block: a lower index).
+    maxima (better, or equal and in a lower block: a lower index). Of the kept blocks' tokens, only
+    those at least as good as the least kept maximum are sorted: each kept block holds one, so the
+    best `width` are among them (usually a few dozen of the width * V / nb).
     """
     xp, (Ba, n), V = backend.xp, alive.shape, logp.shape[1]
     nb = max(d for d in range(1, 33) if V % d == 0)       # blocks per row, of bs tokens each
