@@ -128,9 +128,10 @@ def rss_bytes():
 def shard(batch, rank, size):
     """Rank `rank`'s part of a length-sorted batch (rows rank, rank + size, ...) and its share of the
     batch's target tokens (the weight of its mean loss in the mean over all ranks' tokens)."""
+    if len(batch[0]) < size:                    # decided alike on every rank: none is left waiting
+        raise SystemExit(f"a batch of {len(batch[0])} sentence(s) cannot give each of {size} ranks one: "
+                         f"raise --max-tokens")
     part = tuple(a[rank::size] for a in batch)
-    if not len(part[0]):
-        raise SystemExit(f"a batch of {len(batch[0])} sentences cannot give each of {size} ranks one: raise --max-tokens")
     return part, float((part[2] != 0).sum() / (batch[2] != 0).sum())
 
 

@@ -103,6 +103,10 @@ def test_train_step_ranks_share_each_batch(tmp_path):
     one, two = json.loads((tmp_path / "r.json").read_text())["results"]
     assert (one["ranks"], two["ranks"]) == (1, 2) and one["avg_tgt_tokens"] == two["avg_tgt_tokens"]
     assert abs(two["loss"] - one["loss"]) < 0.02 * one["loss"]      # dropout differs, the scale does not
+    # a batch too small to share: every rank says so and stops (none waits for the others in the Allreduce)
+    out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "8",
+                                           "--ranks", "2"])
+    assert out.returncode == 1 and "cannot give each of 2 ranks one: raise --max-tokens" in out.stdout
 
 
 def _multi30k():
