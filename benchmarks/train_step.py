@@ -244,12 +244,11 @@ class TorchWorld:
                                     rank=self.rank, world_size=size)
 
     def sum_(self, array):
+        """Sum a NumPy array over the ranks, in place; returns it."""
         if self.size > 1:
             import torch
             import torch.distributed as dist
-            t = torch.as_tensor(array)
-            dist.all_reduce(t)
-            array[...] = t.numpy()
+            dist.all_reduce(torch.from_numpy(array))        # the tensor shares the array's memory
         return array
 
 
@@ -360,13 +359,12 @@ def main(argv=None):
         cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-        if ranks > 1:
+        run_env = env
+        if ranks > 1:                                    # one BLAS thread per core across the ranks
             cmd = distributed.mpiexec_command(ranks) + cmd
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
-            env["TRAIN_STEP_PORT"] = str(free_port())
-        else:
-            env.pop("OMP_NUM_THREADS", None)
-        out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=env)
+            run_env = {**env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks)),
+                       "TRAIN_STEP_PORT": str(free_port())}
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)
         if out.returncode != 0:
             tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
             if fw == "torch" and "No module named 'torch'" in out.stderr:
