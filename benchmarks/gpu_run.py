@@ -10,8 +10,8 @@ Stages, in order, each within its share of --minutes (what one leaves goes to th
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True): profile.txt), graph 3% (a probe: can the small step be
-captured as one CUDA graph, and what would replaying it save), train_step
+(the small step op by op, mt.profile(sync=True): profile.txt), graph 3% (a probe: which parts of the
+small step can be captured as CUDA graphs, and what would replaying them save), train_step
 16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
@@ -23,6 +23,7 @@ logs: under 1 MB. Checkpoints stay in --run-dir (default runs/gpu-run), not in -
 suite, tiny shapes and steps: it tests the plumbing, not the GPU.
 """
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -190,47 +191,73 @@ def worker_profile(device, dry, data_dir):
 
 
 def worker_graph(device, dry, data_dir):
-    """A probe, not a feature: can the small preset's whole training step be captured as one CUDA graph
-    (CuPy stream capture, memory from cudaMallocAsync so that allocations become graph nodes), and what
-    would replaying it save against the eager step? Reports the eager step's time, then either the
-    capture's failure (the exception and the package's frames it came from: the first thing to change)
-    or the replay's time. A replay reruns the captured kernels on the captured buffers, with the
-    learning rate and Adam's step count of the captured step: fine for timing, not for training."""
-    if device != "gpu":
-        return {"captured": None, "reason": "CUDA graphs need a GPU", "device": device}
+    """A probe, not a feature: which parts of the small preset's training step can be captured as a CUDA
+    graph (CuPy stream capture, memory from cudaMallocAsync so that allocations become graph nodes), and
+    what would replaying them save against running them eagerly? The parts, each captured on its own:
+    the forward pass and the loss; the same and the backward pass; Adam's update; the whole step. For
+    each: its eager time, then either the capture's failure (the exception and the package's frames it
+    came from: the first thing to change there) or the replay's time. A replay reruns the captured
+    kernels on the captured buffers (Adam with the learning rate and step count it was captured with):
+    fine for timing, not for training. On the CPU (the suite's dry run) the parts run and are timed
+    eagerly, and nothing is captured."""
     import traceback
-    import cupy
-    cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)   # before any array of the run exists
-    step, batch, _ = small_step(device, dry, data_dir)
-    stream = cupy.cuda.Stream(non_blocking=True)
+    gpu = device == "gpu"
+    if gpu:
+        import cupy
+        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)   # before any array of the run exists
+        stream = cupy.cuda.Stream(non_blocking=True)
+    step, batch, sync = small_step(device, dry, data_dir)
+    opt = step.optimizer
 
-    def median_ms(run, reps=10):
+    def backward():
+        opt.zero_grad()
+        step.loss_of(batch).backward()
+    parts = {"forward and loss": lambda: step.loss_of(batch), "forward, loss and backward": backward,
+             "Adam's update": lambda: opt.step(lr=1e-4), "whole step": lambda: step(batch)}
+
+    def median_ms(run, reps=2 if dry else 10):
         times = []
         for _ in range(reps):
-            stream.synchronize()
+            sync()
             start = time.perf_counter()
             run()
-            stream.synchronize()
+            sync()
             times.append(time.perf_counter() - start)
         return statistics.median(times) * 1e3
-    with stream:
-        for _ in range(3):
-            step(batch)
-        result = {"eager_ms": median_ms(lambda: step(batch)), "device": device}
+
+    def probe(run):
+        for _ in range(3):                    # compilation, the memory pool; gradients for Adam's part
+            run()
+        result = {"eager_ms": median_ms(run)}
+        if not gpu:
+            return {**result, "captured": None}
+        error = None
+        stream.begin_capture()
         try:
-            stream.begin_capture()
-            try:
-                loss = step(batch)
-            finally:
-                graph = stream.end_capture()
-        except Exception as e:  # the first op that cannot be captured
+            run()
+        except Exception as e:            # the first op that cannot be captured
+            error = e
+        try:
+            graph = stream.end_capture()
+        except Exception as e:            # an invalidated capture: the op's own error says more
+            error = error or e
+        if error is not None:
             frames = [f"{f.filename.split('/minitransformer/')[-1]}:{f.lineno} {f.name}"
-                      for f in traceback.extract_tb(e.__traceback__) if "/minitransformer/" in f.filename]
-            return {**result, "captured": False, "error": f"{type(e).__name__}: {e}", "package frames": frames[-6:]}
-        result.update(captured=True, replay_ms=median_ms(lambda: graph.launch(stream)),
-                      loss_after_replays=float(loss.data))
-    result["speedup"] = result["eager_ms"] / result["replay_ms"]
-    return result
+                      for f in traceback.extract_tb(error.__traceback__) if "/minitransformer/" in f.filename]
+            return {**result, "captured": False, "error": f"{type(error).__name__}: {error}"[:300],
+                    "package frames": frames[-6:]}
+        replay = median_ms(lambda: graph.launch(stream))
+        return {**result, "captured": True, "replay_ms": replay, "speedup": result["eager_ms"] / replay}
+
+    results = {}
+    for name, run in parts.items():
+        try:
+            with stream if gpu else contextlib.nullcontext():
+                results[name] = probe(run)
+        except Exception as e:            # a part that broke the device for the next: say so, go on
+            results[name] = {"captured": False, "error": f"{type(e).__name__}: {e}"[:300]}
+    return {"parts": results, "captured": all(r.get("captured") for r in results.values()) if gpu else None,
+            "device": device, **({} if gpu else {"reason": "CUDA graphs need a GPU"})}
 
 
 # -------------------------------------------------------------------- stages
@@ -393,9 +420,13 @@ def summary_markdown(results):
         lines += ["", f"## Where the {r['preset']} step's time goes ({r['tokens']} target tokens)", "",
                   f"{r['step_ms']:.1f} ms per step unsynchronised; {r['profiled_step_ms']:.1f} ms with each op "
                   f"waited for (mt.profile(sync=True), 3 steps):", "", "```", r["table"], "```"]
-    if "captured" in stages.get("graph", {}).get("result", {}):
-        lines += ["", "## One training step as a CUDA graph (a probe)", ""] + [
-            f"- {k}: {v}" for k, v in stages["graph"]["result"].items()]
+    if "parts" in stages.get("graph", {}).get("result", {}):
+        lines += ["", "## The training step's parts as CUDA graphs (a probe)", "",
+                  "| part | eager ms | captured | replay ms | speed-up | error, package frames |", "|---|---|---|---|---|---|"]
+        for name, r in stages["graph"]["result"]["parts"].items():
+            lines.append(f"| {name} | {r.get('eager_ms', float('nan')):.2f} | {r.get('captured')} | "
+                         f"{r.get('replay_ms', float('nan')):.2f} | {r.get('speedup', float('nan')):.2f} | "
+                         f"{r.get('error', '')} {' < '.join(r.get('package frames', []))} |")
     if "result" in stages.get("train_step", {}):
         lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
                   "|---|---|---|---|---|---|"]
