@@ -123,10 +123,13 @@ def sorted_scatter_add(target, index, values):
     pairwise: in round s = 1, 2, 4, ... the row at rank r of its run, r a multiple of 2s, takes in the
     row at rank r + s where the run has one. After ceil(log2(longest run)) rounds the first row of each
     run holds the run's sum (rounded like a pairwise sum: log2(n) eps, not n eps), added to target.
-    The bookkeeping (sort, runs, ranks) is done on the host in NumPy: a host index costs no copy, a
-    device one is read back once (a sync). Plain form: np.add.at.
+    The bookkeeping (sort, runs, ranks) runs where the index is: a host index on the host in NumPy (the
+    rounds the longest run needs, no copy back), a device index on the device (sorted_scatter_add_fixed:
+    no sync, and shapes that the ids do not change, as a CUDA graph needs). Plain form: np.add.at.
     """
-    ids = to_numpy(index).reshape(-1)                                 # (N,) on the host
+    if device_of(index) == "gpu":
+        return sorted_scatter_add_fixed(_cupy, target, index, values)
+    ids = np.asarray(index).reshape(-1)                               # (N,) on the host
     if ids.size == 0:
         return target
     put = np.asarray if device_of(target) == "cpu" else _cupy.asarray  # host index arrays -> target's device
@@ -143,6 +146,34 @@ def sorted_scatter_add(target, index, values):
         rows[i] += rows[i + s]
         s *= 2
     target[put(sid[first])] += rows[put(first)]                       # one row per index: no repeats
+    return target
+
+
+def sorted_scatter_add_fixed(xp, target, index, values):
+    """sorted_scatter_add in array module xp (the index's), in shapes that depend on N alone: runs and ranks
+    found by searchsorted in the sorted ids rather than by comparing neighbours, ceil(log2(N)) rounds (past
+    the longest run a round keeps every row: xp.where), and the runs' sums added by a scatter-add in which
+    every other row adds an exact zero. No host copy, no sync: a CUDA graph can capture it. The same sums
+    in the same order as the host's, so the same bits (signed zeros aside; a test holds them equal on NumPy).
+    """
+    ids = index.reshape(-1)                                           # (N,)
+    n = ids.size
+    if n == 0:
+        return target
+    order = xp.argsort(ids, kind="stable")                            # (N,) the rows, sorted by index
+    sid = ids[order]
+    first = xp.searchsorted(sid, sid, side="left")                    # (N,) where each row's run starts
+    length = xp.searchsorted(sid, sid, side="right") - first          # (N,) its run's number of rows
+    rank = xp.arange(n) - first                                       # (N,) its place in the run
+    rows = values.reshape((n,) + target.shape[1:])[order]             # (N, ...) sorted: a copy
+    column = (n,) + (1,) * (rows.ndim - 1)                            # a per-row flag against (N, ...)
+    s = 1
+    while s < n:
+        take = ((rank % (2 * s) == 0) & (rank + s < length)).reshape(column)
+        rows = xp.where(take, rows + rows[xp.minimum(xp.arange(n) + s, n - 1)], rows)
+        s *= 2
+    add_at = np.add.at if xp is np else __import__("cupyx").scatter_add
+    add_at(target, sid, xp.where((rank == 0).reshape(column), rows, 0))  # each run's sum, and zeros
     return target
 
 

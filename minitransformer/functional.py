@@ -279,7 +279,7 @@ def embedding(weight, ids):
         raise TypeError(f"embedding: ids must be integers, got dtype {ids.dtype}")
     V, D = weight.shape
     check_ids(ids, V)
-    flat = ids.reshape(-1)                          # (N,) kept where they came: the GPU's backward sorts them on the host
+    flat = ids.reshape(-1)                          # (N,) kept where they came: the backward sorts them there
     ids = backend.asarray(ids)
 
     def backward(g):

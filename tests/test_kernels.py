@@ -278,6 +278,19 @@ def test_sorted_scatter_add_on_numpy_equals_np_add_at(n, rows, width):
                                                                  np.stack([small, small], 1)), np.stack([added, added], 1))
 
 
+@pytest.mark.parametrize("n, rows, width", [(0, 3, 2), (1, 3, 2), (7, 1, 3), (100, 9, 4), (2000, 50, 3), (4096, 1, 5)])
+def test_the_fixed_shape_scatter_add_gives_the_host_bits(n, rows, width):
+    """sorted_scatter_add_fixed (a device index's path: no sync, fixed shapes) run through NumPy: the very
+    bits of the host path, runs of every length up to all n rows in one."""
+    ids, values, target = scatter_case(n, n, rows, width)
+    want = backend.sorted_scatter_add(target.copy(), ids, values)
+    np.testing.assert_array_equal(backend.sorted_scatter_add_fixed(np, target.copy(), ids, values), want)
+    if n:                                                                 # rows of more than one axis
+        values3 = np.stack([values, -2 * values], 1)
+        np.testing.assert_array_equal(backend.sorted_scatter_add_fixed(np, np.zeros((rows, 2, width), np.float32), ids, values3),
+                                      backend.sorted_scatter_add(np.zeros((rows, 2, width), np.float32), ids, values3))
+
+
 @gpu
 @pytest.mark.parametrize("float_type", [np.float32, np.float64])
 def test_the_gpu_embedding_backward_gives_numpys_bits_on_every_run(float_type):
