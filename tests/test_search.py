@@ -317,6 +317,28 @@ def test_cache_reorder_copies_only_what_beams_do_not_share(xp_backend):
             np.testing.assert_array_equal(backend.to_numpy(k), np.concatenate([kv[index], more], axis=2))
 
 
+def test_a_decoder_cache_works_out_its_moves_once_for_all_layers(monkeypatch):
+    """DecoderCache.reorder plans the copies once for the self-attention caches and once for the memory's,
+    whatever the number of layers (they all move alike), and every layer ends up holding the same rows."""
+    from minitransformer import cache as cache_module
+    plans = []
+    moves = cache_module.moves
+    monkeypatch.setattr(cache_module, "moves", lambda *a: plans.append(a) or moves(*a))
+    rng = np.random.default_rng(3)
+    dc = cache_module.DecoderCache(n_layers=4)
+    kv = [rng.standard_normal((5, 2, 3, 4)).astype(np.float32) for _ in range(4)]   # (B, H, T, K) per layer
+    for layer, (c_self, c_cross) in enumerate(dc.layer(i) for i in range(4)):
+        c_self.append(backend.asarray(kv[layer]), backend.asarray(-kv[layer]))
+        c_cross.set(backend.asarray(kv[layer][:, :, :2].copy()), backend.asarray(kv[layer][:, :, :2].copy()))
+    index = np.array([4, 0, 0, 2])
+    dc.reorder(index, memory_rows=index)
+    assert len(plans) == 2
+    for layer, (c_self, c_cross) in enumerate(dc.layer(i) for i in range(4)):
+        np.testing.assert_array_equal(backend.to_numpy(c_self.k), kv[layer][index])
+        np.testing.assert_array_equal(backend.to_numpy(c_self.v), -kv[layer][index])
+        np.testing.assert_array_equal(backend.to_numpy(c_cross.k), kv[layer][index][:, :, :2])
+
+
 # -------------------------------------------------------------------- greedy against beam
 @FAST
 @given(seed=st.integers(0, 10_000))
