@@ -153,8 +153,9 @@ def sorted_scatter_add_fixed(xp, target, index, values):
     """sorted_scatter_add in array module xp (the index's), in shapes that depend on N alone: runs and ranks
     found by searchsorted in the sorted ids rather than by comparing neighbours, ceil(log2(N)) rounds (past
     the longest run a round keeps every row: xp.where), and the runs' sums added by a scatter-add in which
-    every other row adds an exact zero. No host copy, no sync: a CUDA graph can capture it. The same sums
-    in the same order as the host's, so the same bits (signed zeros aside; a test holds them equal on NumPy).
+    every other row adds an exact zero. No host copy, no sync, no shape the ids decide: what a CUDA graph
+    needs (not yet run on a GPU). The same sums in the same order as the host's, so the same bits (signed
+    zeros aside; a test holds them equal on NumPy).
     """
     ids = index.reshape(-1)                                           # (N,)
     n = ids.size
