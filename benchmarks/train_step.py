@@ -200,15 +200,17 @@ def run_torch(preset, batches, steps, device):
     import torch
     from torch_reference import TorchTransformer
     import minitransformer as mt
-    ranks = distributed.launched_size()
+    world = distributed.world()            # its ranks and its sums of a few numbers: the package's, over MPI
+    ranks = world.size
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ["CUPY_TF32"] == "1"
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     dev = "cuda" if device == "gpu" else "cpu"
     model = TorchTransformer(cfg).to(dev)
-    world = TorchWorld(ranks)
-    if ranks > 1:
+    if ranks > 1:                          # DDP's own process group, on gloo, at the port main() chose
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['TRAIN_STEP_PORT']}",
+                                             rank=world.rank, world_size=ranks)
         model = torch.nn.parallel.DistributedDataParallel(model)       # averages the gradients of the ranks
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -231,29 +233,6 @@ def run_torch(preset, batches, steps, device):
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     peak = (lambda: torch.cuda.max_memory_allocated()) if dev == "cuda" else (lambda: None)
     return cfg, step, data, sync, None, peak, world
-
-
-class TorchWorld:
-    """The PyTorch side's ranks under mpiexec: a gloo process group on this machine (rank and size from
-    mpiexec's environment), and a sum of a few numbers over the ranks; one process alone: rank 0 of 1."""
-
-    def __init__(self, size):
-        import torch.distributed as dist
-        self.size, self.rank = size, 0
-        if size > 1:
-            for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK"):
-                if os.environ.get(name, "").isdigit():
-                    self.rank = int(os.environ[name])
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['TRAIN_STEP_PORT']}",
-                                    rank=self.rank, world_size=size)
-
-    def sum_(self, array):
-        """Sum a NumPy array over the ranks, in place; returns it."""
-        if self.size > 1:
-            import torch
-            import torch.distributed as dist
-            dist.all_reduce(torch.from_numpy(array))        # the tensor shares the array's memory
-        return array
 
 
 def worker(args):
