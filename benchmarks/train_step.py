@@ -19,7 +19,8 @@ Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shap
 2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
 the output projection 2BTDV. The ceiling is a large float32 matmul measured by this script.
 Each framework runs in its own subprocess (with --rounds R, R of each, alternating), so peak memory
-(RSS growth over the timed steps; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
+(the growth of RSS from before the first step to its peak, the warm-up included, so Adam's moments and the
+memory an allocator keeps for the next step count; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
 PyTorch's allocator) belongs to one framework alone.
 --ranks N runs each framework as N data-parallel processes of cores / N threads each (mpiexec; ours through
 distributed.py, PyTorch through DistributedDataParallel on gloo), as `examples/multi30k.py` trains by default
@@ -141,6 +142,7 @@ def run_ours(preset, batches, steps, device):
     from minitransformer import backend
     world = distributed.world()
     mt.use(device)
+    backend.keep_freed_memory()  # as the Trainer does: freed arrays stay in the heap for the next step
     mt.seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     model = mt.Transformer(cfg)
@@ -240,10 +242,10 @@ def worker(args):
     batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, args.data_dir)
     runner = run_torch if args.worker == "torch" else run_ours
     cfg, step, data, sync, xp, peak, world = runner(args.preset, batches, args.steps, args.device)
+    rss0 = rss_bytes()          # the model and the batches are made; no step yet
     for b in data[: args.warmup]:
         step(b)
     sync()
-    rss0 = rss_bytes()
     times, flops, tokens = [], [], []
     for (src, tgt_in, _), b in zip(batches[args.warmup:], data[args.warmup:]):
         start = time.perf_counter()

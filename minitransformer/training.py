@@ -145,8 +145,7 @@ class Trainer:
             return
         xp = backend.xp
         values = backend.to_numpy(xp.stack([xp.asarray(l, dtype=xp.float32) for _, l, _ in self._pending]))
-        steps = [s for s, _, _ in self._pending]
-        self._pending = []
+        steps, self._pending = [s for s, _, _ in self._pending], []
         for s, v in zip(steps, values.tolist()):
             if not math.isfinite(v) or v > self.divergence_limit:
                 self._stop(s, f"the loss became {v}")
@@ -187,6 +186,7 @@ class Trainer:
         training_config = self.training_config
         total = self.total_steps
         self.model.train()
+        backend.keep_freed_memory()  # freed arrays stay in the heap for the next update: no page faults
         bar = tqdm(total=total, initial=self.step, disable=not (training_config.progress and self.world.is_main),
                    unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0

@@ -67,3 +67,40 @@ def test_scatter_add_adds_repeated_indices(xp_backend):
     target = xp_backend.zeros(3, dtype=np.float32)
     backend.scatter_add(target, xp_backend.asarray([0, 0, 2]), xp_backend.asarray([1.0, 1.0, 5.0], dtype=np.float32))
     assert mt.to_numpy(target).tolist() == [2.0, 0.0, 5.0]
+
+
+FAULTS_SCRIPT = """
+import resource, sys
+import numpy as np
+from minitransformer import backend
+kept = backend.keep_freed_memory() if sys.argv[1] == "keep" else None
+def cycle():
+    a = np.ones(12_000_000, np.float32)   # 48 MB, over glibc's largest mmap threshold: written, then freed
+    del a
+cycle(); cycle()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    cycle()
+print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or __import__("platform").libc_ver()[0] != "glibc",
+                    reason="keep_freed_memory acts on glibc's malloc (Linux) only")
+def test_freed_memory_is_kept_for_the_next_array():
+    """20 arrays of 48 MB made and freed in turn: by default each is mapped afresh and its pages fault
+    again (at least one fault per 2 MB huge page); kept, they reuse the heap's pages."""
+    def faults(mode):
+        out = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT, mode], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONPATH": os.getcwd()}).stdout.split()
+        return out[0], int(out[1])
+    (_, plain), (took, kept) = faults("plain"), faults("keep")
+    assert took == "True"
+    assert plain >= 20 * 20, plain          # the count sees the faults: 24 huge pages or 12,000 pages an array
+    assert kept < 20, kept                   # under one fault an array
+
+
+def test_keep_freed_memory_refuses_a_size_the_c_call_cannot_take():
+    for bad in (-1, 2**31):
+        with pytest.raises(ValueError, match="nbytes"):
+            backend.keep_freed_memory(bad)
