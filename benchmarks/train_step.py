@@ -27,6 +27,9 @@ distributed.py, PyTorch through DistributedDataParallel on gloo), as `examples/m
 on a CPU: each rank takes rows r, r + N, ... of every batch, the gradients are summed over the ranks, and
 the step's time is rank 0's (the Allreduce makes every rank wait for the slowest); memory is the sum over
 the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
+Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
+page faults after the first step); --torch-keep-freed gives PyTorch the same settings through glibc's
+environment variables, for a comparison at equal allocators.
 """
 import argparse
 import gzip
@@ -310,6 +313,8 @@ def main(argv=None):
     p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
     p.add_argument("--ranks", type=int, nargs="+", default=[1], help="data-parallel processes per framework "
                    "(mpiexec, cores / N threads each); several values alternate, e.g. 1 2 (default: 1)")
+    p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
+                   "(backend.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -321,6 +326,8 @@ def main(argv=None):
                                ("--ranks", min(args.ranks), 1)):
         if value < low:
             p.error(f"{option} must be at least {low}, got {value}")
+    if args.torch_keep_freed and not args.torch:
+        p.error("--torch-keep-freed sets PyTorch's heap: it needs --torch")
     if max(args.ranks) > 1 and args.device == "gpu":
         p.error("--ranks is for the CPU (one GPU here: its ranks would share it)")
     if max(args.ranks) > 1 and not distributed.can_launch():
@@ -345,6 +352,8 @@ def main(argv=None):
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
         run_env = env
+        if fw == "torch" and args.torch_keep_freed:     # keep_freed_memory's settings, as glibc reads them
+            run_env = {**env, "MALLOC_MMAP_MAX_": "0", "MALLOC_TOP_PAD_": str(1 << 30)}
         if ranks > 1:                                    # one BLAS thread per core across the ranks
             cmd = distributed.mpiexec_command(ranks) + cmd
             run_env = {**env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks)),
