@@ -1,7 +1,7 @@
 """German -> English on Multi30k (Elliott et al., 2016): learn a joint BPE, train, average the last
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
-    python examples/multi30k.py                      # the recipe: 2 ranks, 37 minutes on 2 cores, BLEU 41.4
+    python examples/multi30k.py                      # the recipe: 2 ranks, 34 minutes on 2 cores, BLEU 41.4
     python examples/multi30k.py --ranks 1            # the same in one process (about 51 minutes, estimated)
     python examples/multi30k.py --steps 6000 --dropout 0.3 --ranks 1   # the previous recipe: 67-106 min, 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset: about 9 minutes, BLEU 38.9
@@ -13,8 +13,8 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
 The defaults (small preset with pre-LN, dropout 0.2, label smoothing 0.2, 3,200 updates of 2,048 tokens
 at 1.0 x eq. (3), warmup 400, seed 0, about 14 epochs, the last 5 checkpoints averaged, beam 4, alpha 1.0;
 chosen on the validation set) run as 2 ranks of 1,024 tokens where mpiexec and mpi4py are installed
-(--ranks): test_2016_flickr sacreBLEU 41.39 (lowercased 41.58, chrF 60.22) in 37.2 minutes from start to
-score on 2 CPU cores (results/multi30k-2ranks-3200-d02/). The previous recipe, 6,000 updates at dropout
+(--ranks): test_2016_flickr sacreBLEU 41.39 (lowercased 41.58, chrF 60.22) in 34.4 minutes from start to
+score on 2 CPU cores (results/multi30k-default-session16/). The previous recipe, 6,000 updates at dropout
 0.3 in one process (about 25 epochs): test_2016_flickr sacreBLEU 41.33
 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), lowercased 41.56, chrF 60.37, in 106.3 minutes
 from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per update); on another
