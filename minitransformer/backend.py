@@ -192,11 +192,12 @@ def keep_freed_memory(nbytes=1 << 30):
     A training step makes and frees the same large arrays at every update. By default glibc hands a
     freed block of over 128 KB (up to 32 MB once it has seen such blocks freed) back to the kernel, so
     the next array of that size is mapped afresh and each of its 4 KB pages faults and is zeroed on its
-    first write: 16,500 page faults an update in each of two ranks of the small preset, about a fifth
-    of the update (benchmarks/README.md, session 16). With M_TOP_PAD the heap grows by `nbytes` more
-    than asked and keeps that much free at its top when it shrinks; with M_MMAP_THRESHOLD at glibc's
-    largest, 32 MB, smaller blocks come from the heap even when it must grow.
-    The cost: the process keeps up to `nbytes` of memory it no longer uses.
+    first write: 16,500 page faults an update in each of two ranks of the small preset, 12-17% of the
+    update (benchmarks/README.md, session 16). With M_MMAP_MAX 0 every block comes from the heap, and
+    with M_TOP_PAD the heap grows by `nbytes` more than asked and keeps that much free at its top when
+    it shrinks, so the next update finds its pages already there. The cost: the process holds the
+    memory it freed (its peak, plus up to `nbytes`) until it ends. Values are untouched: only where
+    arrays live changes.
     """
     if not 0 <= int(nbytes) < 2**31:
         raise ValueError(f"keep_freed_memory: nbytes must be in [0, 2**31), got {nbytes!r}")

@@ -69,6 +69,7 @@ def test_scatter_add_adds_repeated_indices(xp_backend):
     assert mt.to_numpy(target).tolist() == [2.0, 0.0, 5.0]
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
@@ -92,7 +93,7 @@ def test_freed_memory_is_kept_for_the_next_array():
     again (at least one fault per 2 MB huge page); kept, they reuse the heap's pages."""
     def faults(mode):
         out = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT, mode], capture_output=True, text=True,
-                             check=True, env={**os.environ, "PYTHONPATH": os.getcwd()}).stdout.split()
+                             check=True, cwd=REPO).stdout.split()
         return out[0], int(out[1])
     (_, plain), (took, kept) = faults("plain"), faults("keep")
     assert took == "True"
