@@ -297,6 +297,18 @@ def _torch_ceiling(torch, device, n=2048, reps=5):
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
 
+def worker_env(env, framework, ranks, torch_keep_freed=False):
+    """The environment of one worker run: `env`, plus glibc's settings of backend.keep_freed_memory for
+    PyTorch with --torch-keep-freed, plus one BLAS thread per core across the ranks and a free port for
+    gloo when ranks > 1."""
+    env = dict(env)
+    if framework == "torch" and torch_keep_freed:
+        env.update(MALLOC_MMAP_MAX_="0", MALLOC_TOP_PAD_=str(1 << 30))
+    if ranks > 1:
+        env.update(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)), TRAIN_STEP_PORT=str(free_port()))
+    return env
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", nargs="+", default=["small"], choices=["tiny", "small", "base", "big"])
@@ -351,13 +363,9 @@ def main(argv=None):
         cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-        run_env = env
-        if fw == "torch" and args.torch_keep_freed:     # keep_freed_memory's settings, as glibc reads them
-            run_env = {**env, "MALLOC_MMAP_MAX_": "0", "MALLOC_TOP_PAD_": str(1 << 30)}
-        if ranks > 1:                                    # one BLAS thread per core across the ranks
+        if ranks > 1:
             cmd = distributed.mpiexec_command(ranks) + cmd
-            run_env = {**env, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks)),
-                       "TRAIN_STEP_PORT": str(free_port())}
+        run_env = worker_env(env, fw, ranks, args.torch_keep_freed)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)
         if out.returncode != 0:
             tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]

@@ -9,6 +9,9 @@ Adam): on by default, used only on the GPU; set `backend.fused = False`, or the 
 MINITRANSFORMER_FUSED=0 before the import, to run the plain expressions of functional.py and optim.py
 on CuPy too. On the CPU it changes nothing.
 
+`keep_freed_memory()` has glibc keep freed arrays in its heap for the next training step (the Trainer
+calls it; no page faults after the first update).
+
 It leaves out mixed precision on purpose: float32 is the training dtype, float64 is for gradient checks.
 """
 import ctypes

@@ -94,6 +94,20 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
 
 
+def test_train_step_gives_the_kept_heap_to_pytorch_alone_with_or_without_ranks():
+    """--torch-keep-freed: glibc's variables for PyTorch's workers only, kept beside the ranks' thread count."""
+    spec = importlib.util.spec_from_file_location("train_step_bench", ROOT / "benchmarks" / "train_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for ranks in (1, 2):
+        torch_env, ours_env = (bench.worker_env({"A": "1"}, fw, ranks, True) for fw in ("torch", "ours"))
+        assert torch_env["MALLOC_MMAP_MAX_"] == "0" and torch_env["MALLOC_TOP_PAD_"] == str(1 << 30)
+        assert "MALLOC_MMAP_MAX_" not in ours_env and "MALLOC_TOP_PAD_" not in ours_env
+        assert torch_env["A"] == ours_env["A"] == "1"
+        assert ("OMP_NUM_THREADS" in torch_env) == ("OMP_NUM_THREADS" in ours_env) == (ranks > 1)
+    assert "MALLOC_MMAP_MAX_" not in bench.worker_env({}, "torch", 2, False)
+
+
 @pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
 def test_train_step_ranks_share_each_batch(tmp_path):
     """--ranks 1 2: the same batches in one process and in 2 ranks (rows r, r + 2, ... each, mean losses
