@@ -207,7 +207,7 @@ def run_torch(preset, batches, steps, device):
     import minitransformer as mt
     world = distributed.world()            # its ranks and its sums of a few numbers: the package's, over MPI
     ranks = world.size
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
+    torch.set_num_threads(distributed.threads_per_rank(ranks))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ["CUPY_TF32"] == "1"
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
@@ -305,7 +305,7 @@ def worker_env(env, framework, ranks, torch_keep_freed=False):
     if framework == "torch" and torch_keep_freed:
         env.update(MALLOC_MMAP_MAX_="0", MALLOC_TOP_PAD_=str(1 << 30))
     if ranks > 1:
-        env.update(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)), TRAIN_STEP_PORT=str(free_port()))
+        env.update(OMP_NUM_THREADS=str(distributed.threads_per_rank(ranks)), TRAIN_STEP_PORT=str(free_port()))
     return env
 
 

@@ -144,6 +144,11 @@ def can_launch():
     return shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
 
 
+def threads_per_rank(ranks):
+    """BLAS threads for each of `ranks` processes on this machine: its cores shared out, at least one."""
+    return max(1, (os.cpu_count() or 1) // ranks)
+
+
 def mpiexec_command(ranks):
     """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses)."""
     mpiexec = shutil.which("mpiexec")
@@ -156,7 +161,7 @@ def launch(script, argv, ranks):
     BLAS thread per core); the exit code. A Ctrl-C reaches mpiexec too, which passes it to the ranks: they
     stop after the same update, with a checkpoint, while this process waits for them."""
     proc = subprocess.Popen([*mpiexec_command(ranks), sys.executable, str(script), *argv],
-                            env={**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))})
+                            env={**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(ranks))})
     while True:
         try:
             return proc.wait()
