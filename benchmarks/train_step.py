@@ -28,7 +28,8 @@ on a CPU: each rank takes rows r, r + N, ... of every batch, the gradients are s
 the step's time is rank 0's (the Allreduce makes every rank wait for the slowest); memory is the sum over
 the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
 Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
-page faults after the first step); --torch-keep-freed gives PyTorch the same settings through glibc's
+page faults after the first step) and cores.use() (the process's cores on its elementwise passes too, the
+BLAS on one thread: cores.py); --torch-keep-freed gives PyTorch the same glibc settings through its
 environment variables, for a comparison at equal allocators.
 """
 import argparse
@@ -107,12 +108,14 @@ def forward_flops(cfg, B, S, T):
 
 
 def matmul_ceiling(xp, sync, n=2048, reps=5):
+    """FLOP/s of an n^3 float32 matmul, as ours runs one: cut over the process's cores where cores.py is on."""
+    from minitransformer import cores
     a = xp.ones((n, n), dtype=np.float32)
-    xp.matmul(a, a)
+    cores.matmul(a, a)
     sync()
     start = time.perf_counter()
     for _ in range(reps):
-        xp.matmul(a, a)
+        cores.matmul(a, a)
     sync()
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
@@ -142,10 +145,11 @@ def shard(batch, rank, size):
 def run_ours(preset, batches, steps, device):
     import minitransformer as mt
     import minitransformer.functional as F
-    from minitransformer import backend
+    from minitransformer import backend, cores
     world = distributed.world()
     mt.use(device)
     backend.keep_freed_memory()  # as the Trainer does: freed arrays stay in the heap for the next step
+    cores.use()                  # as the Trainer does: the process's cores on the big passes (cores.py)
     mt.seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     model = mt.Transformer(cfg)

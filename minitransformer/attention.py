@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from . import backend
+from . import backend, cores
 from . import functional as F
 from . import nn
 from .checks import check_int
@@ -41,10 +41,19 @@ def causal_mask(T, offset=0):
 
 # -------------------------------------------------------------------- the fused op
 def _attention_forward(q, k, v, mask, dropout_p, training):
-    """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None)."""
-    xp = backend.xp
+    """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None).
+    With cores on, cut over the batch (cores.by_rows; the dropout mask is drawn first, whole: one stream)."""
+    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])  # (B, H, Tq, Tk)
     if mask is not None:
-        _check_mask(mask, q.shape[:-1] + k.shape[-2:-1])
+        _check_mask(mask, scores)
+    drop = training and dropout_p > 0
+    kept = backend.rng().random(scores, dtype=np.float32) >= dropout_p if drop else None  # (B, H, Tq, Tk) bool
+    return cores.by_rows(_attend, q, k, v, mask, kept, dropout_p) + (kept,)
+
+
+def _attend(q, k, v, mask, kept, dropout_p):
+    """O and P of eq. (1), for all rows or a block of them."""
+    xp = backend.xp
     s = xp.matmul(q, xp.swapaxes(k, -1, -2))        # (B, H, Tq, Tk)
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
@@ -52,14 +61,8 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
     p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) in place: s becomes P
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
-    kept = None
-    if training and dropout_p > 0:
-        kept = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p  # (B, H, Tq, Tk) bool
-        pd = p * kept
-        pd *= 1.0 / (1.0 - dropout_p)                # inverted dropout
-    else:
-        pd = p
-    return xp.matmul(pd, v), p, kept                 # (B, H, Tq, K)
+    pd = p if kept is None else (p * kept) * (1.0 / (1.0 - dropout_p))  # inverted dropout
+    return xp.matmul(pd, v), p                       # (B, H, Tq, K)
 
 
 def _check_mask(mask, scores):
@@ -73,7 +76,8 @@ def _check_mask(mask, scores):
 
 
 def _attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
-    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention."""
+    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention.
+    Its callers cut it over the batch as the forward pass is (cores.by_rows)."""
     xp = backend.xp
     inv_keep = 1.0 / (1.0 - dropout_p) if kept is not None else 1.0
     dq = dk = dv = None
@@ -120,8 +124,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=Tru
     out, p, kept = _attention_forward(qd, kd, vd, mask, dropout_p, training)
 
     def backward(g):
-        return _attention_backward(g, qd, kd, vd, p, kept, dropout_p,
-                                   q.requires_grad, k.requires_grad, v.requires_grad)
+        return cores.by_rows(_attention_backward, g, qd, kd, vd, p, kept, dropout_p,
+                             q.requires_grad, k.requires_grad, v.requires_grad)
     o = make_node(out, (q, k, v), backward, "attention")
     return (o, p) if return_weights else o
 
@@ -175,7 +179,7 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
-        grads = _attention_backward(g, q, k, v, p, kept, dropout_p, *needs)  # dQ, dK, dV
+        grads = cores.by_rows(_attention_backward, g, q, k, v, p, kept, dropout_p, *needs)  # dQ, dK, dV
         result, first = [], 0
         for t, n in zip(parts, layout):
             buf = None

@@ -88,3 +88,19 @@ def check_ids(ids, V, what="embedding", of="embeddings"):
     if type(ids) is np.ndarray and ids.size and (ids.min() < 0 or ids.max() >= V):
         bad = ids[(ids < 0) | (ids >= V)][0]
         raise ValueError(f"{what}: id {int(bad)} is out of range for {V} {of} (ids must lie in [0, {V}))")
+
+
+def check_target(t, shape, n_classes, ignore_index):
+    """Integer target of the logits' shape without the class axis, ids in [0, V) (or ignore_index)."""
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"cross_entropy: target must hold integer class ids, got dtype {t.dtype}")
+    if t.shape != shape:
+        raise ValueError(f"cross_entropy: target shape {tuple(t.shape)} must equal the logits' shape without "
+                         f"the last (class) axis, {tuple(shape)}")
+    if type(t) is np.ndarray and t.size:       # on the GPU the check would synchronise every step
+        ids = t[t != ignore_index] if ignore_index is not None else t
+        if ids.size and (ids.min() < 0 or ids.max() >= n_classes):
+            bad = ids[(ids < 0) | (ids >= n_classes)][0]
+            raise ValueError(f"cross_entropy: target id {int(bad)} is out of range for {n_classes} classes "
+                             f"(ids must lie in [0, {n_classes})" +
+                             (f" or equal ignore_index={ignore_index})" if ignore_index is not None else ")"))

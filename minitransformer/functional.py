@@ -12,8 +12,8 @@ call), and gradients of the integer inputs (targets, ids), which have none.
 
 import numpy as np
 
-from . import backend, kernels
-from .checks import check_ids, check_real
+from . import backend, cores, kernels
+from .checks import check_ids, check_real, check_target
 from .ops import transpose_matmul
 from .profiler import traced
 from .tensor import Tensor, data_of, make_node
@@ -102,22 +102,6 @@ def log_softmax(x, axis=-1):
 
 
 # -------------------------------------------------------------------- cross-entropy
-def _check_target(t, shape, n_classes, ignore_index):
-    """Integer target of the logits' shape without the class axis, ids in [0, V) (or ignore_index)."""
-    if t.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy: target must hold integer class ids, got dtype {t.dtype}")
-    if t.shape != shape:
-        raise ValueError(f"cross_entropy: target shape {tuple(t.shape)} must equal the logits' shape without "
-                         f"the last (class) axis, {tuple(shape)}")
-    if backend.device_of(t) == "cpu" and t.size:  # on the GPU the check would synchronise every step
-        ids = t[t != ignore_index] if ignore_index is not None else t
-        if ids.size and (ids.min() < 0 or ids.max() >= n_classes):
-            bad = ids[(ids < 0) | (ids >= n_classes)][0]
-            raise ValueError(f"cross_entropy: target id {int(bad)} is out of range for {n_classes} classes "
-                             f"(ids must lie in [0, {n_classes})" +
-                             (f" or equal ignore_index={ignore_index})" if ignore_index is not None else ")"))
-
-
 @traced
 def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return_count=False):
     """The mean over the n_tokens rows whose target is not `ignore_index` of -sum_j q_j log softmax(z)_j,
@@ -142,7 +126,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     eps = float(label_smoothing)
     t = data_of(target)
     t = np.asarray(t) if backend.device_of(t) == "cpu" else t         # lists, numbers, NumPy scalars
-    _check_target(t, logits.shape[:-1], V, ignore_index)
+    check_target(t, logits.shape[:-1], V, ignore_index)
     t = backend.asarray(t).reshape(-1)                                # (N,)
     z = logits.data.reshape(-1, V)                                    # (N, V)
     dtype = z.dtype
@@ -154,20 +138,27 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     if kernels.active(z):
         return kernels.cross_entropy(logits, z, t, w, n, eps, return_count)  # the fused kernels (GPU only)
 
-    p = z - z.max(axis=1, keepdims=True)                              # (N, V) shifted logits, ours
-    z_t = p[rows, t]                                                  # (N,)
-    z_mean = p.mean(axis=1) if eps else 0.0                           # (N,)
-    xp.exp(p, out=p)                                                  # (N, V) unnormalised softmax
-    s = p.sum(axis=1)                                                 # (N,)
-    row_loss = xp.log(s) - (1.0 - eps) * z_t - eps * z_mean           # (N,)
+    p, s, row_loss = xp.empty_like(z), xp.empty(len(z), dtype), xp.empty(len(z), dtype)
+
+    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
+        pr = xp.subtract(z[r], z[r].max(axis=1, keepdims=True), out=p[r])  # (n, V) shifted logits
+        z_t = pr[rows[: len(pr)], t[r]]                               # (n,)
+        z_mean = pr.mean(axis=1) if eps else 0.0                      # (n,)
+        xp.exp(pr, out=pr)                                            # (n, V) unnormalised softmax
+        pr.sum(axis=1, out=s[r])                                      # (n,)
+        row_loss[r] = xp.log(s[r]) - (1.0 - eps) * z_t - eps * z_mean
+    cores.for_blocks(forward_rows, len(z), z.size)
     loss = xp.asarray((row_loss * w).sum(), dtype=dtype)              # ()
 
     def backward(g):
         c = w * g                                                     # (N,) 1/n per counted row, 0 if ignored
         dz = p                                                        # reuse the saved array in place
-        dz *= (c / s)[:, None]                                        # c * softmax: one pass
-        if eps:
-            dz -= (c * (eps / V))[:, None]                            # - c * eps/V: one pass
+        def backward_rows(r):
+            d = dz[r]
+            d *= (c[r] / s[r])[:, None]                               # c * softmax: one pass
+            if eps:
+                d -= (c[r] * (eps / V))[:, None]                      # - c * eps/V: one pass
+        cores.for_blocks(backward_rows, len(z), z.size)
         dz[rows, t] -= c * (1.0 - eps)                                # - c * (1 - eps) at the targets
         return (dz.reshape(logits.shape),)
     out = make_node(loss, (logits,), backward, "cross_entropy")
@@ -194,32 +185,43 @@ def layer_norm(x, gamma, beta, eps=1e-6):
         return kernels.layer_norm(x, gamma, beta, eps)                # the fused CUDA kernels (GPU only)
     xp = backend.xp
     D = x.shape[-1]
-    xhat = x.data - x.data.mean(axis=-1, keepdims=True)              # (..., D) centred, ours
-    var = xp.einsum("...i,...i->...", xhat, xhat)[..., None]          # (..., 1) sum of squares, no temporary
-    var *= 1.0 / D
-    var += eps
-    rstd = xp.reciprocal(xp.sqrt(var, out=var), out=var)              # (..., 1) 1 / sigma
-    xhat *= rstd
-    y = xhat * gamma.data
-    y += beta.data
+    x2 = x.data.reshape(-1, D)                                        # (N, D)
+    xhat, y, rstd = xp.empty_like(x2), xp.empty_like(x2), xp.empty((len(x2), 1), x2.dtype)
+
+    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
+        xh = xp.subtract(x2[r], x2[r].mean(axis=-1, keepdims=True), out=xhat[r])  # (n, D) centred
+        var = xp.einsum("...i,...i->...", xh, xh)[..., None]          # (n, 1) sum of squares, no temporary
+        var *= 1.0 / D
+        var += eps
+        xp.reciprocal(xp.sqrt(var, out=var), out=rstd[r])             # (n, 1) 1 / sigma
+        xh *= rstd[r]
+        yr = xp.multiply(xh, gamma.data, out=y[r])
+        yr += beta.data
+    cores.for_blocks(forward_rows, len(x2), x2.size)
 
     def backward(gy):
         dx = dgamma = dbeta = None
-        gyx = gy * xhat                                               # (..., D)
+        gyx = gy * xhat.reshape(gy.shape)                             # (..., D)
         if gamma.requires_grad:
             dgamma = gyx.reshape(-1, D).sum(axis=0)                   # (D,)
         if beta.requires_grad:
             dbeta = gy.reshape(-1, D).sum(axis=0)                     # (D,)
         if x.requires_grad:
             # mean(g) and mean(g * xhat) with g = gy * gamma, as matrix-vector products: no (..., D) g
-            mean_g = (gy @ gamma.data)[..., None] * (1.0 / D)         # (..., 1)
-            mean_gx = (gyx @ gamma.data)[..., None] * (1.0 / D)       # (..., 1)
-            dx = gy * gamma.data
-            dx -= mean_g
-            dx -= xp.multiply(xhat, mean_gx, out=gyx)
-            dx *= rstd
+            mean_g = (gy @ gamma.data).reshape(-1, 1) * (1.0 / D)     # (N, 1)
+            mean_gx = (gyx @ gamma.data).reshape(-1, 1) * (1.0 / D)   # (N, 1)
+            gy, gyx = gy.reshape(-1, D), gyx.reshape(-1, D)           # (N, D)
+            dx = xp.empty_like(gy)
+
+            def backward_rows(r):
+                d = xp.multiply(gy[r], gamma.data, out=dx[r])
+                d -= mean_g[r]
+                d -= xp.multiply(xhat[r], mean_gx[r], out=gyx[r])
+                d *= rstd[r]
+            cores.for_blocks(backward_rows, len(gy), gy.size)
+            dx = dx.reshape(x.shape)
         return dx, dgamma, dbeta
-    return make_node(y, (x, gamma, beta), backward, "layer_norm")
+    return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
 
 
 # -------------------------------------------------------------------- dropout
@@ -303,13 +305,13 @@ def linear(x, weight, bias=None):
                          f"(weight shape {tuple(weight.shape)})")
     lead = x.shape[:-1]
     x2 = x.data.reshape(-1, d_in)                                     # (N, d_in)
-    y = x2 @ weight.data                                              # (N, d_out)
+    y = cores.matmul(x2, weight.data)                                 # (N, d_out)
     if bias is not None:
         y += bias.data
 
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
-        dx = (g @ weight.data.T).reshape(x.shape) if x.requires_grad else None
+        dx = cores.matmul(g, weight.data.T).reshape(x.shape) if x.requires_grad else None
         dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
         if bias is None:
             return dx, dw

@@ -8,7 +8,7 @@ functional.py and attention.py.
 """
 import numpy as np
 
-from . import backend
+from . import backend, cores
 from .profiler import traced
 from .tensor import Tensor, as_tensor, make_node
 
@@ -110,7 +110,7 @@ def transpose_matmul(a, b):
     10x slower when the result is wider than tall: 131 ms vs 28 ms for (4096, 256)^T (4096, 512);
     see benchmarks/README.md. The result is then a transposed (Fortran-ordered) view, which is fine.
     """
-    return (b.T @ a).T if a.shape[1] < b.shape[1] else a.T @ b
+    return cores.matmul(b.T, a).T if a.shape[1] < b.shape[1] else cores.matmul(a.T, b)
 
 
 @traced
@@ -130,8 +130,8 @@ def matmul(a, b):
         raise ValueError(f"matmul: shapes {tuple(A.shape)} and {tuple(B.shape)} do not fit: the last axis of the first "
                          f"({A.shape[-1]}) must equal the second-to-last of the second ({B.shape[-2]})")
     xp = backend.xp
-    return make_node(xp.matmul(A, B), (a, b),
-                lambda g: (xp.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,
+    return make_node(cores.matmul(A, B), (a, b),
+                lambda g: (cores.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,
                            _matmul_grad_b(A, g) if b.requires_grad else None), "matmul")
 
 
@@ -139,7 +139,7 @@ def _matmul_grad_b(A, g):
     """dB = A^T dC, batched; one transpose_matmul GEMM when both are plain matrices."""
     if A.ndim == 2 and g.ndim == 2:
         return transpose_matmul(A, g)
-    return backend.xp.matmul(backend.xp.swapaxes(A, -1, -2), g)
+    return cores.matmul(backend.xp.swapaxes(A, -1, -2), g)
 
 
 # -------------------------------------------------------------------- elementwise unary ops
@@ -170,8 +170,8 @@ def sqrt(a):
 def relu(a):
     """relu(a) = max(a, 0), elementwise.
     Backward: da = dy where a > 0, else 0."""
-    out = backend.xp.maximum(a.data, 0)
-    return make_node(out, (a,), lambda g: (g * (out > 0),), "relu")
+    out = cores.elementwise(backend.xp.maximum, a.data, 0)
+    return make_node(out, (a,), lambda g: (cores.elementwise(backend.xp.multiply, g, out > 0),), "relu")
 
 
 @traced

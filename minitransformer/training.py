@@ -20,7 +20,7 @@ from dataclasses import asdict
 import numpy as np
 from tqdm import tqdm
 
-from . import backend, distributed, evaluation, rundir
+from . import backend, cores, distributed, evaluation, rundir
 from . import checkpoint as ckpt
 from .config import TrainingConfig
 from .corpus import encode_pairs
@@ -177,9 +177,9 @@ class Trainer:
     def train(self):
         """Run until total_steps; returns a summary dict (stopped: "done", "interrupted" by Ctrl-C or a
         callback's KeyboardInterrupt, or "terminated" by SIGTERM; a checkpoint is saved in every case).
-        Holds out_dir's lock throughout (rundir.owning: refused at once while another run writes there);
-        refuses (CheckpointError) an out_dir holding a later checkpoint than the starting step."""
-        with rundir.owning(self.out_dir if self.run_dir is not None else None):  # rank 0 alone writes
+        Holds out_dir's lock (rundir.owning: refused at once while another run writes there) and every
+        core (cores.using); refuses (CheckpointError) an out_dir holding a later checkpoint than the start."""
+        with rundir.owning(self.out_dir if self.run_dir is not None else None), cores.using():
             return self._train()
 
     def _train(self):

@@ -12,7 +12,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 
 # the layers of docs/architecture.md, bottom (0) to top
 LAYERS = [
-    {"backend", "checks"},
+    {"backend", "checks", "cores"},
     {"tensor", "ops", "profiler", "fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"},
     {"functional", "kernels", "gradcheck", "plain"},
     {"attention", "cache", "nn", "optim", "distributed"},

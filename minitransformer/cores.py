@@ -1,0 +1,186 @@
+"""Both cores in one process: the big array passes of a step cut into blocks of rows, one per thread.
+
+NumPy runs an elementwise pass (exp, LayerNorm, a softmax) on one core, however many the machine
+has; only the BLAS runs its GEMMs on several. On a machine of two cores about a third of a training
+step is such passes, with the second core idle. Here a pool of threads takes them too: NumPy lets go
+of Python's lock inside its loops, so `for_blocks(fn, n)` runs fn(rows) on contiguous blocks of rows
+side by side, the first block on the calling thread, and returns when all are done.
+
+The BLAS then runs on one thread, and the GEMMs are cut the same way (`matmul`): a BLAS left with its
+own threads would keep one spinning on the second core after every GEMM (OpenBLAS waits up to 2^28
+cycles for the next one), and the pool would find that core taken (tried in session 12: no gain).
+
+The same bits as the whole pass: each block is the same NumPy call on fewer rows, so every row (an
+exp, a row's maximum or sum, a GEMM's dot product over the whole inner axis) is computed by the same
+code in the same order. Only passes whose rows are independent are cut, never a sum over the rows,
+and never a random draw (the generator's stream would change).
+
+Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
+one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
+take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry;
+elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole.
+"""
+import contextlib
+import ctypes
+import os
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import backend
+
+MIN_WORK = 1 << 16       # elements below which a pass is not cut: handing a block to another thread
+#                          costs some 20-50 us, about what a pass over 65,536 elements takes
+GEMM_COST = 32           # multiply-adds of a GEMM that take as long as one element of a pass
+GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows (see matmul)
+_threads = 1             # threads a pass is cut over; 1: the plain path
+_pool = None             # ThreadPoolExecutor of _threads - 1 workers (the calling thread takes a block too)
+_in_block = threading.local()  # set inside a block: a nested cut runs whole (the pool may be busy)
+_blas = None             # (set_num_threads, threads it had) once found; False where there is none
+
+
+def _openblas():
+    """OpenBLAS's (set_num_threads, get_num_threads) as loaded in this process, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted(set(re.findall(r"\S*openblas\S*\.so\S*", f.read())))
+    except OSError:                                   # not Linux: no way to find the library here
+        return None
+    for path in paths:
+        lib = ctypes.CDLL(path)
+        for suffix in ("", "64_", "_64"):
+            for prefix in ("scipy_openblas", "openblas"):
+                set_n = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                get_n = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if set_n and get_n:
+                    set_n.argtypes, set_n.restype, get_n.restype = [ctypes.c_int], None, ctypes.c_int
+                    return set_n, get_n
+    return None
+
+
+def default_threads():
+    """The cores this process may use: OMP_NUM_THREADS where set (as distributed.launch sets it for
+    each rank), else the cores it may run on."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def use(threads=None):
+    """Cut the big passes over `threads` threads (default: default_threads()) and give the BLAS one
+    thread; use(1) puts everything back. Returns the threads in effect: 1 on the GPU, and where the
+    BLAS's threads cannot be set (then nothing changes)."""
+    global _threads, _pool, _blas
+    threads = default_threads() if threads is None else threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"cores.use: threads must be a whole number >= 1, got {threads!r}")
+    if _blas is None:
+        found = _openblas()
+        _blas = (found[0], found[1]()) if found else False
+    if backend.device != "cpu" or not _blas:
+        threads = 1
+    if threads == _threads:
+        return threads
+    if _pool is not None:
+        _pool.shutdown()
+    _pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="cores") if threads > 1 else None
+    _threads = threads
+    _blas[0](1 if threads > 1 else _blas[1])          # one BLAS thread while the pool cuts the GEMMs
+    return threads
+
+
+@contextlib.contextmanager
+def using(threads=None):
+    """use(threads) inside the block (the Trainer's updates), the threads from before it after it."""
+    before = _threads
+    try:
+        yield use(threads)
+    finally:
+        use(before)
+
+
+def threads():
+    """The threads a big pass is cut over now (1: off)."""
+    return _threads
+
+
+def for_blocks(fn, n, work=None, align=1):
+    """fn(rows) for contiguous slices `rows` covering range(n), one per thread, side by side, each
+    starting at a multiple of `align`; returns when every block is done (an error in any block is
+    raised after all have finished). `work`, the elements the pass touches (default n), below
+    MIN_WORK: one call fn(slice(0, n)) on this thread."""
+    k = min(_threads, n // align)
+    if k < 2 or (n if work is None else work) < MIN_WORK or getattr(_in_block, "on", False):
+        fn(slice(0, n))
+        return
+    cuts = [n * i // k // align * align for i in range(k)] + [n]
+    futures = [_pool.submit(_block, fn, slice(cuts[i], cuts[i + 1])) for i in range(1, k)]
+    try:
+        _block(fn, slice(cuts[0], cuts[1]))
+    finally:
+        errors = [f.exception() for f in futures]      # waits for every block
+    if any(errors):
+        raise next(e for e in errors if e)
+
+
+def by_rows(fn, first, *args):
+    """fn(first, *args) computed on blocks of rows side by side and joined: `first` and every array
+    argument of its dimensions and first axis are cut, other arguments (numbers, None, an array that
+    broadcasts over the rows) passed whole; fn returns a tuple of arrays of those rows (or None), each
+    joined again. For passes whose rows are independent: the same bits as fn(first, *args). Not cut
+    when the arrays cut hold fewer than MIN_WORK elements in all."""
+    n, ndim = len(first), first.ndim
+    cut = [isinstance(a, np.ndarray) and a.ndim == ndim and len(a) == n for a in args]
+    work = first.size + sum(a.size for a, c in zip(args, cut) if c)
+    parts = []
+
+    def block(rows):
+        parts.append((rows.start, fn(first[rows], *(a[rows] if c else a for a, c in zip(args, cut)))))
+    for_blocks(block, n, work)
+    if len(parts) == 1:
+        return parts[0][1]
+    parts = [result for _, result in sorted(parts, key=lambda part: part[0])]
+    return tuple(None if pieces[0] is None else np.concatenate(pieces) for pieces in zip(*parts))
+
+
+def _block(fn, rows):
+    _in_block.on = True
+    try:
+        fn(rows)
+    finally:
+        _in_block.on = False
+
+
+def matmul(a, b):
+    """a @ b (NumPy's matmul) with the result's first axis cut into blocks: a's rows for a matrix, the
+    batch for a stack of them (b a matrix, or a stack of the same length). The same bits as a @ b: each
+    element's dot product is computed by the same BLAS kernel, in the same order, since a matrix is cut
+    at multiples of GEMM_ALIGN rows (the BLAS computes rows in tiles of up to that many, and a tile
+    cut in two would go to other kernels). Anything else: a @ b whole."""
+    if _threads == 1 or backend.xp is not np or not 2 <= b.ndim <= a.ndim or a.shape[-1] != b.shape[-2] \
+            or (b.ndim > 2 and np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) != a.shape[:-2]):
+        return backend.xp.matmul(a, b)
+    stacked = b.ndim == a.ndim > 2 and b.shape[0] == a.shape[0]
+    if b.ndim > 2 and not stacked:                    # b broadcast along the first axis: whole
+        return np.matmul(a, b)
+    out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=np.result_type(a, b))
+
+    def block(rows):
+        np.matmul(a[rows], b[rows] if stacked else b, out=out[rows])
+    for_blocks(block, a.shape[0], out.size * a.shape[-1] // GEMM_COST, GEMM_ALIGN if a.ndim == 2 else 1)
+    return out
+
+
+def elementwise(ufunc, *args):
+    """ufunc(*args) for a NumPy ufunc whose result has its arguments' common type (add, multiply,
+    maximum, ...), cut into blocks of rows when every array argument has one shape: the same bits."""
+    arrays = [a for a in args if isinstance(a, np.ndarray) and a.ndim]
+    if _threads == 1 or not arrays or any(a.shape != arrays[0].shape for a in arrays):
+        return ufunc(*args)
+    out = np.empty(arrays[0].shape, np.result_type(*args))
+    for_blocks(lambda r: ufunc(*(a[r] if isinstance(a, np.ndarray) and a.ndim else a for a in args), out=out[r]),
+               len(out), out.size)
+    return out

@@ -1,0 +1,214 @@
+"""cores.py: passes cut into blocks of rows on threads cover every row once, wait for every block,
+and give the very bits of one whole pass for the row passes (elementwise, by_rows, each op that cuts:
+cross-entropy, LayerNorm, relu, attention), on a BLAS of one thread in both. A GEMM cut into blocks of
+rows goes through the BLAS's kernels for each block, which on some CPUs may round a last bit otherwise
+(on the reference machine: the same bits over the model's shapes): cut GEMMs and a whole training run
+are held to float32 tolerance."""
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import minitransformer as mt
+import minitransformer.functional as F
+from minitransformer import backend, cores
+from minitransformer.attention import causal_mask, padding_mask
+from minitransformer.training import Trainer
+
+from conftest import f32_tol, quiet, tiny_model, training_config
+
+
+@pytest.fixture
+def two_threads(monkeypatch):
+    """cores on with 2 threads (the BLAS on one), every pass cut however small; off again after."""
+    if cores.use(2) != 2:
+        cores.use(1)
+        pytest.skip("the BLAS's threads cannot be set in this process (cores.py needs OpenBLAS, as in "
+                    "NumPy's wheels, on Linux)")
+    monkeypatch.setattr(cores, "MIN_WORK", 0)
+    yield
+    cores.use(1)
+
+
+def test_off_by_default_and_refuses_a_bad_thread_count():
+    assert cores.threads() == 1
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="threads must be a whole number"):
+            cores.use(bad)
+    assert cores.threads() == 1
+
+
+def test_default_threads_follow_omp_num_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert cores.default_threads() == 3
+    for unset in ("", "0", "two"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unset)
+        assert cores.default_threads() == len(__import__("os").sched_getaffinity(0))
+
+
+def test_the_gpu_and_the_blas_threads(two_threads, monkeypatch):
+    """On the GPU every pass stays whole; use(1) gives the BLAS back the threads it had."""
+    set_n, get_n = cores._openblas()
+    assert get_n() == 1                              # while cores cut the GEMMs
+    cores.use(1)
+    assert get_n() == cores._blas[1] and cores.threads() == 1
+    monkeypatch.setattr(backend, "device", "gpu")
+    assert cores.use(2) == 1 and cores.threads() == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 300), threads=st.integers(2, 5))
+def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads):
+    if cores.use(threads) != threads:
+        pytest.skip("the BLAS's threads cannot be set in this process")
+    old, cores.MIN_WORK = cores.MIN_WORK, 0
+    try:
+        seen, lock = [], threading.Lock()
+
+        def fn(rows):
+            with lock:
+                seen.append((rows.start, rows.stop))
+        cores.for_blocks(fn, n)
+    finally:
+        cores.MIN_WORK = old
+        cores.use(1)
+    seen.sort()
+    assert len(seen) == (max(1, min(threads, n)))
+    assert seen[0][0] == 0 and seen[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(seen, seen[1:]))         # contiguous, no overlap, no gap
+
+
+def test_a_small_pass_or_a_nested_one_runs_whole(two_threads, monkeypatch):
+    monkeypatch.setattr(cores, "MIN_WORK", 1000)
+    calls = []
+    cores.for_blocks(calls.append, 10, work=999)
+    assert calls == [slice(0, 10)]
+    inner = []
+    cores.for_blocks(lambda rows: cores.for_blocks(inner.append, 5, work=10_000), 4, work=10_000)
+    assert inner == [slice(0, 5)] * 2                              # each of the 2 outer blocks: once, whole
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_an_error_is_raised_after_every_block_has_finished(two_threads, failing):
+    finished = []
+
+    def fn(rows):
+        if rows.start == 0 and failing == 0 or rows.start > 0 and failing == 1:
+            raise RuntimeError(f"block {rows.start}")
+        time.sleep(0.05)
+        finished.append(rows.start)
+    with pytest.raises(RuntimeError, match="block"):
+        cores.for_blocks(fn, 10)
+    assert len(finished) == 1                        # the other block ran to its end before the raise
+
+
+def test_matmul_cuts_rows_at_the_alignment_and_matches_one_call(two_threads, monkeypatch):
+    rng = np.random.default_rng(0)
+    f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
+    cuts = []
+    monkeypatch.setattr(cores, "for_blocks", lambda fn, n, work, align: cuts.append(align) or fn(slice(0, n)))
+    cores.matmul(f(300, 8), f(8, 40))
+    assert cuts == [cores.GEMM_ALIGN]
+    monkeypatch.undo()
+    monkeypatch.setattr(cores, "MIN_WORK", 0)
+    x = f(300, 37)
+    for a, b in [(f(370, 16), f(16, 40)), (x.T, f(300, 64)), (f(200, 37), x.T), (f(5, 3, 7, 4), f(5, 3, 4, 6)),
+                 (f(6, 7, 4), f(4, 5)), (f(5, 3, 7, 4), f(1, 3, 4, 6)), (f(1, 7, 4), f(3, 4, 5)), (f(7, 4), f(4))]:
+        whole = a @ b
+        np.testing.assert_allclose(cores.matmul(a, b), whole, rtol=0, err_msg=str((a.shape, b.shape)),
+                                   atol=f32_tol(a.shape[-1], np.abs(a).max() * np.abs(b).max()))
+    g = f(40, 8)
+    assert np.array_equal(cores.elementwise(np.maximum, g, 0), np.maximum(g, 0))
+    assert np.array_equal(cores.elementwise(np.multiply, g, g > 0), g * (g > 0))
+    row = f(8)
+    assert np.array_equal(cores.elementwise(np.multiply, g, row), g * row)  # broadcast: one whole call
+    w = f(8)
+
+    def fn(a, b, c, s):                              # rows of a and b, c broadcast (1, 8), s a number
+        return a * c + s, None, (b @ w)[:, None]
+    a, b, c = f(40, 8), f(40, 8), f(1, 8)
+    cut, whole = cores.by_rows(fn, a, b, c, 2.0), fn(a, b, c, 2.0)
+    assert cut[1] is None and all(np.array_equal(u, v) for u, v in zip(cut[::2], whole[::2]))
+
+
+def _op_results(op):
+    """(outputs, gradients) of op() as host arrays: op builds its graph from fresh leaves."""
+    out, leaves = op()
+    out = out if isinstance(out, tuple) else (out,)
+    (out[0] * mt.tensor(np.linspace(0.5, 1.5, out[0].size).reshape(out[0].shape).astype(out[0].dtype))).sum().backward()
+    return [np.array(o.data if isinstance(o, mt.Tensor) else o) for o in out] + [leaf.grad.copy() for leaf in leaves]
+
+
+def _ops():
+    rng = np.random.default_rng(1)
+    leaf = lambda *shape: mt.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    B, H, T, S, K = 5, 2, 6, 7, 4
+    src = np.array([[3] * S] * 3 + [[3, 3, 0, 0, 0, 0, 0]] * 2)
+    target = rng.integers(0, 11, (B, T))
+    target[1] = 0                                                      # a row of padding alone
+
+    def ce(eps, ignore):
+        z = leaf(B, T, 11)
+        return F.cross_entropy(z, target, ignore_index=ignore, label_smoothing=eps), [z]
+
+    def norm():
+        x, g, b = leaf(B, T, 8), leaf(8), leaf(8)
+        return F.layer_norm(x, g, b), [x, g, b]
+
+    def relu():
+        x = leaf(B, T, 8)
+        return x.relu(), [x]
+
+    def attn(mask, dropout):
+        mt.seed(4)
+        q, k, v = leaf(B, H, T, K), leaf(B, H, S if mask is None or mask.shape[-1] == S else T, K), None
+        v = leaf(*k.shape)
+        out = mt.scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout, training=True,
+                                              return_weights=True)
+        return out, [q, k, v]
+    full = np.zeros((B, 1, T, S), bool)                                # every key of every row masked
+    return {"cross_entropy eps 0.1": lambda: ce(0.1, 0), "cross_entropy eps 0, no ignore": lambda: ce(0.0, None),
+            "cross_entropy all ignored": lambda: (F.cross_entropy(z := leaf(2, 3, 11), np.zeros((2, 3), int),
+                                                                  ignore_index=0), [z]),
+            "layer_norm": norm, "relu": relu,
+            "attention, padding mask": lambda: attn(padding_mask(src), 0.0),
+            "attention, causal mask broadcast, dropout": lambda: attn(causal_mask(T), 0.3),
+            "attention, no mask": lambda: attn(None, 0.0), "attention, all masked": lambda: attn(full, 0.0)}
+
+
+@pytest.mark.parametrize("name", list(_ops()))
+def test_each_op_that_cuts_gives_the_bits_of_its_whole_pass(two_threads, monkeypatch, name):
+    cut = _op_results(_ops()[name])
+    monkeypatch.setattr(cores, "MIN_WORK", float("inf"))               # the same process, every pass whole
+    whole = _op_results(_ops()[name])
+    assert len(cut) == len(whole) and all(np.array_equal(a, b) for a, b in zip(cut, whole)), name
+
+
+def test_training_cut_or_whole_gives_the_same_updates(two_threads, monkeypatch, task):
+    """The Trainer's updates (dropout, label smoothing, padding, Adam) with every pass cut, then whole:
+    the weights move alike, to float32 rounding of the gradients' longest sums (tokens x d_model)."""
+    tok, pairs, _ = task
+    moves = {}
+    for min_work in (0, float("inf")):
+        monkeypatch.setattr(cores, "MIN_WORK", min_work)
+        model = tiny_model(tok, dropout=0.1)
+        before = [p.data.copy() for p in model.parameters()]
+        trainer = Trainer(model, tok, pairs[:40], None, training_config(steps=3, max_tokens=200), log=quiet)
+        trainer.train()
+        moves[min_work] = [p.data - b for p, b in zip(model.parameters(), before)]
+        assert cores.threads() == 2                   # train() ran with its default, then gave back the 2 set here
+    for cut, whole in zip(*moves.values()):
+        np.testing.assert_allclose(cut, whole, rtol=0, atol=f32_tol(200 * 32, np.abs(whole).max()))
+
+
+def test_the_trainer_uses_every_core_while_it_trains(monkeypatch, task):
+    tok, pairs, _ = task
+    seen = []
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    trainer = Trainer(tiny_model(tok), tok, pairs[:20], None, training_config(steps=2), log=quiet,
+                      callbacks=[lambda t: seen.append(cores.threads())])
+    trainer.train()
+    expected = 2 if cores._blas else 1               # 1 where the BLAS's threads cannot be set
+    assert seen == [expected, expected] and cores.threads() == 1
