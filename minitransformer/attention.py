@@ -47,7 +47,7 @@ def _attention_forward(q, k, v, mask, dropout_p, training):
     if mask is not None:
         _check_mask(mask, scores)
     drop = training and dropout_p > 0
-    kept = backend.rng().random(scores, dtype=np.float32) >= dropout_p if drop else None  # (B, H, Tq, Tk) bool
+    kept = cores.uniform(backend.rng(), scores) >= dropout_p if drop else None  # (B, H, Tq, Tk) bool
     return cores.by_rows(_attend, q, k, v, mask, kept, dropout_p) + (kept,)
 
 

@@ -184,3 +184,26 @@ def elementwise(ufunc, *args):
     for_blocks(lambda r: ufunc(*(a[r] if isinstance(a, np.ndarray) and a.ndim else a for a in args), out=out[r]),
                len(out), out.size)
     return out
+
+
+def uniform(rng, shape):
+    """rng.random(shape, dtype=float32) drawn in blocks side by side: the same numbers, and rng left as
+    that call leaves it. A block starts further along the stream on a copy of rng's PCG64 (advance():
+    two float32 draws take one 64-bit step); any other generator, or one holding half a step, draws whole."""
+    n, bits = int(np.prod(shape)), getattr(rng, "bit_generator", None)
+    if _threads == 1 or type(bits) is not np.random.PCG64 or bits.state["has_uint32"]:
+        return rng.random(shape, dtype=np.float32)
+    out, start, ends = np.empty(n, np.float32), bits.state, {}
+
+    def block(rows):
+        gen = rng
+        if rows.start:                                # its own copy, moved to where this block begins
+            gen = np.random.Generator(np.random.PCG64())
+            gen.bit_generator.state = start
+            gen.bit_generator.advance(rows.start // 2)
+        gen.random(dtype=np.float32, out=out[rows])
+        ends[rows.stop] = gen
+    for_blocks(block, n, align=2)
+    if len(ends) > 1:
+        rng.bit_generator.state = ends[n].bit_generator.state
+    return out.reshape(shape)

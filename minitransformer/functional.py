@@ -195,8 +195,7 @@ def layer_norm(x, gamma, beta, eps=1e-6):
         var += eps
         xp.reciprocal(xp.sqrt(var, out=var), out=rstd[r])             # (n, 1) 1 / sigma
         xh *= rstd[r]
-        yr = xp.multiply(xh, gamma.data, out=y[r])
-        yr += beta.data
+        xp.add(xp.multiply(xh, gamma.data, out=y[r]), beta.data, out=y[r])
     cores.for_blocks(forward_rows, len(x2), x2.size)
 
     def backward(gy):
@@ -242,9 +241,10 @@ def dropout(x, p, training=True):
     if kernels.active(x):
         return kernels.dropout(x, p)                                  # the fused CUDA kernel (GPU only)
     # float32 uniforms: works for NumPy's and CuPy's generators alike, and costs half of float64
-    mask = (backend.rng().random(x.shape, dtype=np.float32) >= p).astype(x.dtype)
+    mask = (cores.uniform(backend.rng(), x.shape) >= p).astype(x.dtype)  # rng.random(x.shape, float32)
     mask *= 1.0 / (1.0 - p)
-    return make_node(x.data * mask, (x,), lambda g: (g * mask,), "dropout")
+    return make_node(cores.elementwise(np.multiply, x.data, mask), (x,),
+                     lambda g: (cores.elementwise(np.multiply, g, mask),), "dropout")
 
 
 # -------------------------------------------------------------------- embedding and linear

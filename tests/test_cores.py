@@ -133,6 +133,19 @@ def test_matmul_cuts_rows_at_the_alignment_and_matches_one_call(two_threads, mon
     assert cut[1] is None and all(np.array_equal(u, v) for u, v in zip(cut[::2], whole[::2]))
 
 
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (1001,), (3, 5, 7), (64, 129)])
+@pytest.mark.parametrize("bits", ["PCG64", "PCG64 holding half a step", "Philox"])
+def test_uniform_draws_the_numbers_of_one_call_and_leaves_the_generator_alike(two_threads, shape, bits):
+    make = lambda: np.random.Generator(np.random.Philox(3) if bits == "Philox" else np.random.PCG64(3))
+    cut, whole = make(), make()
+    if bits == "PCG64 holding half a step":                       # one float32 drawn: half a 64-bit step kept
+        cut.random(dtype=np.float32), whole.random(dtype=np.float32)
+    got = cores.uniform(cut, shape)
+    assert got.shape == shape and got.dtype == np.float32
+    assert np.array_equal(got, whole.random(shape, dtype=np.float32))
+    assert np.array_equal(cut.random(9, dtype=np.float32), whole.random(9, dtype=np.float32))
+
+
 def _op_results(op):
     """(outputs, gradients) of op() as host arrays: op builds its graph from fresh leaves."""
     out, leaves = op()
