@@ -154,23 +154,31 @@ def _block(fn, rows):
         _in_block.on = False
 
 
-def matmul(a, b):
-    """a @ b (NumPy's matmul) with the result's first axis cut into blocks: a's rows for a matrix, the
+def matmul(a, b, plus=None):
+    """a @ b (NumPy's matmul), plus `plus` (a bias, broadcast over the rows) where given, with the
+    result's first axis cut into blocks: a's rows for a matrix, the
     batch for a stack of them (b a matrix, or a stack of the same length). The same bits as a @ b: each
     element's dot product is computed by the same BLAS kernel, in the same order, since a matrix is cut
     at multiples of GEMM_ALIGN rows (the BLAS computes rows in tiles of up to that many, and a tile
     cut in two would go to other kernels). Anything else: a @ b whole."""
     if _threads == 1 or backend.xp is not np or not 2 <= b.ndim <= a.ndim or a.shape[-1] != b.shape[-2] \
             or (b.ndim > 2 and np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) != a.shape[:-2]):
-        return backend.xp.matmul(a, b)
+        return _matmul(a, b, plus)
     stacked = b.ndim == a.ndim > 2 and b.shape[0] == a.shape[0]
     if b.ndim > 2 and not stacked:                    # b broadcast along the first axis: whole
-        return np.matmul(a, b)
+        return _matmul(a, b, plus)
     out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=np.result_type(a, b))
 
     def block(rows):
-        np.matmul(a[rows], b[rows] if stacked else b, out=out[rows])
+        _matmul(a[rows], b[rows] if stacked else b, plus, out[rows])
     for_blocks(block, a.shape[0], out.size * a.shape[-1] // GEMM_COST, GEMM_ALIGN if a.ndim == 2 else 1)
+    return out
+
+
+def _matmul(a, b, plus, out=None):
+    out = backend.xp.matmul(a, b, out=out)
+    if plus is not None:
+        out += plus
     return out
 
 

@@ -305,9 +305,7 @@ def linear(x, weight, bias=None):
                          f"(weight shape {tuple(weight.shape)})")
     lead = x.shape[:-1]
     x2 = x.data.reshape(-1, d_in)                                     # (N, d_in)
-    y = cores.matmul(x2, weight.data)                                 # (N, d_out)
-    if bias is not None:
-        y += bias.data
+    y = cores.matmul(x2, weight.data, None if bias is None else bias.data)  # (N, d_out) x W + b
 
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)

@@ -119,6 +119,9 @@ def test_matmul_cuts_rows_at_the_alignment_and_matches_one_call(two_threads, mon
         whole = a @ b
         np.testing.assert_allclose(cores.matmul(a, b), whole, rtol=0, err_msg=str((a.shape, b.shape)),
                                    atol=f32_tol(a.shape[-1], np.abs(a).max() * np.abs(b).max()))
+    a, b, bias = f(300, 16), f(16, 40), f(40)
+    np.testing.assert_allclose(cores.matmul(a, b, bias), a @ b + bias, rtol=0,
+                               atol=f32_tol(17, np.abs(a).max() * np.abs(b).max() + np.abs(bias).max()))
     g = f(40, 8)
     assert np.array_equal(cores.elementwise(np.maximum, g, 0), np.maximum(g, 0))
     assert np.array_equal(cores.elementwise(np.multiply, g, g > 0), g * (g > 0))
