@@ -11,14 +11,18 @@ own threads would keep one spinning on the second core after every GEMM (OpenBLA
 cycles for the next one), and the pool would find that core taken (tried in session 12: no gain).
 
 The same bits as the whole pass: each block is the same NumPy call on fewer rows, so every row (an
-exp, a row's maximum or sum, a GEMM's dot product over the whole inner axis) is computed by the same
-code in the same order. Only passes whose rows are independent are cut, never a sum over the rows,
-and never a random draw (the generator's stream would change).
+exp, a row's maximum or sum) is computed by the same code in the same order. Only passes whose rows
+are independent are cut, never a sum over the rows; a random draw only through `uniform`, which starts
+each block where the generator's stream would be. A GEMM's blocks go through the BLAS's kernels one
+by one (see matmul): on the reference machine the same bits as the whole GEMM for the model's shapes,
+and elsewhere equal to float32 rounding at worst. The same number of threads gives the same bits on
+every run, as a BLAS's thread count does.
 
 Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
 one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
 take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry;
-elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole.
+elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole. Measured on 2 cores only, so
+the default takes at most MAX_THREADS; a hand-off costs some 50-70 us on the reference machine.
 """
 import contextlib
 import ctypes
@@ -34,7 +38,9 @@ from . import backend
 MIN_WORK = 1 << 16       # elements below which a pass is not cut: handing a block to another thread
 #                          costs some 20-50 us, about what a pass over 65,536 elements takes
 GEMM_COST = 32           # multiply-adds of a GEMM that take as long as one element of a pass
-GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows (see matmul)
+GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows, and only if its result is as
+#                          wide (see matmul)
+MAX_THREADS = 8          # the most threads use() takes by default
 _threads = 1             # threads a pass is cut over; 1: the plain path
 _pool = None             # ThreadPoolExecutor of _threads - 1 workers (the calling thread takes a block too)
 _in_block = threading.local()  # set inside a block: a nested cut runs whole (the pool may be busy)
@@ -62,11 +68,12 @@ def _openblas():
 
 def default_threads():
     """The cores this process may use: OMP_NUM_THREADS where set (as distributed.launch sets it for
-    each rank), else the cores it may run on."""
+    each rank), else the cores it may run on, at most MAX_THREADS."""
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(cores, MAX_THREADS)
 
 
 def use(threads=None):
@@ -147,6 +154,7 @@ def by_rows(fn, first, *args):
 
 
 def _block(fn, rows):
+    """fn(rows) marked as inside a block, so that a cut within it runs whole."""
     _in_block.on = True
     try:
         fn(rows)
@@ -156,12 +164,15 @@ def _block(fn, rows):
 
 def matmul(a, b, plus=None):
     """a @ b (NumPy's matmul), plus `plus` (a bias, broadcast over the rows) where given, with the
-    result's first axis cut into blocks: a's rows for a matrix, the
-    batch for a stack of them (b a matrix, or a stack of the same length). The same bits as a @ b: each
-    element's dot product is computed by the same BLAS kernel, in the same order, since a matrix is cut
-    at multiples of GEMM_ALIGN rows (the BLAS computes rows in tiles of up to that many, and a tile
-    cut in two would go to other kernels). Anything else: a @ b whole."""
+    result's first axis cut into blocks: the batch of a stack of matrices (b a matrix, or a stack of
+    the same length: each matrix is the same BLAS call as in the whole), or a matrix's rows, at
+    multiples of GEMM_ALIGN and only for a result at least as wide. The BLAS computes a GEMM in tiles
+    of rows and columns, and an edge tile goes to other kernels, which may sum otherwise: on the
+    reference machine's OpenBLAS, blocks cut so gave the whole GEMM's bits over 1,920 shapes (8-4,090
+    rows, 1-512 inner, each side transposed or not), where results 1-7 columns wide, or a cut inside a
+    tile, did not. Anything else: whole."""
     if _threads == 1 or backend.xp is not np or not 2 <= b.ndim <= a.ndim or a.shape[-1] != b.shape[-2] \
+            or (a.ndim == 2 and b.shape[-1] < GEMM_ALIGN) \
             or (b.ndim > 2 and np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) != a.shape[:-2]):
         return _matmul(a, b, plus)
     stacked = b.ndim == a.ndim > 2 and b.shape[0] == a.shape[0]
@@ -176,6 +187,7 @@ def matmul(a, b, plus=None):
 
 
 def _matmul(a, b, plus, out=None):
+    """a @ b (+ plus) whole, into out where given."""
     out = backend.xp.matmul(a, b, out=out)
     if plus is not None:
         out += plus

@@ -4,6 +4,7 @@ cross-entropy, LayerNorm, relu, attention), on a BLAS of one thread in both. A G
 rows goes through the BLAS's kernels for each block, which on some CPUs may round a last bit otherwise
 (on the reference machine: the same bits over the model's shapes): cut GEMMs and a whole training run
 are held to float32 tolerance."""
+import os
 import threading
 import time
 
@@ -45,7 +46,7 @@ def test_default_threads_follow_omp_num_threads(monkeypatch):
     assert cores.default_threads() == 3
     for unset in ("", "0", "two"):
         monkeypatch.setenv("OMP_NUM_THREADS", unset)
-        assert cores.default_threads() == len(__import__("os").sched_getaffinity(0))
+        assert cores.default_threads() == min(len(os.sched_getaffinity(0)), cores.MAX_THREADS)
 
 
 def test_the_gpu_and_the_blas_threads(two_threads, monkeypatch):
@@ -109,17 +110,18 @@ def test_matmul_cuts_rows_at_the_alignment_and_matches_one_call(two_threads, mon
     f = lambda *shape: rng.standard_normal(shape).astype(np.float32)
     cuts = []
     monkeypatch.setattr(cores, "for_blocks", lambda fn, n, work, align: cuts.append(align) or fn(slice(0, n)))
-    cores.matmul(f(300, 8), f(8, 40))
+    cores.matmul(f(300, 8), f(8, 64))
+    cores.matmul(f(300, 8), f(8, 63))                                  # narrower than GEMM_ALIGN: whole
     assert cuts == [cores.GEMM_ALIGN]
     monkeypatch.undo()
     monkeypatch.setattr(cores, "MIN_WORK", 0)
     x = f(300, 37)
-    for a, b in [(f(370, 16), f(16, 40)), (x.T, f(300, 64)), (f(200, 37), x.T), (f(5, 3, 7, 4), f(5, 3, 4, 6)),
+    for a, b in [(f(370, 16), f(16, 70)), (x.T, f(300, 64)), (f(200, 37), f(300, 37).T), (f(5, 3, 7, 4), f(5, 3, 4, 6)),
                  (f(6, 7, 4), f(4, 5)), (f(5, 3, 7, 4), f(1, 3, 4, 6)), (f(1, 7, 4), f(3, 4, 5)), (f(7, 4), f(4))]:
         whole = a @ b
         np.testing.assert_allclose(cores.matmul(a, b), whole, rtol=0, err_msg=str((a.shape, b.shape)),
                                    atol=f32_tol(a.shape[-1], np.abs(a).max() * np.abs(b).max()))
-    a, b, bias = f(300, 16), f(16, 40), f(40)
+    a, b, bias = f(300, 16), f(16, 70), f(70)
     np.testing.assert_allclose(cores.matmul(a, b, bias), a @ b + bias, rtol=0,
                                atol=f32_tol(17, np.abs(a).max() * np.abs(b).max() + np.abs(bias).max()))
     g = f(40, 8)
