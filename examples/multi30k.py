@@ -2,9 +2,9 @@
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
     python examples/multi30k.py                      # the recipe: 2 ranks, 34 minutes on 2 cores, BLEU 41.4
-    python examples/multi30k.py --ranks 1            # one process: 39 minutes, BLEU 40.5 (other batches)
+    python examples/multi30k.py --ranks 1            # one process, both cores: 37 minutes, BLEU 40.5 (other batches)
     python examples/multi30k.py --steps 6000 --dropout 0.3 --ranks 1   # the previous recipe: 67-106 min, 41.3-41.9
-    python examples/multi30k.py --quick              # the tiny preset: about 9 minutes, BLEU 38.9
+    python examples/multi30k.py --quick              # the tiny preset: about 8 minutes, BLEU 38.4-38.9
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
     python examples/multi30k.py --device gpu         # the GPU recipe: one H200, 3.7 minutes, BLEU 41.6
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint

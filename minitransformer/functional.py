@@ -142,7 +142,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
 
     def forward_rows(r):                                              # rows r (all, or a block: cores.py)
         pr = xp.subtract(z[r], z[r].max(axis=1, keepdims=True), out=p[r])  # (n, V) shifted logits
-        z_t = pr[rows[: len(pr)], t[r]]                               # (n,)
+        z_t = pr[rows[: len(pr)], t[r]]                               # (n,) each row's target logit
         z_mean = pr.mean(axis=1) if eps else 0.0                      # (n,)
         xp.exp(pr, out=pr)                                            # (n, V) unnormalised softmax
         pr.sum(axis=1, out=s[r])                                      # (n,)
