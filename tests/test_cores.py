@@ -231,3 +231,18 @@ def test_the_trainer_uses_every_core_while_it_trains(monkeypatch, task):
     trainer.train()
     expected = 2 if cores._blas else 1               # 1 where the BLAS's threads cannot be set
     assert seen == [expected, expected] and cores.threads() == 1
+
+
+def test_decoding_runs_with_cores_off_and_gives_them_back(two_threads, monkeypatch, task):
+    """Search's products are small: a hand-off each would cost more than it saves, so search turns
+    cores off while it decodes (inside training's evaluations too) and back on after."""
+    from minitransformer.search import beam_search, greedy_search
+    tok, pairs, _ = task
+    model = tiny_model(tok).eval()
+    seen = []
+    monkeypatch.setattr(cores, "for_blocks", lambda fn, n, work=None, align=1: seen.append(cores.threads())
+                        or fn(slice(0, n)))
+    for search in (greedy_search, beam_search):
+        search(model, [p[0] for p in pairs[:3]])
+        assert cores.threads() == 2
+    assert seen and set(seen) == {1}
