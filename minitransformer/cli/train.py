@@ -49,7 +49,8 @@ def add_parser(subparsers):
             "      --valid-src val.de --valid-tgt val.en --vocab-size 8000 --out runs/de-en --steps 20000",
             "train --config my_config.json ... --tokenizer bpe.json --max-tokens 4096 --accum 6",
             "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out")
-        + "\n  mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel")
+        + "\n  mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel"
+        + "\n  OMP_NUM_THREADS=1 python -m minitransformer train ...   # one core (default: every core, cores.py)")
     p.add_argument("--config", default="small", help="a preset (tiny, small, base, big) or a JSON file of "
                    "TransformerConfig fields (default: small)")
     p.add_argument("--train-src", required=True, metavar="FILE")
