@@ -1,4 +1,5 @@
-"""Lesson 12, answers: the weights of a data-parallel rank's batches, the ring allreduce, and what it sends.
+"""Lesson 12, answers: the weights of a data-parallel rank's batches, the ring allreduce, what it sends, and a
+block of a random stream drawn without the numbers before it.
 
 Graded by `python lessons/check.py 12 --solutions`; your own go in lessons/exercises/12_data_parallel.py.
 
@@ -74,6 +75,23 @@ def ring_bytes_sent(n_elements, itemsize, size):
     return 2 * (size - 1) * (n_elements // size) * itemsize
 
 
+def uniforms_from(state, start, count):
+    """Numbers start, start + 1, ..., start + count - 1 (0-based) of the float32 uniforms a NumPy generator
+    over PCG64 in `state` (a dict, as bit_generator.state gives, holding no half step: has_uint32 == 0)
+    would draw: np.random.Generator(PCG64 set to state).random(start + count, dtype=np.float32)[start:],
+    as a float32 array of count, WITHOUT drawing the first `start` (start may be 10**12): what
+    cores.uniform does for each thread's block of a dropout mask. Each 64-bit step of PCG64 gives two
+    float32 numbers, the low 32 bits first, then the high 32 (kept for the next draw); bit_generator.advance(d)
+    moves a generator d steps on at once. Leave `state` unchanged."""
+    bits = np.random.PCG64()
+    bits.state = state                       # a copy: the caller's generator does not move
+    bits.advance(start // 2)                 # two float32 numbers a 64-bit step
+    gen = np.random.Generator(bits)
+    if start % 2:                            # an odd start: the high half of that step; drop the low half
+        gen.random(dtype=np.float32)
+    return gen.random(count, dtype=np.float32)
+
+
 def answers_to_questions():
     """The lesson's questions, checked (the test suite runs this)."""
     counts, means = [200, 300, 500], [3.0, 2.0, 1.0]
@@ -97,3 +115,11 @@ def answers_to_questions():
     assert not np.allclose(batch_norm(x), np.concatenate([batch_norm(x[:4]), batch_norm(x[4:])]))
     assert round(2 * 7 * 193 * 50e-6 * 1e3) == 135 and round(2 * 7 * 10 * 50e-6 * 1e3) == 7         # 7
     assert (64 << 20) // (4 << 10) == 16_384 and (64 << 20) // (2 << 20) == 32                      # 8
+    y = rng.standard_normal((1000, 16)).astype(np.float32)                                          # 9
+    halves = y[:500].sum(axis=0) + y[500:].sum(axis=0)              # a sum over the rows, cut in two
+    assert not np.array_equal(halves, y.sum(axis=0))                 # other groupings: other last bits
+    def softmax(z):
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    assert np.array_equal(softmax(y), np.concatenate([softmax(y[:500]), softmax(y[500:])]))
+    assert 0.6 + 0.4 / 2 == 0.8 and round(1 / 0.8, 2) == 1.25
