@@ -76,13 +76,12 @@ def ring_bytes_sent(n_elements, itemsize, size):
 
 
 def uniforms_from(state, start, count):
-    """Numbers start, start + 1, ..., start + count - 1 (0-based) of the float32 uniforms a NumPy generator
-    over PCG64 in `state` (a dict, as bit_generator.state gives, holding no half step: has_uint32 == 0)
-    would draw: np.random.Generator(PCG64 set to state).random(start + count, dtype=np.float32)[start:],
-    as a float32 array of count, WITHOUT drawing the first `start` (start may be 10**12): what
-    cores.uniform does for each thread's block of a dropout mask. Each 64-bit step of PCG64 gives two
-    float32 numbers, the low 32 bits first, then the high 32 (kept for the next draw); bit_generator.advance(d)
-    moves a generator d steps on at once. Leave `state` unchanged."""
+    """Copy the state into a new PCG64, advance it start // 2 steps (two float32 numbers a step), drop one
+    number for an odd start (the low half of its step), then draw count float32 numbers.
+
+    The copy leaves the caller's generator where it was. advance(d) jumps d steps of PCG64's linear
+    congruential state in O(log d) multiplications, so start = 10**12 costs nothing; drawing the numbers
+    before it would take 4 TB and hours."""
     bits = np.random.PCG64()
     bits.state = state                       # a copy: the caller's generator does not move
     bits.advance(start // 2)                 # two float32 numbers a 64-bit step
