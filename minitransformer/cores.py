@@ -20,8 +20,8 @@ every run, as a BLAS's thread count does.
 
 Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
 one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
-take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry;
-elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole. Measured on 2 cores only, so
+take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry
+(every OpenBLAS loaded is given one thread: SciPy's too); elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole. Measured on 2 cores only, so
 the default takes at most MAX_THREADS; a hand-off costs some 50-70 us on the reference machine.
 """
 import contextlib
@@ -35,8 +35,8 @@ import numpy as np
 
 from . import backend
 
-MIN_WORK = 1 << 16       # elements below which a pass is not cut: handing a block to another thread
-#                          costs some 20-50 us, about what a pass over 65,536 elements takes
+MIN_WORK = 1 << 16       # elements below which a pass is not cut (a hand-off to another thread costs
+#                          50-70 us here; 4x and 16x this timed the same on the tiny step)
 GEMM_COST = 32           # multiply-adds of a GEMM that take as long as one element of a pass
 GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows, and only if its result is as
 #                          wide (see matmul)
@@ -44,26 +44,28 @@ MAX_THREADS = 8          # the most threads use() takes by default
 _threads = 1             # threads a pass is cut over; 1: the plain path
 _pool = None             # ThreadPoolExecutor of _threads - 1 workers (the calling thread takes a block too)
 _in_block = threading.local()  # set inside a block: a nested cut runs whole (the pool may be busy)
-_blas = None             # (set_num_threads, threads it had) once found; False where there is none
+_blas = None             # [(set_num_threads, threads it had)] per OpenBLAS loaded, once looked for
 
 
 def _openblas():
-    """OpenBLAS's (set_num_threads, get_num_threads) as loaded in this process, or None."""
+    """[(set_num_threads, get_num_threads)] of every OpenBLAS loaded in this process (NumPy's, and SciPy's
+    where it is imported), empty where none is found."""
     try:
         with open("/proc/self/maps") as f:
             paths = sorted(set(re.findall(r"\S*openblas\S*\.so\S*", f.read())))
     except OSError:                                   # not Linux: no way to find the library here
-        return None
+        return []
+    found = []
     for path in paths:
         lib = ctypes.CDLL(path)
-        for suffix in ("", "64_", "_64"):
-            for prefix in ("scipy_openblas", "openblas"):
-                set_n = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                get_n = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                if set_n and get_n:
-                    set_n.argtypes, set_n.restype, get_n.restype = [ctypes.c_int], None, ctypes.c_int
-                    return set_n, get_n
-    return None
+        names = [(f"{prefix}_set_num_threads{suffix}", f"{prefix}_get_num_threads{suffix}")
+                 for suffix in ("", "64_", "_64") for prefix in ("scipy_openblas", "openblas")]
+        set_n, get_n = next(((getattr(lib, a), getattr(lib, b)) for a, b in names
+                             if hasattr(lib, a) and hasattr(lib, b)), (None, None))
+        if set_n:
+            set_n.argtypes, set_n.restype, get_n.restype = [ctypes.c_int], None, ctypes.c_int
+            found.append((set_n, get_n))
+    return found
 
 
 def default_threads():
@@ -85,8 +87,7 @@ def use(threads=None):
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"cores.use: threads must be a whole number >= 1, got {threads!r}")
     if _blas is None:
-        found = _openblas()
-        _blas = (found[0], found[1]()) if found else False
+        _blas = [(set_n, get_n()) for set_n, get_n in _openblas()]
     if backend.device != "cpu" or not _blas:
         threads = 1
     if threads == _threads:
@@ -95,7 +96,8 @@ def use(threads=None):
         _pool.shutdown()
     _pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="cores") if threads > 1 else None
     _threads = threads
-    _blas[0](1 if threads > 1 else _blas[1])          # one BLAS thread while the pool cuts the GEMMs
+    for set_n, had in _blas:                          # one BLAS thread while the pool cuts the GEMMs
+        set_n(1 if threads > 1 else had)
     return threads
 
 

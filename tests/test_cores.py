@@ -52,10 +52,10 @@ def test_default_threads_follow_omp_num_threads(monkeypatch):
 
 def test_the_gpu_and_the_blas_threads(two_threads, monkeypatch):
     """On the GPU every pass stays whole; use(1) gives the BLAS back the threads it had."""
-    set_n, get_n = cores._openblas()
-    assert get_n() == 1                              # while cores cut the GEMMs
+    blas = cores._openblas()
+    assert [get_n() for _, get_n in blas] == [1] * len(blas)        # while cores cut the GEMMs
     cores.use(1)
-    assert get_n() == cores._blas[1] and cores.threads() == 1
+    assert [get_n() for _, get_n in blas] == [had for _, had in cores._blas] and cores.threads() == 1
     monkeypatch.setattr(backend, "device", "gpu")
     assert cores.use(2) == 1 and cores.threads() == 1
 
