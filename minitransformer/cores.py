@@ -21,8 +21,9 @@ every run, as a BLAS's thread count does.
 Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
 one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
 take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry
-(every OpenBLAS loaded is given one thread: SciPy's too); elsewhere `use()` leaves it off. CPU only: on the GPU every pass is whole. Measured on 2 cores only, so
-the default takes at most MAX_THREADS; a hand-off costs some 50-70 us on the reference machine.
+(every OpenBLAS loaded is given one thread: SciPy's too); elsewhere `use()` leaves it off. CPU only:
+on the GPU every pass is whole. Measured on 2 cores only, so the default takes at most MAX_THREADS; a
+hand-off costs some 50-70 us on the reference machine. Search turns it off while it decodes.
 """
 import contextlib
 import ctypes
