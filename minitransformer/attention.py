@@ -42,7 +42,7 @@ def causal_mask(T, offset=0):
 # -------------------------------------------------------------------- the fused op
 def _attention_forward(q, k, v, mask, dropout_p, training):
     """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None).
-    With cores on, cut over the batch (cores.by_rows; the dropout mask is drawn first, whole: one stream)."""
+    With cores on, cut over the batch (cores.by_rows; the dropout mask is drawn first by cores.uniform)."""
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])  # (B, H, Tq, Tk)
     if mask is not None:
         _check_mask(mask, scores)
