@@ -63,8 +63,8 @@ PIECES = [
     ("04", "cross_entropy_backward", (F, "cross_entropy"), "a graph node's backward (the loss: the package's)"),
     ("11", "layer_norm", (F, "layer_norm"), "a graph node's forward"),
     ("04", "layer_norm_backward", (F, "layer_norm"), "that node's backward"),
-    ("06", "attention_forward", (attention, "_attention_forward"), "arrays: the attention node's forward"),
-    ("06", "attention_backward", (attention, "_attention_backward"), "arrays: the attention node's backward"),
+    ("06", "attention_forward", (attention, "attention_forward"), "arrays: the attention node's forward"),
+    ("06", "attention_backward", (attention, "attention_backward"), "arrays: the attention node's backward"),
     ("09", "noam_lr", (optim, "noam_schedule"), "times the schedule's scale"),
     ("09", "adam", (optim.Adam, "_update"), "on the flat parameters, in place"),
     ("08", "learn_merges", (bpe_learn, "learn_merges"), "BPE.train's learner"),
@@ -180,17 +180,17 @@ def adapters(mine, package, beam_every=1):
     if "attention_forward" in mine:
         def attention_forward(q, k, v, mask, dropout_p, training):
             if training and dropout_p > 0:                             # yours has no dropout on the weights
-                return package[attention, "_attention_forward"](q, k, v, mask, dropout_p, training)
+                return package[attention, "attention_forward"](q, k, v, mask, dropout_p, training)
             o, p = mine["attention_forward"](q, k, v, mask)
             return o.astype(q.dtype, copy=False), p.astype(q.dtype, copy=False), None
-        swaps[attention, "_attention_forward"] = attention_forward
+        swaps[attention, "attention_forward"] = attention_forward
     if "attention_backward" in mine:
         def attention_backward(g, q, k, v, p, kept, dropout_p, *needed):
             if kept is not None:                                       # dropout on the weights: the package's
-                return package[attention, "_attention_backward"](g, q, k, v, p, kept, dropout_p, *needed)
+                return package[attention, "attention_backward"](g, q, k, v, p, kept, dropout_p, *needed)
             grads = cast(mine["attention_backward"](q, k, v, p, g), (q, k, v))
             return tuple(d if need else None for d, need in zip(grads, needed))
-        swaps[attention, "_attention_backward"] = attention_backward
+        swaps[attention, "attention_backward"] = attention_backward
     if "noam_lr" in mine:
         swaps[optim, "noam_schedule"] = lambda step, d_model, warmup_steps=4000, scale=1.0: \
             scale * mine["noam_lr"](step, d_model, warmup_steps)

@@ -8,7 +8,8 @@ from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, whe
 from .gradcheck import gradcheck, GradcheckError
 from .profiler import profile
 from . import functional, nn, optim, data, bpe, plain
-from .attention import MultiHeadAttention, scaled_dot_product_attention, padding_mask, causal_mask
+from .attention import scaled_dot_product_attention, padding_mask, causal_mask
+from .multihead import MultiHeadAttention
 from .transformer import Transformer, TransformerConfig
 from .config import SearchConfig
 from . import search, viz, checkpoint

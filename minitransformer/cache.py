@@ -139,7 +139,7 @@ class DecoderCache:
 
     memory_rows (default: index) are the rows the encoder-decoder keys and values keep. Fewer memory
     rows than rows make groups: with m memory rows and m*g rows, rows i*g .. i*g+g-1 all attend to
-    memory row i (attention.py). Beam search keeps one copy of a sentence's memory for its g = k beams
+    memory row i (multihead.py). Beam search keeps one copy of a sentence's memory for its g = k beams
     this way: expanding a batch into beams is then reorder(repeat(arange(B), k), memory_rows=arange(B)),
     which copies no memory, and reordering beams within their sentence leaves the memory as it is.
     shared (one integer per new row, see KVCache.reorder): positions whose keys and values row i

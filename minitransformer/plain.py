@@ -2,7 +2,7 @@
 
 Each function here is the shortest correct code for one idea, built only from the engine's elementary
 Tensor ops (autograd gives its gradients) or plain NumPy, never from a fast path. Each fast version in
-functional.py, attention.py, optim.py and search.py names its plain form here, and the test suite holds
+functional.py, attention.py, multihead.py, optim.py and search.py names its plain form here, and the test suite holds
 the two equal. Read this page first; read the fast code when you want to know where the time went.
 Left out on purpose: speed (no fused backward, no flat buffers, no cache, one sentence at a time).
 """
@@ -91,7 +91,7 @@ def multi_head_attention(q, k, v, w_q, w_k, w_v, w_o, n_heads, mask=None, biases
 
     q (B, Tq, D), k and v (B, Tk, D) -> (B, Tq, D); w_q, w_k, w_v, w_o (D, D); biases (b_q, b_k, b_v,
     b_o), each (D,) or None. The h projections W^Q_i are the column blocks of one (D, D) w_q, so the
-    heads are a reshape of one product. Fast form: attention.MultiHeadAttention (fused projections)."""
+    heads are a reshape of one product. Fast form: multihead.MultiHeadAttention (fused projections)."""
     B, Tq, D = q.shape
     b_q, b_k, b_v, b_o = biases
 

@@ -1,6 +1,6 @@
 """Decoding: greedy search and beam search (section 6.1: beam 4, length penalty alpha = 0.6, output
 length up to input length + 50, stop early when possible), batched over sentences and beams, with the
-key/value cache of attention.py (or, use_cache=False, by recomputing the whole prefix each step).
+key/value cache of multihead.py (or, use_cache=False, by recomputing the whole prefix each step).
 The settings come in one config.SearchConfig, checked when it was made; the plain forms, one sentence
 at a time and without the cache, are plain.greedy_search and plain.beam_search (lesson 10).
 

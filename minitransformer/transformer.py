@@ -15,7 +15,8 @@ import numpy as np
 from . import backend
 from . import functional as F
 from . import nn
-from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .attention import causal_mask, padding_mask
+from .multihead import MultiHeadAttention
 from .cache import DecoderCache
 from .checks import check_ids
 from .config import TransformerConfig, count_parameters  # noqa: F401  (re-exported)

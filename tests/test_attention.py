@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
 from minitransformer import backend, plain
-from minitransformer.attention import (KVCache, MultiHeadAttention, causal_mask, padding_mask,
-                                       scaled_dot_product_attention)
+from minitransformer.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from minitransformer.multihead import KVCache, MultiHeadAttention
 
 from conftest import f32_tol
 

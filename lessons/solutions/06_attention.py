@@ -71,6 +71,6 @@ def answers_to_questions():
     x = mt.tensor(rng.standard_normal((1, 5, 8)).astype(np.float32))
     with mt.no_grad():
         full = mha(x, mask=causal_mask(5)).numpy()
-        cache = mt.attention.KVCache()
+        cache = mt.multihead.KVCache()
         steps = [mha(x[:, t:t + 1], cache=cache).numpy() for t in range(5)]   # no mask
     assert np.allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
