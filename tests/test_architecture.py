@@ -14,7 +14,7 @@ DOC = PACKAGE.parent / "docs" / "architecture.md"
 LAYERS = [
     {"backend", "checks", "cores"},
     {"tensor", "ops", "profiler", "fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"},
-    {"functional", "kernels", "gradcheck", "plain"},
+    {"functional", "kernels", "kernel_source", "gradcheck", "plain"},
     {"attention", "multihead", "cache", "nn", "optim", "distributed"},
     {"transformer", "config"},
     {"search", "translation", "viz"},
@@ -23,7 +23,7 @@ LAYERS = [
     {"cli", "__main__"},
 ]
 # the two wings of docs/architecture.md: neither imports the other; they meet from search upwards
-NUMERIC = {"tensor", "ops", "profiler", "functional", "kernels", "gradcheck", "plain", "attention", "multihead", "cache", "nn",
+NUMERIC = {"tensor", "ops", "profiler", "functional", "kernels", "kernel_source", "gradcheck", "plain", "attention", "multihead", "cache", "nn",
            "optim", "distributed", "transformer", "config"}
 TEXT = {"fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"}
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

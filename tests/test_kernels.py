@@ -24,7 +24,7 @@ import pytest
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend, kernels
+from minitransformer import backend, kernel_source, kernels
 from minitransformer.optim import Adam
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,15 +163,15 @@ def test_importing_the_package_imports_no_cupy_and_compiles_nothing():
 
 
 def test_kernel_sources_are_balanced_and_the_lesson_shows_the_one_compiled():
-    for name in kernels._ROW_KERNELS:
+    for name in kernel_source.ROW_KERNELS:
         for dtype in (np.float32, np.float64):
-            src = kernels.source(name, dtype)
+            src = kernel_source.source(name, dtype)
             assert f'extern "C" __global__ void {name}(' in src
             code = re.sub(r"//[^\n]*", "", src)                          # comments may say [0, v)
             assert all(code.count(a) == code.count(b) for a, b in ("{}", "()", "[]")), f"{name}: unbalanced"
     lesson = (ROOT / "lessons" / "11_gpu.md").read_text(encoding="utf-8")
     shown = re.findall(r"^```c\n(.*?)^```", lesson, re.DOTALL | re.MULTILINE)
-    assert kernels.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
+    assert kernel_source.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
 
 
 class _Recorder:
@@ -196,11 +196,11 @@ def kernel_sources(dtype):
     """[(name, CUDA C, options)]: each row kernel exactly as source() gives it to CuPy, and each
     ElementwiseKernel's operation in a device function with its parameters and the options it gives CuPy
     (CuPy's loop around it is generated only for arrays on a GPU)."""
-    found = [(name, kernels.source(name, dtype), ()) for name in kernels._ROW_KERNELS]
+    found = [(name, kernel_source.source(name, dtype), ()) for name in kernel_source.ROW_KERNELS]
     for built in (kernels._BUILD[name](_Recorder()) for name in kernels._BUILD):
         if built:
             *kernel, options = built
-            found.append((kernel[3], f"typedef {kernels._CTYPES[np.dtype(dtype)]} T;\n" + elementwise_as_cuda(*kernel),
+            found.append((kernel[3], f"typedef {kernel_source.CTYPES[np.dtype(dtype)]} T;\n" + elementwise_as_cuda(*kernel),
                           options))
     return found
 
@@ -227,7 +227,7 @@ def test_kernel_sources_compile_with_nvcc_without_a_gpu(dtype, tmp_path):
     run = subprocess.run(["nvcc", "-ptx", "--output-directory", str(tmp_path), *map(str, files)],
                          check=False, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    for name in kernels._ROW_KERNELS:
+    for name in kernel_source.ROW_KERNELS:
         assert f".entry {name}(" in (tmp_path / f"{name}.ptx").read_text(encoding="utf-8"), name
 
 
@@ -244,7 +244,7 @@ def test_kernel_sources_compile_through_cupys_nvrtc_without_a_gpu(dtype):
                                            *options])
         except Exception as e:
             pytest.fail(f"{name}: {e}\n{nvrtc.getProgramLog(program)}")
-        assert name not in kernels._ROW_KERNELS or f".entry {name}(".encode() in nvrtc.getPTX(program), name
+        assert name not in kernel_source.ROW_KERNELS or f".entry {name}(".encode() in nvrtc.getPTX(program), name
 
 
 # ==================================================================== the embedding's backward on the GPU

@@ -1,0 +1,164 @@
+"""The CUDA C of the fused row kernels (softmax, log-softmax, their backward, cross-entropy, LayerNorm),
+as text: kernels.py compiles it with CuPy on first use and launches it (lesson 11 reads it here).
+
+Each kernel runs one block of threads per row; `source(name, dtype)` is what CuPy compiles for one.
+"""
+import numpy as np
+
+MAX_BLOCK = 256                           # threads per block at most (a power of two)
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+
+
+# -------------------------------------------------------------------- CUDA C of the row kernels
+# T is float or double: a typedef put in front of every kernel (one compilation per dtype).
+COMMON = r"""
+__device__ T max2(T a, T b) { return a > b ? a : b; }
+
+// The sum (largest=false) or maximum (largest=true) of v over the block's threads, for every thread: a
+// tree in shared memory buf (blockDim.x a power of two; each step folds the upper half onto the lower).
+__device__ T block_reduce(T v, T* buf, bool largest) {
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            const T other = buf[threadIdx.x + half];
+            buf[threadIdx.x] = largest ? max2(buf[threadIdx.x], other) : buf[threadIdx.x] + other;
+        }
+        __syncthreads();
+    }
+    const T result = buf[0];
+    __syncthreads();                                   // all have read buf[0] before buf is reused
+    return result;
+}
+__device__ T block_sum(T v, T* buf) { return block_reduce(v, buf, false); }
+__device__ T block_max(T v, T* buf) { return block_reduce(v, buf, true); }
+"""
+
+SOFTMAX = r"""
+// y = softmax(x) over rows of n numbers: one block of threads per row (blockIdx.x), each thread
+// striding along the row; block_max and block_sum combine the threads' partial results.
+extern "C" __global__ void softmax_rows(const T* x, T* y, const long long n) {
+    __shared__ T buf[MAX_BLOCK];
+    const T* xr = x + blockIdx.x * n;                  // this block's row, in and out
+    T* yr = y + blockIdx.x * n;
+    T m = xr[0];                                       // pass 1: m = max(x)
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) m = max2(m, xr[j]);
+    m = block_max(m, buf);
+    T s = 0;                                           // pass 2: y = exp(x - m), s = sum(y)
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        yr[j] = exp(xr[j] - m);
+        s += yr[j];
+    }
+    s = block_sum(s, buf);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) yr[j] /= s;   // pass 3: y /= s
+}
+"""
+
+ROW_KERNELS = {"softmax_rows": SOFTMAX, "log_softmax_rows": r"""
+// y = (x - m) - log(sum(exp(x - m))), m = max(x), per row: one block per row, as softmax_rows.
+extern "C" __global__ void log_softmax_rows(const T* x, T* y, const long long n) {
+    __shared__ T buf[MAX_BLOCK];
+    const T* xr = x + blockIdx.x * n;
+    T* yr = y + blockIdx.x * n;
+    T m = xr[0];
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) m = max2(m, xr[j]);
+    m = block_max(m, buf);
+    T s = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) { yr[j] = xr[j] - m; s += exp(yr[j]); }
+    const T lse = log(block_sum(s, buf));
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) yr[j] -= lse;
+}
+""", "softmax_backward_rows": r"""
+// dx = y * (dy - sum(dy * y)) per row (softmax's backward): one block per row.
+extern "C" __global__ void softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n) {
+    __shared__ T buf[MAX_BLOCK];
+    const long long row = blockIdx.x * n;
+    T s = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) s += dy[row + j] * y[row + j];
+    s = block_sum(s, buf);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = (dy[row + j] - s) * y[row + j];
+}
+""", "log_softmax_backward_rows": r"""
+// dx = dy - exp(y) * sum(dy) per row (log_softmax's backward): one block per row.
+extern "C" __global__ void log_softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n) {
+    __shared__ T buf[MAX_BLOCK];
+    const long long row = blockIdx.x * n;
+    T s = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) s += dy[row + j];
+    s = block_sum(s, buf);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = dy[row + j] - exp(y[row + j]) * s;
+}
+""", "layer_norm_rows": r"""
+// Per row of d: mean, then xhat = (x - mean) * rstd with rstd = 1 / sqrt(sum((x - mean)^2) / d + eps),
+// y = xhat * gamma + beta. One block per row: two block sums (the mean, the sum of squares).
+extern "C" __global__ void layer_norm_rows(const T* x, const T* gamma, const T* beta, const long long d,
+                                           const T inv_d, const T eps, T* xhat, T* rstd, T* y) {
+    __shared__ T buf[MAX_BLOCK];
+    const long long row = blockIdx.x * d;
+    T s = 0;
+    for (long long j = threadIdx.x; j < d; j += blockDim.x) s += x[row + j];
+    const T mean = block_sum(s, buf) / d;
+    T sq = 0;
+    for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+        const T c = x[row + j] - mean;
+        xhat[row + j] = c;
+        sq += c * c;
+    }
+    const T r = 1 / sqrt(block_sum(sq, buf) * inv_d + eps);
+    for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+        const T h = xhat[row + j] * r;
+        xhat[row + j] = h;
+        y[row + j] = h * gamma[j] + beta[j];
+    }
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+""", "layer_norm_backward_rows": r"""
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, per row of d: one block per row.
+extern "C" __global__ void layer_norm_backward_rows(const T* dy, const T* xhat, const T* rstd, const T* gamma,
+                                                    const long long d, const T inv_d, T* dx) {
+    __shared__ T buf[MAX_BLOCK];
+    const long long row = blockIdx.x * d;
+    T a = 0, b = 0;                                    // a = sum(g), b = sum(g * xhat)
+    for (long long j = threadIdx.x; j < d; j += blockDim.x) {
+        const T g = dy[row + j] * gamma[j];
+        a += g;
+        b += g * xhat[row + j];
+    }
+    const T mean_g = block_sum(a, buf) * inv_d;
+    const T mean_gx = block_sum(b, buf) * inv_d;
+    const T r = rstd[blockIdx.x];
+    for (long long j = threadIdx.x; j < d; j += blockDim.x)
+        dx[row + j] = (dy[row + j] * gamma[j] - mean_g - xhat[row + j] * mean_gx) * r;
+}
+""", "cross_entropy_rows": r"""
+// Per row of v logits z with target t: m = max(z), s = sum(exp(z - m)) (both kept for backward) and
+// loss = log(s) - keep * (z[t] - m) - eps * mean(z - m), keep = 1 - eps (the mean only if eps > 0).
+// One block per row. A target outside [0, v) gives a NaN loss instead of a read outside the row (a host
+// target is refused before, as on the plain path; a device target is not checked: the plain path wraps it).
+extern "C" __global__ void cross_entropy_rows(const T* z, const long long* target, const long long v,
+                                              const T keep, const T eps, T* row_loss, T* row_max, T* row_sum) {
+    __shared__ T buf[MAX_BLOCK];
+    const T* zr = z + blockIdx.x * v;
+    T m = zr[0];
+    for (long long j = threadIdx.x; j < v; j += blockDim.x) m = max2(m, zr[j]);
+    m = block_max(m, buf);
+    T s = 0, total = 0;
+    for (long long j = threadIdx.x; j < v; j += blockDim.x) { s += exp(zr[j] - m); total += zr[j] - m; }
+    s = block_sum(s, buf);
+    total = block_sum(total, buf);
+    if (threadIdx.x == 0) {
+        const long long t = target[blockIdx.x];
+        T loss = (t >= 0 && t < v) ? log(s) - keep * (zr[t] - m) : (T)nan("");
+        if (eps != 0) loss -= eps * (total / v);
+        row_loss[blockIdx.x] = loss;
+        row_max[blockIdx.x] = m;
+        row_sum[blockIdx.x] = s;
+    }
+}
+"""}
+
+
+def source(name, dtype=np.float32):
+    """The CUDA C that CuPy compiles for row kernel `name` and dtype: source("softmax_rows")."""
+    head = f"typedef {CTYPES[np.dtype(dtype)]} T;\n#define MAX_BLOCK {MAX_BLOCK}\n"
+    return head + COMMON + ROW_KERNELS[name]
