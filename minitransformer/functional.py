@@ -140,14 +140,14 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
 
     p, s, row_loss = xp.empty_like(z), xp.empty(len(z), dtype), xp.empty(len(z), dtype)
 
-    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
+    def forward_rows(r):                                              # rows r (all, a block or a chunk: cores.py)
         pr = xp.subtract(z[r], z[r].max(axis=1, keepdims=True), out=p[r])  # (n, V) shifted logits
         z_t = pr[rows[: len(pr)], t[r]]                               # (n,) each row's target logit
         z_mean = pr.mean(axis=1) if eps else 0.0                      # (n,)
         xp.exp(pr, out=pr)                                            # (n, V) unnormalised softmax
         pr.sum(axis=1, out=s[r])                                      # (n,)
         row_loss[r] = xp.log(s[r]) - (1.0 - eps) * z_t - eps * z_mean
-    cores.for_blocks(forward_rows, len(z), z.size)
+    cores.for_blocks(forward_rows, len(z), z.size, chunk=cores.cache_rows(z))
     loss = xp.asarray((row_loss * w).sum(), dtype=dtype)              # ()
 
     def backward(g):
@@ -158,7 +158,7 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
             d *= (c[r] / s[r])[:, None]                               # c * softmax: one pass
             if eps:
                 d -= (c[r] * (eps / V))[:, None]                      # - c * eps/V: one pass
-        cores.for_blocks(backward_rows, len(z), z.size)
+        cores.for_blocks(backward_rows, len(z), z.size, chunk=cores.cache_rows(z))
         dz[rows, t] -= c * (1.0 - eps)                                # - c * (1 - eps) at the targets
         return (dz.reshape(logits.shape),)
     out = make_node(loss, (logits,), backward, "cross_entropy")
@@ -188,7 +188,7 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     x2 = x.data.reshape(-1, D)                                        # (N, D)
     xhat, y, rstd = xp.empty_like(x2), xp.empty_like(x2), xp.empty((len(x2), 1), x2.dtype)
 
-    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
+    def forward_rows(r):                                              # rows r (all, a block or a chunk: cores.py)
         xh = xp.subtract(x2[r], x2[r].mean(axis=-1, keepdims=True), out=xhat[r])  # (n, D) centred
         var = xp.einsum("...i,...i->...", xh, xh)[..., None]          # (n, 1) sum of squares, no temporary
         var *= 1.0 / D

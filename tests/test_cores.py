@@ -60,9 +60,9 @@ def test_the_gpu_and_the_blas_threads(two_threads, monkeypatch):
     assert cores.use(2) == 1 and cores.threads() == 1
 
 
-@settings(max_examples=40, deadline=None)
-@given(n=st.integers(0, 300), threads=st.integers(2, 5))
-def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads):
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), threads=st.integers(1, 5), chunk=st.one_of(st.none(), st.integers(1, 70)))
+def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk):
     if cores.use(threads) != threads:
         pytest.skip("the BLAS's threads cannot be set in this process")
     old, cores.MIN_WORK = cores.MIN_WORK, 0
@@ -72,14 +72,26 @@ def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads):
         def fn(rows):
             with lock:
                 seen.append((rows.start, rows.stop))
-        cores.for_blocks(fn, n)
+        cores.for_blocks(fn, n, chunk=chunk)
     finally:
         cores.MIN_WORK = old
         cores.use(1)
     seen.sort()
-    assert len(seen) == (max(1, min(threads, n)))
+    blocks = max(1, min(threads, n))
     assert seen[0][0] == 0 and seen[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(seen, seen[1:]))         # contiguous, no overlap, no gap
+    if chunk is None:
+        assert len(seen) == blocks
+    else:                                                              # each block in chunks of <= chunk rows
+        assert all(0 < stop - start <= chunk for start, stop in seen if n)
+        assert len(seen) >= max(blocks, -(-n // chunk))
+
+
+def test_cache_rows_fill_chunk_bytes(monkeypatch):
+    monkeypatch.setattr(cores, "CHUNK_BYTES", 1000)
+    assert cores.cache_rows(np.zeros((50, 10), np.float32)) == 25     # 40 bytes a row
+    assert cores.cache_rows(np.zeros((50, 1000), np.float64)) == 1    # a row over the size: one at a time
+    assert cores.cache_rows(np.zeros((0, 10), np.float32)) == 1000    # no rows: any chunk
 
 
 def test_a_small_pass_or_a_nested_one_runs_whole(two_threads, monkeypatch):
@@ -199,8 +211,10 @@ def _ops():
 
 @pytest.mark.parametrize("name", list(_ops()))
 def test_each_op_that_cuts_gives_the_bits_of_its_whole_pass(two_threads, monkeypatch, name):
+    monkeypatch.setattr(cores, "CHUNK_BYTES", 64)                     # chunks of a row or two
     cut = _op_results(_ops()[name])
-    monkeypatch.setattr(cores, "MIN_WORK", float("inf"))               # the same process, every pass whole
+    monkeypatch.setattr(cores, "CHUNK_BYTES", 1 << 40)                 # the same process, every pass whole
+    monkeypatch.setattr(cores, "MIN_WORK", float("inf"))
     whole = _op_results(_ops()[name])
     assert len(cut) == len(whole) and all(np.array_equal(a, b) for a, b in zip(cut, whole)), name
 
