@@ -188,7 +188,7 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     x2 = x.data.reshape(-1, D)                                        # (N, D)
     xhat, y, rstd = xp.empty_like(x2), xp.empty_like(x2), xp.empty((len(x2), 1), x2.dtype)
 
-    def forward_rows(r):                                              # rows r (all, a block or a chunk: cores.py)
+    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
         xh = xp.subtract(x2[r], x2[r].mean(axis=-1, keepdims=True), out=xhat[r])  # (n, D) centred
         var = xp.einsum("...i,...i->...", xh, xh)[..., None]          # (n, 1) sum of squares, no temporary
         var *= 1.0 / D
