@@ -68,6 +68,15 @@ MISTAKES = [
             bits.state = state
             return np.random.Generator(bits).random(start + count, dtype=np.float32)[start:]
     """, "do not draw the first `start` numbers"),
+    ("uniforms_from", """
+        def uniforms_from(state, start, count):          # the first `start` numbers drawn in chunks, then dropped
+            gen = np.random.Generator(np.random.PCG64())
+            gen.bit_generator.state = state
+            left = start
+            while left:
+                left -= len(gen.random(min(left, 2 ** 24), dtype=np.float32))
+            return gen.random(count, dtype=np.float32)
+    """, "do not draw the first `start` numbers"),
     ("uniforms_from", ("return gen.random(count, dtype=np.float32)", "return gen.random(count)"), "draw float32"),
     ("uniforms_from", """
         def uniforms_from(state, start, count):          # the caller's generator moved, not a copy
