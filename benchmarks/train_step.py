@@ -301,11 +301,12 @@ def _torch_ceiling(torch, device, n=2048, reps=5):
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
 
-def worker_env(env, framework, ranks, torch_keep_freed=False):
-    """The environment of one worker run: `env`, plus glibc's settings of backend.keep_freed_memory for
-    PyTorch with --torch-keep-freed, plus one BLAS thread per core across the ranks and a free port for
-    gloo when ranks > 1."""
-    env = dict(env)
+def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
+    """The environment of one worker run: `env` with MINITRANSFORMER_DEVICE set to the worker's device (a
+    GPU suite's "gpu" would start CUDA in every CPU rank), plus glibc's settings of
+    backend.keep_freed_memory for PyTorch with --torch-keep-freed, plus one BLAS thread per core across
+    the ranks and a free port for gloo when ranks > 1."""
+    env = dict(env, MINITRANSFORMER_DEVICE=device)
     if framework == "torch" and torch_keep_freed:
         env.update(MALLOC_MMAP_MAX_="0", MALLOC_TOP_PAD_=str(1 << 30))
     if ranks > 1:
@@ -369,7 +370,7 @@ def main(argv=None):
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
         if ranks > 1:
             cmd = distributed.mpiexec_command(ranks) + cmd
-        run_env = worker_env(env, fw, ranks, args.torch_keep_freed)
+        run_env = worker_env(env, fw, ranks, args.torch_keep_freed, args.device)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)
         if out.returncode != 0:
             tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]

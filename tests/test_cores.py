@@ -236,7 +236,8 @@ def test_training_cut_or_whole_gives_the_same_updates(two_threads, monkeypatch, 
         np.testing.assert_allclose(cut, whole, rtol=0, atol=f32_tol(200 * 32, np.abs(whole).max()))
 
 
-def test_the_trainer_uses_every_core_while_it_trains(monkeypatch, task):
+def test_the_trainer_uses_every_core_while_it_trains(monkeypatch, task, on_cpu):
+    """On the CPU (on a GPU the trainer leaves the BLAS's threads as they are: the GPU does the work)."""
     tok, pairs, _ = task
     seen = []
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
