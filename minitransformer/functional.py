@@ -253,11 +253,13 @@ def _scatter_rows(shape, ids, g):
 
     On the CPU, np.add.at over the flattened matrix (element index id*D + column) takes NumPy's fast
     1-D path: 2-4x faster than np.add.at on rows, exact, and simpler than sorting plus reduceat,
-    which measured slower here. On the GPU, backend.scatter_add: sorted by id and added pairwise, the
-    same bits on every run (atomic adds would land in the hardware's order).
+    which measured slower here. On the GPU kernels.embedding_backward adds them in the same order (the
+    CPU's bits), else (fused off) backend.scatter_add; both give the same bits on every run (atomic adds
+    would land in the hardware's order).
     """
-    xp = backend.xp
-    out = xp.zeros(shape, dtype=g.dtype)                              # (V, D)
+    if kernels.active(g):
+        return kernels.embedding_backward(shape, backend.xp.asarray(ids), g)
+    out = backend.xp.zeros(shape, dtype=g.dtype)                      # (V, D)
     if backend.device_of(out) == "gpu":
         return backend.scatter_add(out, ids, g)
     D = shape[1]

@@ -1,4 +1,5 @@
-"""The CUDA C of the fused row kernels (softmax, log-softmax, their backward, cross-entropy, LayerNorm),
+"""The CUDA C of the fused row kernels (softmax, log-softmax, their backward, cross-entropy, LayerNorm,
+the embedding's backward),
 as text: kernels.py compiles it with CuPy on first use and launches it (lesson 11 reads it here).
 
 Each kernel runs one block of threads per row; `source(name, dtype)` is what CuPy compiles for one.
@@ -153,6 +154,21 @@ extern "C" __global__ void cross_entropy_rows(const T* z, const long long* targe
         row_loss[blockIdx.x] = loss;
         row_max[blockIdx.x] = m;
         row_sum[blockIdx.x] = s;
+    }
+}
+""", "embedding_backward_rows": r"""
+// dw[id] = the sum of the rows of g whose id it is, added in their order in the ids, as np.add.at adds
+// them on the CPU (so the same bits, on every run: no atomics). One block per row of the ids sorted
+// stably (order: where each sorted row sits in g; sid: its id); the block whose row starts a run of one
+// id walks the run, each thread down its own columns; the other blocks return at once. dw starts at zero.
+extern "C" __global__ void embedding_backward_rows(const T* g, const long long* order, const long long* sid,
+                                                   T* dw, const long long n_rows, const long long d) {
+    const long long r = blockIdx.x, id = sid[r];
+    if (r > 0 && sid[r - 1] == id) return;             // not the first row of its run
+    for (long long c = threadIdx.x; c < d; c += blockDim.x) {
+        T acc = 0;
+        for (long long j = r; j < n_rows && sid[j] == id; ++j) acc += g[order[j] * d + c];
+        dw[id * d + c] = acc;
     }
 }
 """}

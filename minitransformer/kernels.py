@@ -1,4 +1,5 @@
-"""Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout and Adam (lesson 11).
+"""Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout, Adam and the embedding's
+backward (lesson 11).
 
 functional.py (its softmax core too, through forward_rows) and optim.py call these only when `active()`.
 The CUDA C of the row kernels is kernel_source.py; the elementwise ones are built here (_BUILD).
@@ -154,6 +155,21 @@ def dropout(x, p):
     u = backend.rng().random(x.shape, dtype=np.float32)                   # (...,) as the plain path
     y, mask = _kernel("dropout")(u, x.data, np.float32(p), x.dtype.type(1.0 / (1.0 - p)))
     return make_node(y, (x,), lambda g: (g * mask,), "dropout")
+
+
+def embedding_backward(shape, ids, g):
+    """The embedding's weight gradient, (V, D) zeros with the rows of g (N, D) added at ids (N,), in the
+    order np.add.at adds them (functional._scatter_rows's CPU path: the same bits): the ids sorted
+    stably, then embedding_backward_rows, one block per sorted row. No sync and shapes set by N alone (a
+    CUDA graph can hold it). Replaces backend.sorted_scatter_add's log2(N) rounds over the whole (N, D)."""
+    xp, (N, D) = backend.xp, g.shape
+    dw = xp.zeros(shape, dtype=g.dtype)                                   # (V, D)
+    if N == 0:
+        return dw
+    ids = xp.ascontiguousarray(ids, dtype=xp.int64)                       # (N,)
+    order = xp.argsort(ids, kind="stable")                                # (N,) g's rows, sorted by id
+    _launch("embedding_backward_rows", N, D, xp.ascontiguousarray(g), order, ids[order], dw, np.int64(N), np.int64(D))
+    return dw
 
 
 def adam(p, g, m, v, t, lr, betas, eps, weight_decay):

@@ -29,7 +29,7 @@ from minitransformer.optim import Adam
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
-FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam")
+FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "embedding_backward")
 HAVE_GPU = backend.gpu_available()
 
 
@@ -293,17 +293,29 @@ def test_the_fixed_shape_scatter_add_gives_the_host_bits(n, rows, width):
 
 @gpu
 @pytest.mark.parametrize("float_type", [np.float32, np.float64])
-def test_the_gpu_embedding_backward_gives_numpys_bits_on_every_run(float_type):
-    ids, values, target = scatter_case(0, 5000, 300, 64)
+def test_the_gpu_embedding_backward_gives_the_cpus_bits_on_every_run(float_type, calls, monkeypatch):
+    """Fused (kernels.embedding_backward): np.add.at's order, so the CPU's very bits, run after run; fused
+    off: backend.scatter_add, the pairwise sums of sorted_scatter_add (NumPy's bits of the same code)."""
+    ids, values, _ = scatter_case(0, 5000, 300, 64)
+    ids[:700] = 7                                                          # one long run, and ids never seen
     values = values.astype(float_type)
-    want = backend.sorted_scatter_add(np.zeros((300, 64), float_type), ids, values)   # NumPy, the same code
-    mt.use("gpu")
+
+    def weight_grad(device, index=ids):
+        mt.use(device)
+        weight = mt.tensor(np.zeros((300, 64), float_type), requires_grad=True)
+        F.embedding(weight, index.reshape(50, 100)).backward(backend.asarray(values.reshape(50, 100, 64)))
+        return backend.to_numpy(weight.grad)
+    on_cpu = weight_grad("cpu")
+    for index in (ids, ids, ids.astype(np.int32)):                         # twice, then int32 ids
+        np.testing.assert_array_equal(weight_grad("gpu", index), on_cpu)
+    assert calls.count("embedding_backward") == 3
+    monkeypatch.setattr(backend, "fused", False)
+    pairwise = backend.sorted_scatter_add(np.zeros((300, 64), float_type), ids, values)   # NumPy, the same code
+    np.testing.assert_array_equal(weight_grad("gpu"), pairwise)
     for index in (ids, backend.asarray(ids)):                              # a host index, a device one
         got = backend.scatter_add(backend.xp.zeros((300, 64), float_type), index, backend.asarray(values))
-        np.testing.assert_array_equal(backend.to_numpy(got), want)         # additions alone: correctly rounded
-    weight = mt.tensor(np.zeros((300, 64), float_type), requires_grad=True)
-    F.embedding(weight, ids.reshape(50, 100)).backward(backend.asarray(values.reshape(50, 100, 64)))
-    np.testing.assert_array_equal(backend.to_numpy(weight.grad), want)
+        np.testing.assert_array_equal(backend.to_numpy(got), pairwise)     # additions alone: correctly rounded
+    assert calls.count("embedding_backward") == 3
 
 
 @gpu
