@@ -10,7 +10,7 @@ Stages, in order, each within its share of --minutes (what one leaves goes to th
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True): profile.txt), graph 3% (a probe: which parts of the
+(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 3% (a probe: which parts of the
 small step can be captured as CUDA graphs, and what would replaying them save), train_step
 16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
@@ -24,9 +24,12 @@ suite, tiny shapes and steps: it tests the plumbing, not the GPU.
 """
 import argparse
 import contextlib
+import cProfile
 import gzip
+import io
 import json
 import os
+import pstats
 import re
 import shutil
 import signal
@@ -167,7 +170,8 @@ def small_step(device, dry, data_dir):
 def worker_profile(device, dry, data_dir):
     """Where the small preset's training step spends its time, op by op: the step's median wall time
     unsynchronised (as training runs it), then mt.profile(sync=True) over 3 steps (each op waited for:
-    its real time; what is outside the ops is the engine's Python and the launches between them)."""
+    its real time; what is outside the ops is the engine's Python and the launches between them), then
+    cProfile over 3 steps unsynchronised (the host's Python: by own time, the top 30)."""
     import minitransformer as mt
     from minitransformer import backend
     step, batch, sync = small_step(device, dry, data_dir)
@@ -185,15 +189,22 @@ def worker_profile(device, dry, data_dir):
         for _ in range(3):
             step(batch)
     ops = {name: {"forward_ms": f * 1e3 / 3, "backward_ms": b * 1e3 / 3} for name, (f, b) in prof.totals().items()}
+    host = cProfile.Profile()             # the host's side: where Python spends 3 steps, nothing waited for
+    host.runcall(lambda: [step(batch) for _ in range(3)])
+    sync()
+    text = io.StringIO()
+    pstats.Stats(host, stream=text).sort_stats("tottime").print_stats(30)
     return {"preset": "tiny" if dry else "small", "tokens": int(batch[2].size),
             "step_ms": statistics.median(times) * 1e3, "profiled_step_ms": prof.wall * 1e3 / 3, "ops": ops, "table": prof.table(top=25),
-            "fused": backend.fused, "device": device}
+            "host_profile": text.getvalue()[-12000:], "fused": backend.fused, "device": device}
 
 
 def worker_graph(device, dry, data_dir):
     """A probe, not a feature: which parts of the small preset's training step can be captured as a CUDA
     graph (CuPy stream capture, memory from cudaMallocAsync so that allocations become graph nodes), and
-    what would replaying them save against running them eagerly? The parts, each captured on its own:
+    what would replaying them save against running them eagerly? On the GPU every matmul goes through
+    cublas_capture.py (cuBLAS by ctypes: CuPy refuses cuBLAS inside a capture), whose forward loss is
+    first compared with CuPy's matmul's. The parts, each captured on its own:
     the forward pass and the loss; the same and the backward pass; Adam's update; the whole step. For
     each: its eager time, then either the capture's failure (the exception and the package's frames it
     came from: the first thing to change there) or the replay's time. A replay reruns the captured
@@ -201,6 +212,8 @@ def worker_graph(device, dry, data_dir):
     fine for timing, not for training. On the CPU (the suite's dry run) the parts run and are timed
     eagerly, and nothing is captured."""
     import traceback
+
+    import minitransformer as mt
     gpu = device == "gpu"
     if gpu:
         import cupy
@@ -249,15 +262,23 @@ def worker_graph(device, dry, data_dir):
         replay = median_ms(lambda: graph.launch(stream))
         return {**result, "captured": True, "replay_ms": replay, "speedup": result["eager_ms"] / replay}
 
-    results = {}
+    results, losses = {}, {}
+    patched = contextlib.nullcontext
+    if gpu:                               # CuPy refuses cuBLAS in a capture: its GEMMs through ctypes instead
+        import cublas_capture
+        patched = cublas_capture.patched
+        for matmul, context in (("CuPy's", contextlib.nullcontext), ("cuBLAS by ctypes", patched)):
+            with stream, context():
+                mt.seed(0)
+                losses[matmul] = float(step.loss_of(batch).item())   # the same within float32 rounding
     for name, run in parts.items():
         try:
-            with stream if gpu else contextlib.nullcontext():
+            with stream if gpu else contextlib.nullcontext(), patched():
                 results[name] = probe(run)
         except Exception as e:            # a part that broke the device for the next: say so, go on
             results[name] = {"captured": False, "error": f"{type(e).__name__}: {e}"[:300]}
     return {"parts": results, "captured": all(r.get("captured") for r in results.values()) if gpu else None,
-            "device": device, **({} if gpu else {"reason": "CUDA graphs need a GPU"})}
+            "losses by matmul": losses, "device": device, **({} if gpu else {"reason": "CUDA graphs need a GPU"})}
 
 
 # -------------------------------------------------------------------- stages
@@ -326,7 +347,8 @@ def stage_fused(args, out, seconds):
 
 def stage_profile(args, out, seconds):
     result = run_worker("profile", args, seconds)
-    (out / "profile.txt").write_text(result["table"] + "\n", encoding="utf-8")
+    (out / "profile.txt").write_text(result["table"] + "\n\nThe host's Python over 3 steps, unsynchronised (cProfile):\n"
+                                     + result["host_profile"], encoding="utf-8")
     return result
 
 

@@ -1,0 +1,154 @@
+"""A matmul that a CUDA graph can capture, for gpu_run.py's graph probe (not part of the package).
+
+CuPy 14 refuses every cuBLAS call while a stream is being captured ("calling cuBLAS API during stream
+capture is currently unsupported": its wrapper checks, though cuBLAS itself supports capture). This
+calls cuBLAS's strided-batched GEMM through ctypes on a handle of its own, set to the current stream,
+with a workspace given up front (cuBLAS must not allocate inside a capture). `plan(a, b)` is the layout
+work (which operand is transposed, leading dimensions, batch strides), pure Python on shapes and
+strides, tested on the CPU against np.matmul by `emulate`; `matmul` needs a GPU.
+
+    with cublas_capture.patched():          # cupy.matmul replaced by cublas_capture.matmul
+        ...                                 # attention's xp.matmul and cores._matmul both go through it
+"""
+import contextlib
+import ctypes
+
+import numpy as np
+
+OP_N, OP_T = 0, 1                           # cublasOperation_t
+WORKSPACE = 32 << 20                        # bytes given to cuBLAS before any capture
+
+
+def _layout(shape, strides, itemsize):
+    """One row-major matrix (rows, cols) at these byte strides, as cuBLAS's column-major sees its memory:
+    (op, ld) with op OP_N where the memory holds its transpose (rows contiguous), OP_T where it holds the
+    matrix itself (a transposed view); None where neither (then the caller copies)."""
+    (r, c), (s0, s1) = shape, strides
+    if s0 % itemsize or s1 % itemsize:
+        return None
+    s0, s1 = s0 // itemsize, s1 // itemsize
+    if (s1 == 1 or c == 1) and (r == 1 or s0 >= c):
+        return OP_N, max(s0 if r > 1 else c, c, 1)
+    if (s0 == 1 or r == 1) and (c == 1 or s1 >= r):
+        return OP_T, max(s1 if c > 1 else r, r, 1)
+    return None
+
+
+def plan(a, b):
+    """How cuBLAS computes a @ b (a (..., M, K), b (..., K, N) or (K, N); the batch axes of b absent or
+    equal to a's, or a 2-D and b batched): a dict of the call's arguments for C (batch, M, N) row-major,
+    contiguous, as the column-major C^T = B^T A^T; None where this layout is not handled (batch axes that
+    broadcast otherwise, or a batch that is not one stride apart): the caller copies or falls back."""
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        return None
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    if a.ndim > 2 and b.ndim > 2 and a.shape[:-2] != b.shape[:-2]:
+        return None
+    lead = a.shape[:-2] if a.ndim > 2 else b.shape[:-2]
+    batch = int(np.prod(lead, dtype=np.int64))
+
+    def batch_stride(x):                    # elements from one matrix to the next, if one stride does
+        if x.ndim == 2:
+            return 0
+        dims = [(n, s) for n, s in zip(x.shape[:-2], x.strides[:-2]) if n > 1]
+        if not dims:
+            return 0
+        step = dims[-1][1]
+        for (n_out, s_out), (n_in, s_in) in zip(dims[:-1], dims[1:]):
+            if s_out != s_in * n_in:
+                return None
+        return step // x.itemsize if step % x.itemsize == 0 else None
+    la, lb = _layout((M, K), a.strides[-2:], a.itemsize), _layout((K, N), b.strides[-2:], b.itemsize)
+    sa, sb = batch_stride(a), batch_stride(b)
+    if la is None or lb is None or sa is None or sb is None:
+        return None
+    return {"opB": lb[0], "opA": la[0], "m": N, "n": M, "k": K, "ldb": lb[1], "lda": la[1], "ldc": N,
+            "strideB": sb, "strideA": sa, "strideC": M * N, "batch": batch, "out_shape": lead + (M, N)}
+
+
+def emulate(p, a_mem, a_off, b_mem, b_off, c_mem):
+    """What cuBLAS's strided-batched GEMM computes for plan p, in NumPy on flat memory (element offsets
+    a_off, b_off into a_mem, b_mem; C from 0): the CPU test of plan()."""
+    def matrix(mem, off, op, rows, cols, ld, i, stride):   # op(X) (rows, cols), X column-major at ld
+        r, c = (rows, cols) if op == OP_N else (cols, rows)
+        x = np.lib.stride_tricks.as_strided(mem[off + i * stride:], (r, c), (mem.itemsize, ld * mem.itemsize))
+        return x if op == OP_N else x.T
+    for i in range(p["batch"]):
+        first = matrix(b_mem, b_off, p["opB"], p["m"], p["k"], p["ldb"], i, p["strideB"])   # B^T (N, K)
+        second = matrix(a_mem, a_off, p["opA"], p["k"], p["n"], p["lda"], i, p["strideA"])  # A^T (K, M)
+        c = first @ second                                                                  # C^T (N, M)
+        c_mem[i * p["strideC"]: (i + 1) * p["strideC"]] = c.T.reshape(-1)                   # column-major
+    return c_mem
+
+
+class _Cublas:
+    """libcublas (the one CuPy loaded) through ctypes: a handle and a workspace of our own."""
+
+    def __init__(self, cupy):
+        import cupy.cuda.cublas  # noqa: F401  (loads libcublas into the process)
+        path = next(line.split()[-1] for line in open("/proc/self/maps") if "libcublas.so" in line)
+        self.lib = ctypes.CDLL(path)
+        self.handle = ctypes.c_void_p()
+        self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
+        self.workspace = cupy.empty(WORKSPACE, dtype=np.uint8)
+        self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
+                                                   ctypes.c_size_t(WORKSPACE)), "cublasSetWorkspace")
+        self.cupy = cupy
+        p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        for name, real in (("cublasSgemmStridedBatched", ctypes.c_float), ("cublasDgemmStridedBatched", ctypes.c_double)):
+            getattr(self.lib, name).argtypes = [p, i, i, i, i, i, ctypes.POINTER(real), p, i, ll, p, i, ll,
+                                                ctypes.POINTER(real), p, i, ll, i]
+        self.lib.cublasSetStream_v2.argtypes = [p, p]
+
+    @staticmethod
+    def _check(status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: cuBLAS status {status}")
+
+    def gemm(self, p, a, b, c):
+        real, name = ((ctypes.c_float, "cublasSgemmStridedBatched") if a.dtype == np.float32
+                      else (ctypes.c_double, "cublasDgemmStridedBatched"))
+        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(self.cupy.cuda.get_current_stream().ptr)),
+                    "cublasSetStream")
+        one, zero = real(1.0), real(0.0)
+        self._check(getattr(self.lib, name)(
+            self.handle, p["opB"], p["opA"], p["m"], p["n"], p["k"], ctypes.byref(one),
+            ctypes.c_void_p(b.data.ptr), p["ldb"], p["strideB"], ctypes.c_void_p(a.data.ptr), p["lda"], p["strideA"],
+            ctypes.byref(zero), ctypes.c_void_p(c.data.ptr), p["ldc"], p["strideC"], p["batch"]), name)
+
+
+_state = {}
+
+
+def matmul(a, b, out=None, **kwargs):
+    """cupy.matmul through cuBLAS by ctypes (capturable); cases it does not handle go to CuPy's own."""
+    cupy, original = _state["cupy"], _state["original"]
+    if kwargs or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or 0 in a.shape + b.shape:
+        return original(a, b, out=out, **kwargs)
+    p = plan(a, b)
+    if p is None:
+        a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
+        p = plan(a, b)
+        if p is None:
+            return original(a, b, out=out)
+    c = out if out is not None and out.flags.c_contiguous and out.shape == p["out_shape"] else \
+        cupy.empty(p["out_shape"], dtype=a.dtype)
+    _state["cublas"].gemm(p, a, b, c)
+    if out is not None and c is not out:
+        out[...] = c
+        return out
+    return c
+
+
+@contextlib.contextmanager
+def patched():
+    """cupy.matmul is `matmul` inside the block (the package reads backend.xp.matmul at call time)."""
+    import cupy
+    if "cublas" not in _state:
+        _state["cublas"] = _Cublas(cupy)
+    _state.update(cupy=cupy, original=cupy.matmul)
+    cupy.matmul = matmul
+    try:
+        yield
+    finally:
+        cupy.matmul = _state["original"]
