@@ -301,6 +301,14 @@ def _torch_ceiling(torch, device, n=2048, reps=5):
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
 
+def error_line(stderr):
+    """The line that says why a worker failed: its stderr's last, above the banner Open MPI's mpiexec
+    prints after a rank's non-zero exit (a block that opens with a line of dashes)."""
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    banner = next((i for i, line in enumerate(lines) if set(line.strip()) == {"-"}), len(lines))
+    return (lines[:banner] or lines or ["(no output)"])[-1]
+
+
 def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
     """The environment of one worker run: `env` with MINITRANSFORMER_DEVICE set to the worker's device (a
     GPU suite's "gpu" would start CUDA in every CPU rank), plus glibc's settings of
@@ -373,7 +381,7 @@ def main(argv=None):
         run_env = worker_env(env, fw, ranks, args.torch_keep_freed, args.device)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)
         if out.returncode != 0:
-            tail = out.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            tail = [error_line(out.stderr)]
             if fw == "torch" and "No module named 'torch'" in out.stderr:
                 print("PyTorch is not installed: skipping the side-by-side run")
                 args.torch = False

@@ -150,10 +150,12 @@ def threads_per_rank(ranks):
 
 
 def mpiexec_command(ranks):
-    """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses)."""
+    """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses). Open MPI 4's
+    mpiexec names itself "mpiexec (OpenRTE) 4.1.6" and links open-mpi.org; 5's says "Open MPI"."""
     mpiexec = shutil.which("mpiexec")
     version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    return [mpiexec, *["--allow-run-as-root"] * ("Open MPI" in version and os.geteuid() == 0), "-n", str(ranks)]
+    open_mpi = any(name in version for name in ("Open MPI", "OpenRTE", "open-mpi.org"))
+    return [mpiexec, *["--allow-run-as-root"] * (open_mpi and os.geteuid() == 0), "-n", str(ranks)]
 
 
 def launch(script, argv, ranks):

@@ -94,11 +94,25 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
 
 
-def test_train_step_gives_the_kept_heap_to_pytorch_alone_with_or_without_ranks():
-    """--torch-keep-freed: glibc's variables for PyTorch's workers only, kept beside the ranks' thread count."""
+def test_train_step_says_why_a_worker_failed_above_open_mpis_banner():
+    bench = load_train_step()
+    why = "SystemExit: a batch of 1 sentence(s) cannot give each of 2 ranks one: raise --max-tokens"
+    banner = "-" * 74 + "\nPrimary job  terminated normally, but 1 process returned\na non-zero exit code.\n" + "-" * 74
+    assert bench.error_line(f"WARNING: generated lengths\n{why}\n{banner}\n") == why            # Open MPI
+    assert bench.error_line(f"Traceback (most recent call last):\n  ...\n{why}\n\n") == why    # MPICH, one process
+    assert bench.error_line("") == "(no output)" and bench.error_line(banner) == "-" * 74
+
+
+def load_train_step():
     spec = importlib.util.spec_from_file_location("train_step_bench", ROOT / "benchmarks" / "train_step.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_train_step_gives_the_kept_heap_to_pytorch_alone_with_or_without_ranks():
+    """--torch-keep-freed: glibc's variables for PyTorch's workers only, kept beside the ranks' thread count."""
+    bench = load_train_step()
     for ranks in (1, 2):
         torch_env, ours_env = (bench.worker_env({"A": "1"}, fw, ranks, True) for fw in ("torch", "ours"))
         assert torch_env["MALLOC_MMAP_MAX_"] == "0" and torch_env["MALLOC_TOP_PAD_"] == str(1 << 30)
