@@ -85,7 +85,7 @@ class _Cublas:
     """libcublas (the one CuPy loaded) through ctypes: a handle and a workspace of our own."""
 
     def __init__(self, cupy):
-        import cupy.cuda.cublas  # noqa: F401  (loads libcublas into the process)
+        cupy.matmul(cupy.ones((2, 2), np.float32), cupy.ones((2, 2), np.float32))   # CuPy loads libcublas
         path = next(line.split()[-1] for line in open("/proc/self/maps") if "libcublas.so" in line)
         self.lib = ctypes.CDLL(path)
         self.handle = ctypes.c_void_p()

@@ -225,8 +225,9 @@ def worker_graph(device, dry, data_dir):
     def backward():
         opt.zero_grad()
         step.loss_of(batch).backward()
-    parts = {"forward and loss": lambda: step.loss_of(batch), "forward, loss and backward": backward,
-             "Adam's update": lambda: opt.step(lr=1e-4), "whole step": lambda: step(batch)}
+    # the whole step first: a part's arrays allocated inside its capture, freed later, can break the next
+    parts = {"whole step": lambda: step(batch), "forward, loss and backward": backward,
+             "forward and loss": lambda: step.loss_of(batch), "Adam's update": lambda: opt.step(lr=1e-4)}
 
     def median_ms(run, reps=2 if dry else 10):
         times = []
@@ -237,6 +238,11 @@ def worker_graph(device, dry, data_dir):
             sync()
             times.append(time.perf_counter() - start)
         return statistics.median(times) * 1e3
+
+    def frames(error):                    # the package's frames (and cublas_capture's) it came from
+        return [f"{f.filename.split('/minitransformer/')[-1].split('/benchmarks/')[-1]}:{f.lineno} {f.name}"
+                for f in traceback.extract_tb(error.__traceback__)
+                if "/minitransformer/" in f.filename or "cublas_capture" in f.filename][-6:]
 
     def probe(run):
         for _ in range(3):                    # compilation, the memory pool; gradients for Adam's part
@@ -255,10 +261,8 @@ def worker_graph(device, dry, data_dir):
         except Exception as e:            # an invalidated capture: the op's own error says more
             error = error or e
         if error is not None:
-            frames = [f"{f.filename.split('/minitransformer/')[-1]}:{f.lineno} {f.name}"
-                      for f in traceback.extract_tb(error.__traceback__) if "/minitransformer/" in f.filename]
             return {**result, "captured": False, "error": f"{type(error).__name__}: {error}"[:300],
-                    "package frames": frames[-6:]}
+                    "package frames": frames(error)}
         replay = median_ms(lambda: graph.launch(stream))
         return {**result, "captured": True, "replay_ms": replay, "speedup": result["eager_ms"] / replay}
 
@@ -276,7 +280,8 @@ def worker_graph(device, dry, data_dir):
             with stream if gpu else contextlib.nullcontext(), patched():
                 results[name] = probe(run)
         except Exception as e:            # a part that broke the device for the next: say so, go on
-            results[name] = {"captured": False, "error": f"{type(e).__name__}: {e}"[:300]}
+            results[name] = {"captured": False, "error": f"{type(e).__name__}: {e}"[:300], "package frames": frames(e),
+                             "traceback": "".join(traceback.format_exception(e))[-1500:]}
     return {"parts": results, "captured": all(r.get("captured") for r in results.values()) if gpu else None,
             "losses by matmul": losses, "device": device, **({} if gpu else {"reason": "CUDA graphs need a GPU"})}
 
