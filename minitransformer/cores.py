@@ -149,8 +149,9 @@ def for_blocks(fn, n, work=None, align=1, chunk=None):
 
 
 def cache_rows(a):
-    """Rows of array a (its first axis) that fill about CHUNK_BYTES: for_blocks' chunk for a pass over a."""
-    return max(1, CHUNK_BYTES // max(1, a[:1].nbytes))
+    """Rows of array a (its first axis) that fill about CHUNK_BYTES: for_blocks' chunk for a pass over a.
+    None for a GPU array: there each chunk would be a kernel launch of its own, so the pass runs whole."""
+    return max(1, CHUNK_BYTES // max(1, a[:1].nbytes)) if isinstance(a, np.ndarray) else None
 
 
 def by_rows(fn, first, *args):

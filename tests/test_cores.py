@@ -92,6 +92,26 @@ def test_cache_rows_fill_chunk_bytes(monkeypatch):
     assert cores.cache_rows(np.zeros((50, 10), np.float32)) == 25     # 40 bytes a row
     assert cores.cache_rows(np.zeros((50, 1000), np.float64)) == 1    # a row over the size: one at a time
     assert cores.cache_rows(np.zeros((0, 10), np.float32)) == 1000    # no rows: any chunk
+    if backend.gpu_available():                                       # a CuPy array: whole, one launch
+        assert cores.cache_rows(backend._import_cupy().zeros((50, 10), np.float32)) is None
+    assert cores.cache_rows(np.zeros((50, 10), np.float32).tolist()) is None   # anything not NumPy's, too
+
+
+def test_cross_entropy_takes_no_chunks_on_the_gpu(monkeypatch, on_cpu):
+    """The plain cross-entropy on CuPy (MINITRANSFORMER_FUSED=0) ran its rows 64 at a time, a launch per
+    chunk: 55x slower than the fused kernel on an H200 (session 19), 2x before the chunks."""
+    seen = []
+    monkeypatch.setattr(cores, "cache_rows", lambda a, real=cores.cache_rows: seen.append(real(a)) or seen[-1])
+    z = mt.tensor(np.random.default_rng(0).standard_normal((300, 40)).astype(np.float32), requires_grad=True)
+    F.cross_entropy(z, np.arange(300) % 40).backward()
+    assert seen and all(chunk is not None for chunk in seen)         # NumPy: chunks
+    if backend.gpu_available():
+        mt.use("gpu")
+        monkeypatch.setattr(backend, "fused", False)
+        seen.clear()
+        z = mt.tensor(backend.asarray(z.data), requires_grad=True)
+        F.cross_entropy(z, np.arange(300) % 40).backward()
+        assert seen == [None, None]
 
 
 def test_a_small_pass_or_a_nested_one_runs_whole(two_threads, monkeypatch):
