@@ -51,7 +51,7 @@ def attention_forward(q, k, v, mask, dropout_p, training):
 def _attend(q, k, v, mask, kept, dropout_p):
     """O and P of eq. (1), for all rows or a block of them."""
     xp = backend.xp
-    s = xp.matmul(q, xp.swapaxes(k, -1, -2))        # (B, H, Tq, Tk)
+    s = backend.matmul(q, xp.swapaxes(k, -1, -2))   # (B, H, Tq, Tk)
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
         xp.copyto(s, s.dtype.type(NEG), where=~mask)             # masked scores -> -1e9 (in place, broadcast)
@@ -59,7 +59,7 @@ def _attend(q, k, v, mask, kept, dropout_p):
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
     pd = p if kept is None else (p * kept) * (1.0 / (1.0 - dropout_p))  # inverted dropout
-    return xp.matmul(pd, v), p                       # (B, H, Tq, K)
+    return backend.matmul(pd, v), p                  # (B, H, Tq, K)
 
 
 def _check_mask(mask, scores):
@@ -80,9 +80,9 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
     dq = dk = dv = None
     if need_v:
         pd = p if kept is None else (p * kept) * inv_keep  # the dropped P of the forward pass
-        dv = xp.matmul(xp.swapaxes(pd, -1, -2), g)          # dV = P_drop^T dO       (B, H, Tk, K)
+        dv = backend.matmul(xp.swapaxes(pd, -1, -2), g)     # dV = P_drop^T dO       (B, H, Tk, K)
     if need_q or need_k:
-        ds = xp.matmul(g, xp.swapaxes(v, -1, -2))            # dP_drop = dO V^T      (B, H, Tq, Tk)
+        ds = backend.matmul(g, xp.swapaxes(v, -1, -2))       # dP_drop = dO V^T      (B, H, Tq, Tk)
         if kept is not None:
             ds *= kept                                       # dP = dP_drop * M / (1 - p)
             ds *= inv_keep
@@ -90,9 +90,9 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
         ds *= p
         ds *= 1.0 / math.sqrt(q.shape[-1])                   # through S = q k^T / sqrt(d_k)
         if need_q:
-            dq = xp.matmul(ds, k)                            # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
+            dq = backend.matmul(ds, k)                       # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
         if need_k:
-            dk = xp.matmul(xp.swapaxes(ds, -1, -2), q)       # dK = dS^T Q / sqrt(d_k)  (B, H, Tk, K)
+            dk = backend.matmul(xp.swapaxes(ds, -1, -2), q)  # dK = dS^T Q / sqrt(d_k)  (B, H, Tk, K)
     return dq, dk, dv
 
 

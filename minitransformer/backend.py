@@ -28,6 +28,7 @@ _cupy = None               # the cupy module once use("gpu") has imported it
 _seed = 0
 _rng = None                # the generator of the current backend, made lazily by rng()
 _host_rng = None           # the NumPy generator for initialisation, made lazily by host_rng()
+gemm = None                # matmul(a, b, out) replacing xp.matmul while set: graphs.py sets cublas.matmul
 
 INSTALL_HINT = ('pip install -e ".[gpu-cuda12]" for a CUDA 12 driver, or -e ".[gpu-cuda13]" for CUDA 13 '
                 "(nvidia-smi shows the driver's CUDA version)")
@@ -79,6 +80,12 @@ def use(name):
         raise ValueError(f"unknown device {name!r}: expected 'cpu' or 'gpu'")
     _rng = None
     return xp
+
+
+def matmul(a, b, out=None):
+    """xp.matmul(a, b, out=out), the package's every GEMM (cores.matmul, attention); while `gemm` is set
+    (graphs.py, CUDA graphs on: CuPy refuses cuBLAS inside a capture), gemm(a, b, out) instead."""
+    return xp.matmul(a, b, out=out) if gemm is None else gemm(a, b, out)
 
 
 def device_of(a):

@@ -183,6 +183,7 @@ class TrainingConfig:
     search: SearchConfig = SearchConfig(beam_size=1)  # evaluation decoding: beam 1 is greedy search
     eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
     progress: bool = True         # the tqdm bar
+    cuda_graphs: bool = False     # GPU: each batch shape's update recorded once as a CUDA graph, then replayed
 
     def __post_init__(self):
         owner = "TrainingConfig"
@@ -202,6 +203,11 @@ class TrainingConfig:
         check_real(owner, "eps", self.eps, 0.0)
         for b in self.betas:
             check_real(owner, "each of betas", b, 0.0, 1.0)
+        if not isinstance(self.cuda_graphs, bool):
+            _fail(owner, f"cuda_graphs must be True or False, got {self.cuda_graphs!r}", "cuda_graphs", self.cuda_graphs)
+        if self.cuda_graphs and (self.accum != 1 or self.clip_norm is not None):
+            _fail(owner, "cuda_graphs replays one batch per update without clipping: give accum=1 and no clip_norm, "
+                  f"got accum={self.accum}, clip_norm={self.clip_norm}", ("cuda_graphs", "accum", "clip_norm"))
         if not isinstance(self.search, SearchConfig):
             _fail(owner, f"search must be a SearchConfig, got {self.search!r}", "search", self.search)
         if self.search.nbest != 1:   # evaluation scores one translation per sentence

@@ -209,7 +209,7 @@ def matmul(a, b, plus=None):
 
 def _matmul(a, b, plus, out=None):
     """a @ b (+ plus) whole, into out where given."""
-    out = backend.xp.matmul(a, b, out=out)
+    out = backend.matmul(a, b, out=out)
     if plus is not None:
         out += plus
     return out

@@ -58,6 +58,12 @@ _BUILD = {
         "m = m * b1 + g * one_minus_b1;"
         " v = v * b2 + g * g * one_minus_b2;"
         " p = p * decay + m / (sqrt(v) + eps_bc2) * step;", "mt_adam", options=("--fmad=false",)),
+    # the same, its 7 numbers read from device memory s (7,), in adam_scalars' order
+    "adam_from": lambda xp: xp.ElementwiseKernel(
+        "T g, raw T s", "T p, T m, T v",
+        "m = m * s[0] + g * s[1];"
+        " v = v * s[2] + g * g * s[3];"
+        " p = p * s[6] + m / (sqrt(v) + s[4]) * s[5];", "mt_adam_from", options=("--fmad=false",)),
 }
 
 
@@ -172,10 +178,24 @@ def embedding_backward(shape, ids, g):
     return dw
 
 
-def adam(p, g, m, v, t, lr, betas, eps, weight_decay):
-    """Fuses optim.Adam._update on flat arrays (plain form: plain.adam): one ElementwiseKernel reads p, g,
-    m, v once and writes p, m, v in place (no scratch buffer), with _update's scalars computed the same way."""
+def adam_scalars(t, lr, betas, eps, weight_decay):
+    """Adam's 7 numbers for step t (from 1) at rate lr, as Python floats: b1, 1 - b1, b2, 1 - b2, eps bc2,
+    -lr bc2 / bc1, 1 - lr weight_decay, with the bias corrections bc1 = 1 - b1^t, bc2 = sqrt(1 - b2^t).
+    The one place they are computed, so optim.Adam._update's NumPy path, adam and adam_from agree."""
     b1, b2 = betas
     bc1, bc2 = 1.0 - b1 ** t, math.sqrt(1.0 - b2 ** t)
-    scalars = (b1, 1.0 - b1, b2, 1.0 - b2, eps * bc2, -lr * bc2 / bc1, 1.0 - lr * weight_decay)
+    return b1, 1.0 - b1, b2, 1.0 - b2, eps * bc2, -lr * bc2 / bc1, 1.0 - lr * weight_decay
+
+
+def adam(p, g, m, v, t, lr, betas, eps, weight_decay):
+    """Fuses optim.Adam._update on flat arrays (plain form: plain.adam): one ElementwiseKernel reads p, g,
+    m, v once and writes p, m, v in place (no scratch buffer), with _update's numbers (adam_scalars)."""
+    scalars = adam_scalars(t, lr, betas, eps, weight_decay)
     _kernel("adam")(g, *(p.dtype.type(c) for c in scalars), p, m, v)
+
+
+def adam_from(p, g, m, v, scalars):
+    """adam with its numbers in device memory: scalars (7,) of p's dtype, adam_scalars cast. A replayed
+    CUDA graph re-runs a kernel with the arguments it was recorded with, so t and lr, which change every
+    step, must reach it through memory the host rewrites before each replay. The same bits as adam."""
+    _kernel("adam_from")(g, scalars, p, m, v)

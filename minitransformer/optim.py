@@ -129,24 +129,30 @@ class Adam:
         if kernels.active(p):
             return kernels.adam(p, g, m, v, t, self.lr, self.betas, self.eps, self.weight_decay)
         xp = backend.xp
-        b1, b2 = self.betas
+        b1, one_minus_b1, b2, one_minus_b2, eps_bc2, step, decay = self.update_numbers(t)   # Python floats
         m *= b1                              # m = b1 m + (1 - b1) g
-        xp.multiply(g, 1.0 - b1, out=buf)
+        xp.multiply(g, one_minus_b1, out=buf)
         m += buf
         v *= b2                              # v = b2 v + (1 - b2) g^2
         xp.multiply(g, g, out=buf)
-        buf *= 1.0 - b2
+        buf *= one_minus_b2
         v += buf
-        # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias
-        # corrections folded into two scalars: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2))
-        bc1, bc2 = 1.0 - b1 ** t, math.sqrt(1.0 - b2 ** t)
+        # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias corrections
+        # folded into two numbers: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2)), bc = 1 - beta^t
         xp.sqrt(v, out=buf)
-        buf += self.eps * bc2
+        buf += eps_bc2
         xp.divide(m, buf, out=buf)
-        buf *= -self.lr * bc2 / bc1
+        buf *= step
         if self.weight_decay:
-            p *= 1.0 - self.lr * self.weight_decay
+            p *= decay
         p += buf
+
+    def update_numbers(self, t, lr=None):
+        """The 7 numbers of an update at step t (from 1) and rate lr (None: self.lr), which _update and the
+        fused kernel use, as Python floats in kernels.adam_scalars' order. A CUDA graph's replay of
+        kernels.adam_from reads them, cast to the flat dtype, from device memory the host rewrites."""
+        lr = self.lr if lr is None else _check_lr(lr)
+        return kernels.adam_scalars(t, lr, self.betas, self.eps, self.weight_decay)
 
     def gradient_buffers(self):
         """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into them

@@ -11,7 +11,6 @@ update's accum x N, weighted by their share of all N ranks' tokens, and the rank
 Left out on purpose: mixed precision, early stopping.
 """
 import math
-import os
 import signal
 import threading
 import time
@@ -21,11 +20,12 @@ import numpy as np
 from tqdm import tqdm
 
 from . import backend, cores, distributed, evaluation, rundir
-from . import checkpoint as ckpt
 from .config import TrainingConfig
 from .corpus import encode_pairs
 from .data import BatchIterator
 from .metrics import perplexity
+from .graphs import StepGraphs
+from .trainer_checkpoints import TrainerCheckpoints
 from .optim import Adam, WarmupSchedule, clip_grad_norm
 
 
@@ -45,7 +45,7 @@ def step_seed(seed, step, rank=0):
     return int(np.random.SeedSequence([int(seed), int(step)] + ([int(rank)] if rank else [])).generate_state(1)[0])
 
 
-class Trainer:
+class Trainer(TrainerCheckpoints):
     """Train `model` on `train_pairs` ((src_ids, tgt_ids) lists) and evaluate on `valid`
     ((source lines, reference lines), raw text, or None).
 
@@ -96,6 +96,7 @@ class Trainer:
         self._stops = [0, 0]          # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
         self._updating = False        # the update is being applied: a signal now stops the run after it
         self.log_every = training_config.log_every or (20 if backend.device == "gpu" else 1)
+        self.graphs = training_config.cuda_graphs and StepGraphs.check(self.world.size)  # made at the 1st update
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
 
@@ -114,8 +115,11 @@ class Trainer:
         plans = [self.iterator.next_indices() for _ in range(training_config.accum * world.size)]
         n_total = sum(map(self.iterator.target_tokens, plans))  # the update's target tokens, every rank's
         batches = [self.iterator.make_batch(idx) for idx in plans[world.rank::world.size]]  # r, r+N, r+2N, ...
-        step_loss = None
-        for b in batches:
+        step_loss, graphs = None, training_config.cuda_graphs
+        if graphs:  # forward, backward and Adam: one CUDA graph per batch shape, replayed (graphs.py)
+            self.graphs = self.graphs or StepGraphs(self.model, self.optimizer)
+            step_loss = self.graphs.step(batches[0], self.schedule(step))
+        for b in [] if graphs else batches:
             loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)  # per target token
             # each batch's mean weighted by its share of the tokens: the mean over all n_total tokens
             loss = loss * (b.n_tgt_tokens / n_total)
@@ -127,8 +131,9 @@ class Trainer:
             step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen)
         if training_config.clip_norm:
             clip_grad_norm(self.optimizer.params, training_config.clip_norm)
-        self.optimizer.step(self.schedule(step))
-        self.optimizer.zero_grad()
+        if not graphs:
+            self.optimizer.step(self.schedule(step))
+            self.optimizer.zero_grad()
         self.step = step
         self._iter_state = self.iterator.state_dict()
         if world.size == 1:
@@ -230,6 +235,7 @@ class Trainer:
             bar.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            self.graphs = self.graphs and self.graphs.close()  # CuPy's own GEMMs again; the graphs freed
         self.save()                     # first the work, then the final evaluation
         if stopped == "done":
             self.evaluate()
@@ -272,48 +278,6 @@ class Trainer:
             self.best_bleu = bleu
             self._best_pending = True
         return result
-
-    # ---------------------------------------------------------------- checkpoints
-    def state(self):
-        """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
-        scalars, arrays = self.optimizer.state_dict()
-        meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.training_config)),
-                "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
-                "seed": self.training_config.seed, "best_bleu": self.best_bleu, "identity": self.identity,
-                "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
-                "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
-        return self.model.state_dict(), meta, arrays
-
-    def save(self):
-        """Write a checkpoint (atomically) if every array in it is finite (else stop with TrainingError);
-        keep the last `keep` step checkpoints of this run, and copy this one to checkpoint_best.npz
-        when the latest evaluation was the best so far."""
-        if self.run_dir is None:
-            return None
-        if self._pending:
-            self._read_losses()  # never save a model whose loss was not checked
-        model, meta, arrays = self.state()
-        if not all(np.isfinite(a).all() for group in (model, arrays) for a in group.values()):
-            self._stop(self.step, "the weights or Adam's moments hold NaN or infinity after the update")
-        self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays, best=self._best_pending)
-        self._best_pending = False
-        return self.last_checkpoint
-
-    def resume(self, path):
-        """Continue from a checkpoint of this run (rundir.load_resumable: the same model, tokenizer, corpus
-        and schedule): model, optimizer, step, batch-stream position, best BLEU."""
-        ck = rundir.load_resumable(path, self.model.config.to_dict(), self.identity,
-                                   asdict(self.training_config), self.total_steps, self.log)
-        try:
-            self.model.load_state_dict(ck.model)
-            self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
-            self.iterator.load_state_dict(ck.meta["iterator"])
-        except ValueError as e:  # a crafted file: n_params, shapes or the stream's settings do not fit
-            raise ckpt.CheckpointError(f"{path} cannot be resumed from: {e}") from None
-        self._iter_state = self.iterator.state_dict()
-        self.step, self.best_bleu, self.last_checkpoint = int(ck.meta["step"]), ck.meta.get("best_bleu"), path
-        self.log(f"resumed from {path} at step {self.step}")
-        return ck
 
     def _write_log(self, record):
         if self.run_dir is not None:

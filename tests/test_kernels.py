@@ -29,7 +29,7 @@ from minitransformer.optim import Adam
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
-FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "embedding_backward")
+FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "adam_from", "embedding_backward")
 HAVE_GPU = backend.gpu_available()
 
 
@@ -174,6 +174,34 @@ def test_kernel_sources_are_balanced_and_the_lesson_shows_the_one_compiled():
     assert kernel_source.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
 
 
+def test_adam_scalars_are_the_papers_numbers_and_the_numpy_updates():
+    """kernels.adam_scalars (what adam and adam_from's callers use) against Adam's section 2: the step
+    alpha_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps_hat = eps sqrt(1 - b2^t); and Adam's NumPy update is
+    these very numbers, applied in its order (the same bits), as optim.Adam.update_numbers gives them."""
+    b1, b2, eps, wd = 0.9, 0.98, 1e-9, 0.01
+    for t, lr in ((1, 1e-3), (5, 7e-4), (4000, 0.000699)):
+        got = kernels.adam_scalars(t, lr, (b1, b2), eps, wd)
+        alpha, eps_hat = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t), eps * math.sqrt(1 - b2 ** t)
+        assert all(type(c) is float for c in got)
+        assert got == pytest.approx((b1, 1 - b1, b2, 1 - b2, eps_hat, -alpha, 1 - lr * wd), rel=1e-15, abs=0)
+    mt.use("cpu")
+    rng = np.random.default_rng(8)
+    for dtype in (np.float32, np.float64):
+        w = mt.tensor(rng.standard_normal(1000).astype(dtype), requires_grad=True)
+        opt = Adam([w], lr=3e-3, weight_decay=wd)
+        p, m, v = w.data.copy(), np.zeros(1000, dtype), np.zeros(1000, dtype)
+        for t, lr in ((1, 3e-3), (2, 1e-3), (3, 2e-4)):
+            w.grad = g = rng.standard_normal(1000).astype(dtype)
+            opt.step(lr=lr)
+            s = opt.update_numbers(t)                                   # t and the lr of the step just taken
+            assert s == kernels.adam_scalars(t, lr, (b1, b2), eps, wd) == opt.update_numbers(t, lr)
+            m = m * s[0] + g * s[1]                                      # the kernel's order, in NumPy
+            v = v * s[2] + g * g * s[3]
+            p = p * s[6] + m / (np.sqrt(v) + s[4]) * s[5]
+            for what, want, have in (("p", p, w.data), ("m", m, opt.m[0]), ("v", v, opt.v[0])):
+                np.testing.assert_array_equal(have, want, err_msg=f"{dtype.__name__} step {t}: {what}")
+
+
 class _Recorder:
     """Stands in for cupy when kernels._BUILD is called: returns the ElementwiseKernel's arguments."""
     def ElementwiseKernel(self, in_params, out_params, operation, name, options=()):
@@ -185,9 +213,11 @@ class _Recorder:
 
 def elementwise_as_cuda(in_params, out_params, operation, name):
     """An ElementwiseKernel's operation as the body of a __device__ function, the way CuPy's generated
-    loop sees it: inputs by value, outputs by reference, CuPy's type names in C."""
+    loop sees it: inputs by value, outputs by reference, raw inputs as pointers (CuPy's CArray indexes
+    the same way), CuPy's type names in C."""
     ctype = {"float32": "float", "float64": "double", "int64": "long long", "T": "T"}
-    params = [f"{ctype[t]} {v}" for t, v in (p.split() for p in in_params.split(","))]
+    params = [f"const {ctype[w[1]]}* {w[2]}" if w[0] == "raw" else f"{ctype[w[0]]} {w[1]}"
+              for w in (p.split() for p in in_params.split(","))]
     params += [f"{ctype[t]}& {v}" for t, v in (p.split() for p in out_params.split(","))]
     return f"__device__ void {name}({', '.join(params)}) {{ {operation} }}\n"
 
@@ -530,3 +560,26 @@ def test_adam_matches_the_plain_update(weight_decay, dtype, calls):
     for what, a0, a1 in zip(("parameters", "m", "v"), plain, fused):
         for i, (x0, x1) in enumerate(zip(a0, a1)):
             assert_close(x1, x0, t * np.abs(x0).max(), f"{what} {i}")
+
+
+@gpu
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_adam_from_numbers_in_device_memory_gives_adams_bits(weight_decay, dtype, calls):
+    """adam_from, its numbers in one device array rewritten before each step (as before a CUDA graph's
+    replay), against adam with the same numbers as arguments: the same operations, the very same bits."""
+    rng = np.random.default_rng(9)
+    mt.use("gpu")
+    betas, eps, n = (0.9, 0.98), 1e-9, 5003
+    start = [rng.standard_normal(n), rng.standard_normal(n) * 0.1, rng.random(n) * 0.01]   # p, m, v
+    by_value, from_memory = ([backend.asarray(a.astype(dtype)) for a in start] for _ in range(2))
+    (p0, m0, v0), (p1, m1, v1) = by_value, from_memory                   # (n,) each
+    s = backend.xp.empty(7, dtype=dtype)                                  # (7,) the numbers, on the device
+    for t, lr in ((1, 1e-2), (2, 3e-3), (3, 3e-3), (50, 7e-4)):
+        g = backend.asarray(rng.standard_normal(n).astype(dtype))
+        kernels.adam(p0, g, m0, v0, t, lr, betas, eps, weight_decay)
+        s.set(np.array(kernels.adam_scalars(t, lr, betas, eps, weight_decay), dtype))  # rewritten in place
+        kernels.adam_from(p1, g, m1, v1, s)
+        for what, a0, a1 in zip("pmv", by_value, from_memory):
+            np.testing.assert_array_equal(backend.to_numpy(a1), backend.to_numpy(a0), err_msg=f"step {t}: {what}")
+    assert calls == ["adam", "adam_from"] * 4

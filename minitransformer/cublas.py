@@ -1,19 +1,21 @@
-"""A matmul that a CUDA graph can capture, for gpu_run.py's graph probe (not part of the package).
+"""cuBLAS's GEMM through ctypes: the matmul a CUDA graph can capture (graphs.py; lesson 11).
 
 CuPy 14 refuses every cuBLAS call while a stream is being captured ("calling cuBLAS API during stream
-capture is currently unsupported": its wrapper checks, though cuBLAS itself supports capture). This
-calls cuBLAS's strided-batched GEMM through ctypes on a handle of its own, set to the current stream,
-with a workspace given up front (cuBLAS must not allocate inside a capture). `plan(a, b)` is the layout
-work (which operand is transposed, leading dimensions, batch strides), pure Python on shapes and
-strides, tested on the CPU against np.matmul by `emulate`; `matmul` needs a GPU.
+capture is currently unsupported": its wrapper checks, though cuBLAS itself supports capture). `matmul`
+calls cuBLAS's strided-batched GEMM on a handle of its own, set to the current stream, with a workspace
+given up front (cuBLAS must not allocate inside a capture). `plan(a, b)` is the layout work (which operand
+cuBLAS reads transposed, leading dimensions, batch strides): pure Python on shapes and strides, tested on
+the CPU against np.matmul through `emulate`, a NumPy model of the cuBLAS call. Row-major C = A B is
+computed as the column-major C^T = B^T A^T, so no operand is copied when it is C-ordered or a
+transposed view.
 
-    with cublas_capture.patched():          # cupy.matmul replaced by cublas_capture.matmul
-        ...                                 # attention's xp.matmul and cores._matmul both go through it
+    backend.gemm = cublas.matmul      # graphs.py, while graphs are on: backend.matmul comes here
 """
-import contextlib
 import ctypes
 
 import numpy as np
+
+from . import backend
 
 OP_N, OP_T = 0, 1                           # cublasOperation_t
 WORKSPACE = 32 << 20                        # bytes given to cuBLAS before any capture
@@ -84,16 +86,16 @@ def emulate(p, a_mem, a_off, b_mem, b_off, c_mem):
 class _Cublas:
     """libcublas (the one CuPy loaded) through ctypes: a handle and a workspace of our own."""
 
-    def __init__(self, cupy):
-        cupy.matmul(cupy.ones((2, 2), np.float32), cupy.ones((2, 2), np.float32))   # CuPy loads libcublas
-        path = next(line.split()[-1] for line in open("/proc/self/maps") if "libcublas.so" in line)
-        self.lib = ctypes.CDLL(path)
+    def __init__(self, xp):
+        xp.matmul(xp.ones((2, 2), np.float32), xp.ones((2, 2), np.float32))         # CuPy loads libcublas
+        with open("/proc/self/maps", encoding="utf-8") as maps:                     # the one it loaded (Linux)
+            path = next(line.split()[-1] for line in maps if "libcublas.so" in line)
+        self.lib, self.xp = ctypes.CDLL(path), xp
         self.handle = ctypes.c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
-        self.workspace = cupy.empty(WORKSPACE, dtype=np.uint8)
+        self.workspace = xp.empty(WORKSPACE, dtype=np.uint8)                         # kept as long as the handle
         self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
                                                    ctypes.c_size_t(WORKSPACE)), "cublasSetWorkspace")
-        self.cupy = cupy
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         for name, real in (("cublasSgemmStridedBatched", ctypes.c_float), ("cublasDgemmStridedBatched", ctypes.c_double)):
             getattr(self.lib, name).argtypes = [p, i, i, i, i, i, ctypes.POINTER(real), p, i, ll, p, i, ll,
@@ -106,10 +108,11 @@ class _Cublas:
             raise RuntimeError(f"{what}: cuBLAS status {status}")
 
     def gemm(self, p, a, b, c):
+        """C = A B for plan p, on the current stream: alpha 1, beta 0, host scalars (captured by value)."""
         real, name = ((ctypes.c_float, "cublasSgemmStridedBatched") if a.dtype == np.float32
                       else (ctypes.c_double, "cublasDgemmStridedBatched"))
-        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(self.cupy.cuda.get_current_stream().ptr)),
-                    "cublasSetStream")
+        stream = self.xp.cuda.get_current_stream().ptr
+        self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream)), "cublasSetStream")
         one, zero = real(1.0), real(0.0)
         self._check(getattr(self.lib, name)(
             self.handle, p["opB"], p["opA"], p["m"], p["n"], p["k"], ctypes.byref(one),
@@ -117,38 +120,28 @@ class _Cublas:
             ctypes.byref(zero), ctypes.c_void_p(c.data.ptr), p["ldc"], p["strideC"], p["batch"]), name)
 
 
-_state = {}
+_cublas = None                               # the _Cublas of this process, made on first use
 
 
-def matmul(a, b, out=None, **kwargs):
-    """cupy.matmul through cuBLAS by ctypes (capturable); cases it does not handle go to CuPy's own."""
-    cupy, original = _state["cupy"], _state["original"]
-    if kwargs or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or 0 in a.shape + b.shape:
-        return original(a, b, out=out, **kwargs)
+def matmul(a, b, out=None):
+    """backend.xp.matmul(a, b, out=out) through cuBLAS by ctypes (capturable); float32/float64 GEMMs of the
+    layouts plan() reads (others copied C-ordered first); anything else goes to CuPy's own matmul."""
+    global _cublas
+    xp = backend.xp
+    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or 0 in a.shape + b.shape:
+        return xp.matmul(a, b, out=out)
     p = plan(a, b)
     if p is None:
-        a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
+        a, b = xp.ascontiguousarray(a), xp.ascontiguousarray(b)
         p = plan(a, b)
-        if p is None:
-            return original(a, b, out=out)
+        if p is None:                       # batch axes that broadcast otherwise
+            return xp.matmul(a, b, out=out)
+    if _cublas is None:
+        _cublas = _Cublas(xp)
     c = out if out is not None and out.flags.c_contiguous and out.shape == p["out_shape"] else \
-        cupy.empty(p["out_shape"], dtype=a.dtype)
-    _state["cublas"].gemm(p, a, b, c)
+        xp.empty(p["out_shape"], dtype=a.dtype)
+    _cublas.gemm(p, a, b, c)
     if out is not None and c is not out:
         out[...] = c
         return out
     return c
-
-
-@contextlib.contextmanager
-def patched():
-    """cupy.matmul is `matmul` inside the block (the package reads backend.xp.matmul at call time)."""
-    import cupy
-    if "cublas" not in _state:
-        _state["cublas"] = _Cublas(cupy)
-    _state.update(cupy=cupy, original=cupy.matmul)
-    cupy.matmul = matmul
-    try:
-        yield
-    finally:
-        cupy.matmul = _state["original"]

@@ -1,15 +1,11 @@
-"""benchmarks/cublas_capture.py, the graph probe's capturable matmul: its layout plan (which operand
+"""minitransformer/cublas.py, the matmul a CUDA graph can capture: its layout plan (which operand
 cuBLAS reads transposed, leading dimensions, batch strides) run through a NumPy emulation of cuBLAS's
 column-major strided-batched GEMM, against np.matmul, on C-ordered arrays, transposed views, slices and
-batches (the calls through ctypes need a GPU: gpu_run.py's graph stage runs them)."""
-import sys
-from pathlib import Path
-
+batches (the calls through ctypes need a GPU: tests/test_graphs.py runs them there)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import cublas_capture as cc  # noqa: E402
+from minitransformer import cublas as cc
 
 
 def through_plan(a, b):

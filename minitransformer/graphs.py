@@ -1,0 +1,141 @@
+"""Training steps replayed as CUDA graphs: each batch shape's step recorded once, then one launch a step
+(lesson 11; TrainingConfig(cuda_graphs=True), `--cuda-graphs`; the GPU only).
+
+Eager CuPy launches every kernel from Python: on an H200 the small preset's step spent about 25 ms of host
+time on some 15 ms of GPU work (session 19). A CUDA graph holds the kernels of one step as the GPU runs
+them; a replay launches them all at once, with no Python between them. What a replay needs, and gets here:
+- the same shapes: one graph per batch shape (a token-batched epoch repeats its shapes every epoch);
+- the same memory: each batch is copied into the input buffers its graph was recorded on; the gradients,
+  Adam's moments, the parameters and the loss live in arrays made before the recording. Memory allocated
+  while recording belongs to the graph (CuPy's MemoryAsyncPool: stream-ordered allocations become graph
+  nodes) and is freed inside it;
+- the numbers that change from step to step in device memory: Adam's seven (lr and the bias corrections,
+  kernels.adam_from) written before each replay, and the dropout generator's states re-seeded in place
+  before it, as the eager step does (backend.rng);
+- nothing that waits for the GPU, and no cuBLAS through CuPy, while recording: CuPy refuses cuBLAS inside
+  a capture, so every GEMM goes through cublas.py (backend.gemm) while graphs are on.
+The same kernels in the same order on the same numbers: a replayed step gives the eager step's bits
+(tests/test_graphs.py holds them equal on a GPU).
+"""
+import numpy as np
+
+from . import backend, cublas, kernels
+from .tensor import _topological_order
+
+INPUTS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")   # a Batch's arrays, in model.loss's order
+
+
+class StepGraphs:
+    """Training steps of `model` with Adam `optimizer` (every parameter updated at every step, a batch per
+    update, one process), each batch shape's recorded as a CUDA graph on its second sight and replayed from
+    its third; up to `max_graphs` shapes (others run eagerly). step(batch, lr) -> the loss (device scalar).
+    A recording that fails is said once (`failed`) and every later step runs eagerly."""
+
+    @staticmethod
+    def check(ranks):
+        """Refuse, before any work, what cannot replay: the CPU, several processes. Returns None."""
+        if backend.device != "gpu" or ranks > 1:
+            raise ValueError("cuda_graphs needs the GPU (mt.use('gpu')) and one process: "
+                             + ("this run is on the CPU" if backend.device != "gpu" else f"{ranks} ranks here"))
+
+    def __init__(self, model, optimizer, max_graphs=256):
+        StepGraphs.check(1)
+        if len(set(optimizer.t)) > 1:
+            raise ValueError("cuda_graphs: every parameter must have had the same number of Adam updates "
+                             f"(got {sorted(set(optimizer.t))}): a replay updates them all together")
+        xp = backend.xp
+        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)     # allocations a recording can hold
+        backend.gemm = cublas.matmul                                 # GEMMs a recording can hold
+        self.model, self.opt, self.max_graphs = model, optimizer, int(max_graphs)
+        self.stream = xp.cuda.Stream(non_blocking=True)             # a capture needs a stream of its own
+        self.numbers = {dtype: xp.zeros(7, dtype) for dtype in optimizer.flat}   # Adam's, per dtype
+        self.graphs = {}            # (src shape, tgt shape) -> (graph, input buffers, loss buffer)
+        self.seen = set()           # shapes stepped eagerly once (compiled, warmed): recorded the next time
+        self.counts = {"eager": 0, "recorded": 0, "replayed": 0}
+        self.failed = None          # why a recording failed, if one did
+
+    def close(self):
+        """Give the GEMMs back to CuPy and drop the graphs (their memory with them). Returns None."""
+        backend.gemm = None
+        self.graphs.clear()
+
+    def step(self, batch, lr):
+        """One update on `batch` (a data.Batch, its arrays on the device) at learning rate lr."""
+        xp = backend.xp
+        arrays = [getattr(batch, name) for name in INPUTS]
+        key = (batch.src.shape, batch.tgt_in.shape)
+        outer = xp.cuda.get_current_stream()
+        self.stream.wait_event(outer.record())                       # after what the caller queued
+        with self.stream:
+            backend.rng()                                            # re-seeded in place, as the eager step
+            self._adam_numbers(lr)
+            entry = self.graphs.get(key)
+            if entry is not None:
+                graph, buffers, loss = entry
+                for buffer, a in zip(buffers, arrays):
+                    xp.copyto(buffer, a)                             # into the arrays it was recorded on
+                graph.launch(self.stream)
+                self.counts["replayed"] += 1
+                loss = loss.copy()                                   # the buffer is the next replay's
+            else:
+                loss = xp.zeros((), xp.float32)
+                self._body(arrays, loss, check=not self.counts["eager"])
+                self.counts["eager"] += 1
+                if key in self.seen and self.failed is None and len(self.graphs) < self.max_graphs:
+                    self._record(key, arrays)
+                self.seen.add(key)
+        outer.wait_event(self.stream.record())                       # the caller's later work after it
+        return loss
+
+    def _adam_numbers(self, lr):
+        """Adam's host bookkeeping of one step (as Adam.step keeps it) and its seven numbers on the device."""
+        opt = self.opt
+        opt.lr = lr
+        for i, p in enumerate(opt.params):
+            if p.data is not opt._views[i]:                          # assigned anew since: into the buffer
+                opt._views[i][...] = p.data
+                p.data = opt._views[i]
+            opt.t[i] += 1
+            p.changed()                                              # a graph saved before refuses backward
+        opt.steps += 1
+        numbers = opt.update_numbers(opt.t[0], lr)                   # every parameter's t is the same
+        for dtype, device_numbers in self.numbers.items():
+            device_numbers.set(np.array(numbers, dtype), stream=self.stream)
+
+    def _body(self, inputs, loss_out, check=False):
+        """The step's device work, run eagerly or recorded: gradients zeroed in their buffers, the loss and
+        its backward pass (leaf gradients added into the buffers), the loss kept, Adam on every parameter.
+        check (the first step): refuse a parameter that the loss does not reach (Adam would move it)."""
+        opt = self.opt
+        for p, grad in zip(opt.params, opt._grads):                  # .grad: views into the flat buffers
+            p.grad = grad
+        for flat in opt.flat.values():
+            flat["grad"].fill(0)
+        loss = self.model.loss(*inputs)
+        if check:
+            reached = set(map(id, _topological_order(loss)))       # every node needing a gradient
+            unused = [i for i, p in enumerate(opt.params) if id(p) not in reached]
+            if unused:
+                raise ValueError(f"cuda_graphs: parameters {unused[:5]} take no part in the loss: a replay "
+                                 f"updates every parameter at every step, so train without cuda_graphs")
+        loss.backward()
+        loss_out[...] = loss.data
+        for dtype, flat in opt.flat.items():
+            kernels.adam_from(flat["data"], flat["grad"], flat["m"], flat["v"], self.numbers[dtype])
+
+    def _record(self, key, inputs):
+        """Record _body on buffers of this shape (this batch copied in; recording runs nothing)."""
+        xp = backend.xp
+        buffers, loss = [a.copy() for a in inputs], xp.zeros((), xp.float32)
+        self.stream.begin_capture()
+        try:
+            self._body(buffers, loss)
+        except Exception as e:                                       # what cannot be recorded: said once
+            self.failed = f"{type(e).__name__}: {e}"
+        try:
+            graph = self.stream.end_capture()
+        except Exception as e:                                       # an invalidated recording
+            self.failed = self.failed or f"{type(e).__name__}: {e}"
+        if self.failed is None:
+            self.graphs[key] = (graph, buffers, loss)
+            self.counts["recorded"] += 1
