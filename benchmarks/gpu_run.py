@@ -10,8 +10,8 @@ Stages, in order, each within its share of --minutes (what one leaves goes to th
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 3% (a probe: which parts of the
-small step can be captured as CUDA graphs, and what would replaying them save), train_step
+(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 3% (the
+small step replayed as CUDA graphs, graphs.StepGraphs, against eager steps: time and bits), train_step
 16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
@@ -23,7 +23,6 @@ logs: under 1 MB. Checkpoints stay in --run-dir (default runs/gpu-run), not in -
 suite, tiny shapes and steps: it tests the plumbing, not the GPU.
 """
 import argparse
-import contextlib
 import cProfile
 import gzip
 import io
@@ -37,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -200,90 +200,76 @@ def worker_profile(device, dry, data_dir):
 
 
 def worker_graph(device, dry, data_dir):
-    """A probe, not a feature: which parts of the small preset's training step can be captured as a CUDA
-    graph (CuPy stream capture, memory from cudaMallocAsync so that allocations become graph nodes), and
-    what would replaying them save against running them eagerly? On the GPU every matmul goes through
-    cublas_capture.py (cuBLAS by ctypes: CuPy refuses cuBLAS inside a capture), whose forward loss is
-    first compared with CuPy's matmul's. The parts, each captured on its own:
-    the forward pass and the loss; the same and the backward pass; Adam's update; the whole step. For
-    each: its eager time, then either the capture's failure (the exception and the package's frames it
-    came from: the first thing to change there) or the replay's time. A replay reruns the captured
-    kernels on the captured buffers (Adam with the learning rate and step count it was captured with):
-    fine for timing, not for training. On the CPU (the suite's dry run) the parts run and are timed
-    eagerly, and nothing is captured."""
+    """TrainingConfig(cuda_graphs=True)'s steps (graphs.StepGraphs) against eager steps from the same weights
+    and seeds: the small preset on 4 batches of 8,192 target tokens taken 3 times round (each shape run
+    eagerly, recorded on its second sight, replayed from its third). ms per step of the last round each, and
+    whether the two runs' losses and weights agree to the last bit (both with cublas.py's GEMMs). On the CPU
+    (the dry run) graphs cannot run: the eager steps alone, tiny sizes."""
     import traceback
 
+    import numpy as np
     import minitransformer as mt
+    from minitransformer import backend, cublas
+    from minitransformer.graphs import StepGraphs
+    from minitransformer.optim import Adam, WarmupSchedule
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train_step import make_batches
     gpu = device == "gpu"
-    if gpu:
-        import cupy
-        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)   # before any array of the run exists
-        stream = cupy.cuda.Stream(non_blocking=True)
-    step, batch, sync = small_step(device, dry, data_dir)
-    opt = step.optimizer
+    mt.use(device)
+    host, _ = make_batches(8000, 256 if dry else 8192, 2 if dry else 4, data_dir)
+    cfg = (mt.TransformerConfig.tiny if dry else mt.TransformerConfig.small)(vocab_size=8000)
+    data = []
+    for src, tgt_in, tgt_out in host:
+        causal = np.tril(np.ones((tgt_in.shape[1],) * 2, bool))
+        arrays = (src, tgt_in, tgt_out, (src != 0)[:, None, None, :], (tgt_in != 0)[:, None, None, :] & causal)
+        data.append(types.SimpleNamespace(**dict(zip(("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"),
+                                                     map(backend.asarray, arrays)))))
+    rounds = data * 3
 
-    def backward():
-        opt.zero_grad()
-        step.loss_of(batch).backward()
-    # the whole step first: a part's arrays allocated inside its capture, freed later, can break the next
-    parts = {"whole step": lambda: step(batch), "forward, loss and backward": backward,
-             "forward and loss": lambda: step.loss_of(batch), "Adam's update": lambda: opt.step(lr=1e-4)}
-
-    def median_ms(run, reps=2 if dry else 10):
-        times = []
-        for _ in range(reps):
-            sync()
-            start = time.perf_counter()
-            run()
-            sync()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
-
-    def frames(error):                    # the package's frames (and cublas_capture's) it came from
-        return [f"{f.filename.split('/minitransformer/')[-1].split('/benchmarks/')[-1]}:{f.lineno} {f.name}"
-                for f in traceback.extract_tb(error.__traceback__)
-                if "/minitransformer/" in f.filename or "cublas_capture" in f.filename][-6:]
-
-    def probe(run):
-        for _ in range(3):                    # compilation, the memory pool; gradients for Adam's part
-            run()
-        result = {"eager_ms": median_ms(run)}
-        if not gpu:
-            return {**result, "captured": None}
-        error = None
-        stream.begin_capture()
+    def train(graphs):
+        mt.seed(0)
+        model = mt.Transformer(cfg)
+        opt = Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+        schedule, stepper = WarmupSchedule(cfg.d_model, 4000), StepGraphs(model, opt) if graphs else None
+        losses, times = [], []
         try:
-            run()
-        except Exception as e:            # the first op that cannot be captured
-            error = e
-        try:
-            graph = stream.end_capture()
-        except Exception as e:            # an invalidated capture: the op's own error says more
-            error = error or e
-        if error is not None:
-            return {**result, "captured": False, "error": f"{type(error).__name__}: {error}"[:300],
-                    "package frames": frames(error)}
-        replay = median_ms(lambda: graph.launch(stream))
-        return {**result, "captured": True, "replay_ms": replay, "speedup": result["eager_ms"] / replay}
+            for i, b in enumerate(rounds):
+                backend.seed(1000 + i)
+                backend.synchronize()
+                start = time.perf_counter()
+                if stepper is not None:
+                    loss = stepper.step(b, schedule(i + 1))
+                else:
+                    loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step(schedule(i + 1))
+                    loss = loss.data
+                backend.synchronize()
+                times.append(time.perf_counter() - start)
+                losses.append(float(loss))
+        finally:
+            counts = stepper and dict(stepper.counts, failed=stepper.failed)
+            stepper and stepper.close()
+        return losses, [backend.to_numpy(p.data) for p in model.parameters()], \
+            statistics.median(times[-len(data):]) * 1e3, counts
 
-    results, losses = {}, {}
-    patched = contextlib.nullcontext
-    if gpu:                               # CuPy refuses cuBLAS in a capture: its GEMMs through ctypes instead
-        import cublas_capture
-        patched = cublas_capture.patched
-        for matmul, context in (("CuPy's", contextlib.nullcontext), ("cuBLAS by ctypes", patched)):
-            with stream, context():
-                mt.seed(0)
-                losses[matmul] = float(step.loss_of(batch).item())   # the same within float32 rounding
-    for name, run in parts.items():
-        try:
-            with stream if gpu else contextlib.nullcontext(), patched():
-                results[name] = probe(run)
-        except Exception as e:            # a part that broke the device for the next: say so, go on
-            results[name] = {"captured": False, "error": f"{type(e).__name__}: {e}"[:300], "package frames": frames(e),
-                             "traceback": "".join(traceback.format_exception(e))[-1500:]}
-    return {"parts": results, "captured": all(r.get("captured") for r in results.values()) if gpu else None,
-            "losses by matmul": losses, "device": device, **({} if gpu else {"reason": "CUDA graphs need a GPU"})}
+    backend.gemm = cublas.matmul if gpu else None          # the eager run's GEMMs: the graphs' cuBLAS calls
+    eager_losses, eager_weights, eager_ms, _ = train(False)
+    backend.gemm = None
+    result = {"preset": "tiny" if dry else "small", "batches": len(data),
+              "steps": len(rounds), "eager_ms": eager_ms, "device": device}
+    if not gpu:
+        return {**result, "captured": None, "reason": "CUDA graphs need a GPU"}
+    try:
+        losses, weights, graph_ms, counts = train(True)
+    except Exception as e:                # the first thing to mend: the error and where it came from
+        return {**result, "captured": False, "error": f"{type(e).__name__}: {e}"[:300],
+                "traceback": "".join(traceback.format_exception(e))[-1500:]}
+    return {**result, "captured": counts["recorded"] > 0, "counts": counts, "graph_ms": graph_ms,
+            "speedup": eager_ms / graph_ms, "losses equal": losses == eager_losses,
+            "weights equal": all(np.array_equal(a, b) for a, b in zip(weights, eager_weights)),
+            "largest loss difference": max(abs(a - b) for a, b in zip(losses, eager_losses))}
 
 
 # -------------------------------------------------------------------- stages
@@ -364,13 +350,14 @@ def stage_graph(args, out, seconds):
 def stage_train_step(args, out, seconds):
     sizes = (["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256"] if args.dry_run else
              ["--preset", "tiny", "small", "base", "--steps", "10", "--warmup", "2", "--max-tokens", "8192"])
+    modes = {"fp32": [], "tf32": ["--tf32"], "fp32, CUDA graphs": ["--cuda-graphs", "--preset", "small", "base"]}
     result, log = {}, out / "train_step.log"
-    for mode in ["fp32"] + ["tf32"] * (args.device == "gpu"):   # TF32 is a mode of NVIDIA GPUs alone
-        json_file = args.run_dir / f"train_step_{mode}.json"
+    for mode in list(modes)[:1 if args.device != "gpu" else None]:   # TF32 and graphs: the GPU alone
+        json_file = args.run_dir / f"train_step_{mode.split(',')[0]}{'_graphs' * ('graphs' in mode)}.json"
         json_file.unlink(missing_ok=True)
         cmd = [sys.executable, "benchmarks/train_step.py", *sizes, "--torch", "--device", args.device,
-               "--data-dir", args.data_dir, "--json", json_file] + ["--tf32"] * (mode == "tf32")
-        code, output = run_command(cmd, seconds / 2)
+               "--data-dir", args.data_dir, "--json", json_file, *modes[mode]]
+        code, output = run_command(cmd, seconds / len(modes))
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n")
         result[mode] = {"exit": code, **(json.loads(json_file.read_text()) if json_file.exists() else {})}
@@ -447,18 +434,19 @@ def summary_markdown(results):
         lines += ["", f"## Where the {r['preset']} step's time goes ({r['tokens']} target tokens)", "",
                   f"{r['step_ms']:.1f} ms per step unsynchronised; {r['profiled_step_ms']:.1f} ms with each op "
                   f"waited for (mt.profile(sync=True), 3 steps):", "", "```", r["table"], "```"]
-    if "parts" in stages.get("graph", {}).get("result", {}):
-        lines += ["", "## The training step's parts as CUDA graphs (a probe)", "",
-                  "| part | eager ms | captured | replay ms | speed-up | error, package frames |", "|---|---|---|---|---|---|"]
-        for name, r in stages["graph"]["result"]["parts"].items():
-            lines.append(f"| {name} | {r.get('eager_ms', float('nan')):.2f} | {r.get('captured')} | "
-                         f"{r.get('replay_ms', float('nan')):.2f} | {r.get('speedup', float('nan')):.2f} | "
-                         f"{r.get('error', '')} {' < '.join(r.get('package frames', []))} |")
+    if "eager_ms" in stages.get("graph", {}).get("result", {}):
+        r = stages["graph"]["result"]
+        lines += ["", f"## The {r['preset']} step replayed as CUDA graphs (TrainingConfig(cuda_graphs=True))", "",
+                  f"{r['batches']} batches taken {r['steps'] // r['batches']} times round: eager {r['eager_ms']:.2f} ms "
+                  f"a step; " + (f"replayed {r['graph_ms']:.2f} ms ({r['speedup']:.2f}x), losses equal: "
+                                 f"{r['losses equal']}, weights equal: {r['weights equal']}, counts {r['counts']}"
+                                 if "graph_ms" in r else r.get("error") or r.get("reason", ""))]
     if "result" in stages.get("train_step", {}):
         lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {mode} | {r['framework']} | {r['preset']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | "
-                  f"{r['peak_mem_mb']:.0f} |" for mode, m in stages["train_step"]["result"].items() for r in m.get("results", [])]
+                  f"{r['peak_mem_mb'] or float('nan'):.0f} |" for mode, m in stages["train_step"]["result"].items()
+                  for r in m.get("results", [])]
     if "result" in stages.get("multi30k", {}):
         lines += ["", "## Multi30k", ""] + [f"- {k}: {v}" for k, v in stages["multi30k"]["result"].items()]
     return "\n".join(lines) + "\n"

@@ -33,9 +33,11 @@ BLAS on one thread: cores.py); --torch-keep-freed gives PyTorch the same glibc s
 environment variables, for a comparison at equal allocators.
 """
 import argparse
+import functools
 import gzip
 import itertools
 import json
+import math
 import os
 import resource
 import socket
@@ -43,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +145,7 @@ def shard(batch, rank, size):
     return part, float((part[2] != 0).sum() / (batch[2] != 0).sum())
 
 
-def run_ours(preset, batches, steps, device):
+def run_ours(preset, batches, steps, device, cuda_graphs=False):
     import minitransformer as mt
     import minitransformer.functional as F
     from minitransformer import backend, cores
@@ -171,7 +174,14 @@ def run_ours(preset, batches, steps, device):
         loss = F.cross_entropy(logits, tgt_out, ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
         return loss * share if world.size > 1 else loss
 
+    from minitransformer.graphs import StepGraphs
+    stepper = cuda_graphs and StepGraphs(model, opt)
+
     def step(b):
+        if stepper:             # one update replayed as a CUDA graph (graphs.py; TrainingConfig(cuda_graphs=True))
+            step_no[0] += 1
+            names = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
+            return stepper.step(types.SimpleNamespace(**dict(zip(names, b))), sched(step_no[0]))
         loss = loss_of(b)
         opt.zero_grad()
         loss.backward()
@@ -180,8 +190,8 @@ def run_ours(preset, batches, steps, device):
         step_no[0] += 1
         opt.step(lr=sched(step_no[0]))
         return loss
-    step.loss_of, step.optimizer = loss_of, opt          # the parts, for gpu_run.py's CUDA-graph probe
-    return cfg, step, dev, backend.synchronize, xp, (lambda: _gpu_peak_used(xp, step, dev)), world
+    peak = (lambda: None) if stepper else (lambda: _gpu_peak_used(xp, step, dev))   # graphs: the async pool's
+    return cfg, step, dev, backend.synchronize, xp, peak, world
 
 
 def _gpu_peak_used(xp, step, batches):
@@ -247,7 +257,9 @@ def run_torch(preset, batches, steps, device):
 def worker(args):
     """Time one framework on one preset; print one JSON line."""
     batches, source = make_batches(VOCAB[args.preset], args.max_tokens, args.steps + args.warmup, args.data_dir)
-    runner = run_torch if args.worker == "torch" else run_ours
+    if args.cuda_graphs:        # the timed steps replay: --steps batches, twice round untimed, then timed
+        batches, args.warmup = batches[:args.steps] * 3, 2 * args.steps
+    runner = run_torch if args.worker == "torch" else functools.partial(run_ours, cuda_graphs=args.cuda_graphs)
     cfg, step, data, sync, xp, peak, world = runner(args.preset, batches, args.steps, args.device)
     rss0 = rss_bytes()          # the model and the batches are made; no step yet
     for b in data[: args.warmup]:
@@ -280,7 +292,8 @@ def worker(args):
     print(json.dumps({
         "framework": args.worker, "preset": args.preset, "ms_per_step": med * 1e3,
         "tokens_per_s": sum(tokens) / sum(times), "flops_per_s": sum(flops) / sum(times),
-        "ceiling": ceiling, "peak_mem_mb": (gpu_peak if gpu_peak is not None else grown[0]) / 2 ** 20,
+        "ceiling": ceiling, "peak_mem_mb": None if args.cuda_graphs and args.worker == "ours" else
+        (gpu_peak if gpu_peak is not None else grown[0]) / 2 ** 20,           # graphs: MemoryAsyncPool, not counted
         "rss_mb": grown[1] / 2 ** 20, "ranks": world.size, "avg_tgt_tokens": statistics.mean(tokens),
         "avg_padded_tgt": statistics.mean(b[1].size for b in batches[args.warmup:]),
         "lengths": source, "loss": loss, "steps": len(times), "device": args.device,
@@ -336,6 +349,8 @@ def main(argv=None):
     p.add_argument("--data-dir", type=Path, help="where Multi30k's train.de.gz and train.en.gz are, for the "
                    f"sentence lengths (default: {SHARED} where it exists, else generated lengths)")
     p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
+    p.add_argument("--cuda-graphs", action="store_true", help="ours: each batch shape's update replayed as a CUDA "
+                   "graph (--device gpu); both frameworks take --steps batches three times round, timing the third")
     p.add_argument("--ranks", type=int, nargs="+", default=[1], help="data-parallel processes per framework "
                    "(mpiexec, cores / N threads each); several values alternate, e.g. 1 2 (default: 1)")
     p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
@@ -355,6 +370,8 @@ def main(argv=None):
         p.error("--torch-keep-freed sets PyTorch's heap: it needs --torch")
     if max(args.ranks) > 1 and args.device == "gpu":
         p.error("--ranks is for the CPU (one GPU here: its ranks would share it)")
+    if args.cuda_graphs and args.device != "gpu":
+        p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
     if max(args.ranks) > 1 and not distributed.can_launch():
         p.error(f"--ranks {max(args.ranks)} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
     if args.data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
@@ -375,6 +392,7 @@ def main(argv=None):
             continue
         cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
+        cmd += ["--cuda-graphs"] if args.cuda_graphs else []
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
         if ranks > 1:
             cmd = distributed.mpiexec_command(ranks) + cmd
@@ -394,13 +412,13 @@ def main(argv=None):
         print(f"{r['framework']:6s} {r['preset']:6s} x{r['ranks']} {r['ms_per_step']:9.1f} ms/step "
               f"{r['tokens_per_s']:9.0f} tgt tok/s {r['flops_per_s'] / 1e9:7.1f} GFLOP/s "
               f"({r['flops_per_s'] / r['ceiling']:5.1%} of {r['ceiling'] / 1e9:.0f}) "
-              f"peak step memory {r['peak_mem_mb']:7.0f} MB  loss {r['loss']:.3f}")
+              f"peak step memory {r['peak_mem_mb'] or float('nan'):7.0f} MB  loss {r['loss']:.3f}")
     for preset, ranks in itertools.product(args.preset, args.ranks):
         ours, torch = ([r for r in results if (r["framework"], r["preset"], r["ranks"]) == (fw, preset, ranks)]
                        for fw in ("ours", "torch"))
         if ours and len(ours) == len(torch):             # round i of ours against round i of PyTorch
             ratios = sorted(o["ms_per_step"] / t["ms_per_step"] for o, t in zip(ours, torch))
-            memory = statistics.median(o["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9)
+            memory = statistics.median(o["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9) if o["peak_mem_mb"] else math.nan
                                        for o, t in zip(ours, torch))
             spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
             print(f"{preset}, {ranks} rank{'s' * (ranks > 1)} each: step time ours / PyTorch = "

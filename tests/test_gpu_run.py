@@ -54,10 +54,9 @@ def test_every_stage_ran_on_the_cpu_with_its_figures(dry):
     prof = stages["profile"]["result"]
     assert prof["preset"] == "tiny" and prof["step_ms"] > 0 and prof["tokens"] > 0
     assert {"linear", "cross_entropy", "layer_norm"} <= set(prof["ops"]) and "(all ops)" in prof["table"]
-    graph = stages["graph"]["result"]                       # on the CPU: each part of the step run eagerly
+    graph = stages["graph"]["result"]                       # on the CPU: the eager steps alone
     assert (graph["captured"], graph["reason"], graph["device"]) == (None, "CUDA graphs need a GPU", "cpu")
-    assert list(graph["parts"]) == ["whole step", "forward, loss and backward", "forward and loss", "Adam's update"]
-    assert all(p["captured"] is None and p["eager_ms"] > 0 for p in graph["parts"].values())
+    assert graph["eager_ms"] > 0 and graph["steps"] == 3 * graph["batches"] and "graph_ms" not in graph
     steps = stages["train_step"]["result"]
     assert list(steps) == ["fp32"]                                   # TF32 is a GPU mode
     (ours,) = steps["fp32"]["results"]

@@ -42,6 +42,7 @@ BAD = [
     ("benchmarks/train_step.py", ["--rounds", "0"], r"--rounds must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--ranks", "1", "0"], r"--ranks must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--ranks", "2", "--device", "gpu"], r"--ranks is for the CPU"),
+    ("benchmarks/train_step.py", ["--cuda-graphs"], r"--cuda-graphs replays CUDA graphs: give --device gpu"),
     ("benchmarks/train_step.py", ["--torch-keep-freed"], r"--torch-keep-freed sets PyTorch.s heap: it needs --torch"),
     ("benchmarks/train_step.py", ["--data-dir", "{tmp}"], r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
 ]

@@ -60,7 +60,7 @@ def test_accumulation_normalises_by_all_tokens(task):
 
 def test_resume_gives_identical_losses(xp_backend, task, tmp_path):
     """Bit for bit on the CPU; on a GPU (the same one, in one process) too, by construction: the embedding's
-    backward adds in a fixed order (backend.sorted_scatter_add), dropout's Philox stream has a fixed number
+    backward adds in a fixed order (kernels.embedding_backward), dropout's Philox stream has a fixed number
     of states, cuBLAS and CuPy's reductions are deterministic on one GPU model."""
     tok, pairs, valid = task
     kw = dict(steps=8, accum=2, max_tokens=100, save_every=3)

@@ -1,0 +1,123 @@
+"""graphs.py, training steps replayed as CUDA graphs (TrainingConfig(cuda_graphs=True)).
+
+Everywhere: what cannot replay is refused before any work (the CPU, several ranks, accumulation,
+clipping, a setting that is not a bool). On a GPU (the `gpu` marker; skipped elsewhere, with the
+reason): a run with graphs gives the eager run's losses and weights to the last bit, every shape
+recorded on its second sight and replayed from its third; resuming a run with graphs repeats the
+uninterrupted one; a parameter that the loss never reaches is refused; cublas.matmul (the GEMM the
+graphs record) equals CuPy's matmul on the layouts the model makes.
+"""
+import numpy as np
+import pytest
+
+import minitransformer as mt
+from minitransformer import backend, cublas
+from minitransformer.checks import SettingError
+from minitransformer.graphs import StepGraphs
+from minitransformer.optim import Adam
+from minitransformer.training import Trainer
+
+from conftest import f32_tol, quiet, tiny_model, training_config
+
+HAVE_GPU = backend.gpu_available()
+
+
+def gpu(test):
+    """Mark a test `gpu` and skip it, saying why, where CuPy or a CUDA GPU is absent."""
+    return pytest.mark.gpu(pytest.mark.skipif(not HAVE_GPU, reason="CUDA graphs: CuPy or a CUDA GPU is not available here")(test))
+
+
+@pytest.mark.parametrize("kw, named", [({"accum": 2}, "accum=2"), ({"clip_norm": 1.0}, "clip_norm=1.0"),
+                                       ({"cuda_graphs": "yes"}, "cuda_graphs must be True or False")])
+def test_settings_a_replay_cannot_follow_are_refused(kw, named):
+    with pytest.raises(SettingError, match=named):
+        training_config(**{"cuda_graphs": True, **kw})
+
+
+def test_the_cpu_and_several_ranks_are_refused_before_any_work(task, on_cpu):
+    tok, pairs, _ = task
+    with pytest.raises(ValueError, match="cuda_graphs needs the GPU .* this run is on the CPU"):
+        Trainer(tiny_model(tok), tok, pairs, None, training_config(cuda_graphs=True), log=quiet)
+    model = tiny_model(tok)
+    with pytest.raises(ValueError, match="needs the GPU"):
+        StepGraphs(model, Adam(model.parameters()))
+    if HAVE_GPU:
+        mt.use("gpu")
+        with pytest.raises(ValueError, match="2 ranks here"):
+            StepGraphs.check(2)
+
+
+# ==================================================================== on a GPU
+def run(task, tmp_path=None, graphs=True, steps=12, callbacks=(), model_seed=0, resume=None):
+    """A tiny run on the GPU: 12 updates over the task's few batch shapes (each seen 3 times or more)."""
+    tok, pairs, _ = task
+    mt.use("gpu")
+    cfg = training_config(steps=steps, max_tokens=400, save_every=4 if tmp_path else 0, cuda_graphs=graphs)
+    trainer = Trainer(tiny_model(tok, seed=model_seed), tok, pairs[:60], None, cfg,
+                      None if tmp_path is None else str(tmp_path), list(callbacks), log=quiet)
+    if resume:
+        trainer.resume(resume)
+    seen = {}
+    trainer.callbacks.append(lambda t: seen.update(t.graphs.counts) if t.graphs else None)
+    trainer.train()
+    return trainer, seen
+
+
+@gpu
+def test_replayed_steps_give_the_eager_steps_bits(task, monkeypatch):
+    monkeypatch.setattr(backend, "gemm", cublas.matmul)          # the eager run's GEMMs: the same cuBLAS calls
+    eager, _ = run(task, graphs=False)
+    monkeypatch.setattr(backend, "gemm", None)
+    with_graphs, counts = run(task)
+    assert backend.gemm is None                                 # given back to CuPy after the run
+    assert counts["replayed"] >= 4 and counts["recorded"] >= 1 and counts["eager"] + counts["replayed"] == 12
+    assert [with_graphs.losses[s] for s in range(1, 13)] == [eager.losses[s] for s in range(1, 13)]
+    for (k, a), (_, b) in zip(eager.model.state_dict().items(), with_graphs.model.state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+    assert with_graphs.optimizer.t == eager.optimizer.t and with_graphs.optimizer.steps == 12
+
+
+@gpu
+def test_a_run_with_graphs_resumes_exactly(task, tmp_path):
+    full, _ = run(task, tmp_path / "full")
+
+    def interrupt(trainer):
+        if trainer.step == 8:
+            raise KeyboardInterrupt
+    first, _ = run(task, tmp_path / "cut", callbacks=[interrupt])
+    again, counts = run(task, tmp_path / "cut", model_seed=99, resume=str(tmp_path / "cut" / "checkpoint_0000008.npz"))
+    resumed = {**first.losses, **again.losses}
+    assert [resumed[s] for s in range(1, 13)] == [full.losses[s] for s in range(1, 13)]
+    for (k, a), (_, b) in zip(full.model.state_dict().items(), again.model.state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=k)
+
+
+@gpu
+def test_a_parameter_the_loss_never_reaches_is_refused(task):
+    tok, pairs, _ = task
+    mt.use("gpu")
+    model = tiny_model(tok)
+    model.unused = mt.nn.Linear(2, 2)                          # in parameters(), never in the loss
+    trainer = Trainer(model, tok, pairs[:60], None, training_config(cuda_graphs=True, max_tokens=400), log=quiet)
+    with pytest.raises(ValueError, match="take no part in the loss"):
+        trainer.train()
+    assert backend.gemm is None
+
+
+@gpu
+@pytest.mark.parametrize("a_shape, b_shape, how", [((7, 5), (5, 3), "C"), ((4, 7, 5), (5, 3), "C"),
+                                                   ((2, 3, 7, 5), (2, 3, 5, 4), "C"), ((7, 5), (5, 3), "T"),
+                                                   ((2, 3, 7, 5), (2, 3, 5, 4), "T"), ((64, 48), (48, 80), "sliced")])
+def test_cublas_matmul_equals_cupys(a_shape, b_shape, how):
+    mt.use("gpu")
+    xp, rng = backend.xp, np.random.default_rng(0)
+    a = xp.asarray(rng.standard_normal(a_shape).astype(np.float32))
+    b = xp.asarray(rng.standard_normal(b_shape).astype(np.float32))
+    if how == "T":                                              # transposed views of C-ordered arrays
+        a = xp.ascontiguousarray(xp.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+        b = xp.ascontiguousarray(xp.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    if how == "sliced":                                         # rows further apart than their length
+        a = xp.asarray(rng.standard_normal((64, 60)).astype(np.float32))[:, 5:53]
+    got, want = cublas.matmul(a, b), xp.matmul(a, b)
+    np.testing.assert_allclose(backend.to_numpy(got), backend.to_numpy(want), rtol=0,
+                               atol=f32_tol(a.shape[-1], float(xp.abs(want).max())))
