@@ -145,6 +145,8 @@ def check_args(args):
     checked by prepare_training: the same model, not past --steps.)"""
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError(f"--minutes must be a number above 0, got {args.minutes}")
+    if args.cuda_graphs and args.device != "gpu":
+        raise UsageError("--cuda-graphs replays CUDA graphs: give --device gpu")
     if args.minutes is not None and distributed.world().size > 1:  # ranks would stop at different updates
         raise UsageError("--minutes works in one process only, not under mpiexec: give --steps instead")
     if not MIN_VOCAB <= args.vocab_size <= MAX_VOCAB:
@@ -154,7 +156,8 @@ def check_args(args):
         training_config = TrainingConfig(steps=args.steps, max_tokens=args.max_tokens, accum=args.accum,
                                          warmup_steps=args.warmup, lr_scale=args.lr_scale,
                                          eval_every=args.eval_every, save_every=args.save_every, keep=args.average,
-                                         seed=args.seed, eval_sentences=300, progress=not args.no_progress)
+                                         seed=args.seed, eval_sentences=300, progress=not args.no_progress,
+                                         cuda_graphs=args.cuda_graphs)
         model_config(args, args.vocab_size)
         search = SearchConfig(beam_size=args.beam, alpha=args.alpha)
     except SettingError as e:
@@ -255,6 +258,8 @@ def main(argv=None):
                    "at the end (default: test_2016_flickr; val while tuning, so that test is scored only once)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--cuda-graphs", action="store_true", help="with --device gpu: each batch shape's update recorded "
+                   "once as a CUDA graph, then replayed (faster; --accum 1, one process; lesson 11)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     p.add_argument("--minutes", type=float, help="stop training this many minutes after the start (a checkpoint "
                    "is saved), then average, translate and score as after the last update (default: no limit)")

@@ -27,6 +27,7 @@ BAD = [
     ("examples/multi30k.py", ["--minutes", "0"], r"--minutes must be a number above 0, got 0\.0"),
     ("examples/multi30k.py", ["--data-dir", "{tmp}", "--out", "{tmp}/run"], r"Multi30k files missing: .*train\.de\.gz"),
     ("examples/multi30k.py", ["--ranks", "0"], r"--ranks must be an integer of at least 1, got 0"),
+    ("examples/multi30k.py", ["--cuda-graphs"], r"--cuda-graphs replays CUDA graphs: give --device gpu"),
     ("examples/multi30k.py", ["--ranks", "2", "--minutes", "3"], r"--minutes works in one process only: give --ranks 1"),
     ("examples/tune_decoding.py", ["{tmp}/run"], r"run is not a directory: give the --out directory of a training run"),
     ("examples/tune_decoding.py", ["{tmp}", "--beam", "0"], r"--beam \(or --base's BEAM\) must be an integer of at least 1, got 0"),

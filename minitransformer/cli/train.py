@@ -78,6 +78,8 @@ def add_parser(subparsers):
     p.add_argument("--beam", type=int, default=1, help="beam size for the validation BLEU (default: 1, greedy)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--cuda-graphs", action="store_true", help="with --device gpu: each batch shape's update recorded "
+                   "once as a CUDA graph, then replayed (faster; needs --accum 1, no --clip-norm; lesson 11)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_train)
     return p
@@ -87,7 +89,7 @@ def add_parser(subparsers):
 OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps", "epochs": "--epochs",
            "warmup_steps": "--warmup", "lr_scale": "--lr-scale", "clip_norm": "--clip-norm",
            "eval_every": "--eval-every", "save_every": "--save-every", "keep": "--keep", "seed": "--seed",
-           "beam_size": "--beam", "eval_sentences": "--eval-sentences"}
+           "beam_size": "--beam", "eval_sentences": "--eval-sentences", "cuda_graphs": "--cuda-graphs"}
 
 
 def model_config(spec, vocab_size):
@@ -131,7 +133,7 @@ def training_config_of(args):
                               warmup_steps=args.warmup, lr_scale=args.lr_scale, clip_norm=args.clip_norm,
                               eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
                               seed=args.seed, search=SearchConfig(beam_size=args.beam),
-                              eval_sentences=args.eval_sentences,
+                              eval_sentences=args.eval_sentences, cuda_graphs=args.cuda_graphs,
                               progress=not args.no_progress)
     except ValueError as e:
         raise option_error(e, OPTIONS) from None
@@ -157,6 +159,8 @@ def check_args(args):
         raise UsageError(f"--config must be one of {', '.join(PRESETS)} or a .json file, got {args.config!r}")
     if args.resume and args.resume != "auto":
         existing(args.resume, "--resume checkpoint", seekable=True)
+    if args.cuda_graphs and args.device != "gpu":
+        raise UsageError("--cuda-graphs replays CUDA graphs: give --device gpu")
     training_config = training_config_of(args)
     # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists; a damaged
     # tokenizer file is named now too (exit 1), before the corpus is read
