@@ -8,11 +8,11 @@ trained on the GPU recipe and scored on test_2016_flickr. One results folder, sm
 
 Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
-PyTorch, the package), kernels 8% (tests/test_kernels.py -m gpu), suite 28% (every test file in its own
+PyTorch, the package), kernels 6% (tests/test_kernels.py -m gpu), suite 22% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 3% (the
+(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 4% (the
 small step replayed as CUDA graphs, graphs.StepGraphs, against eager steps: time and bits), train_step
-16% (tiny, small, base; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
+24% (tiny, small, base in FP32 and TF32, small and base with --cuda-graphs; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
 on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
 stages are skipped with that reason. Data comes from --data-dir alone (Multi30k's train, val and
@@ -42,8 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-STAGES = {"env": 0.02, "kernels": 0.08, "suite": 0.28, "fused": 0.04, "profile": 0.04, "graph": 0.03,
-          "train_step": 0.16, "multi30k": None}
+STAGES = {"env": 0.02, "kernels": 0.06, "suite": 0.22, "fused": 0.04, "profile": 0.04, "graph": 0.04,
+          "train_step": 0.24, "multi30k": None}
 FILES = [f"{s}.{l}.gz" for s in ("train", "val", "test_2016_flickr") for l in ("de", "en")]
 SCORE_RESERVE_S = 150          # of the multi30k stage's time: averaging, translating and scoring the test set
 DRY_RECIPE = ["--config", "tiny", "--vocab-size", "300", "--max-tokens", "256", "--steps", "6",
