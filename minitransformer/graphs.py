@@ -29,7 +29,8 @@ class StepGraphs:
     """Training steps of `model` with Adam `optimizer` (every parameter updated at every step, a batch per
     update, one process), each batch shape's recorded as a CUDA graph on its second sight and replayed from
     its third; up to `max_graphs` shapes (others run eagerly). step(batch, lr) -> the loss (device scalar).
-    A recording that fails is said once (`failed`) and every later step runs eagerly."""
+    A recording or a replay that fails is kept in `failed` (the Trainer logs it) and every later step
+    runs eagerly."""
 
     @staticmethod
     def check(ranks):
@@ -38,7 +39,7 @@ class StepGraphs:
             raise ValueError("cuda_graphs needs the GPU (mt.use('gpu')) and one process: "
                              + ("this run is on the CPU" if backend.device != "gpu" else f"{ranks} ranks here"))
 
-    def __init__(self, model, optimizer, max_graphs=256):
+    def __init__(self, model, optimizer, max_graphs=256, on_failure=None):
         StepGraphs.check(1)
         if len(set(optimizer.t)) > 1:
             raise ValueError("cuda_graphs: every parameter must have had the same number of Adam updates "
@@ -52,7 +53,8 @@ class StepGraphs:
         self.graphs = {}            # (src shape, tgt shape) -> (graph, input buffers, loss buffer)
         self.seen = set()           # shapes stepped eagerly once (compiled, warmed): recorded the next time
         self.counts = {"eager": 0, "recorded": 0, "replayed": 0}
-        self.failed = None          # why a recording failed, if one did
+        self.failed = None          # why a recording or a replay failed, if one did
+        self.on_failure = on_failure  # called once with that sentence (the Trainer logs it)
 
     def close(self):
         """Give the GEMMs back to CuPy and drop the graphs (their memory with them). Returns None."""
@@ -74,7 +76,12 @@ class StepGraphs:
                 graph, buffers, loss = entry
                 for buffer, a in zip(buffers, arrays):
                     xp.copyto(buffer, a)                             # into the arrays it was recorded on
-                graph.launch(self.stream)
+                try:
+                    graph.launch(self.stream)
+                except Exception as e:                               # refused before it ran: eager from now on
+                    self._fail(f"a replay: {type(e).__name__}: {e}")
+                    entry = None
+            if entry is not None:
                 self.counts["replayed"] += 1
                 loss = loss.copy()                                   # the buffer is the next replay's
             else:
@@ -128,14 +135,23 @@ class StepGraphs:
         xp = backend.xp
         buffers, loss = [a.copy() for a in inputs], xp.zeros((), xp.float32)
         self.stream.begin_capture()
+        error = None
         try:
             self._body(buffers, loss)
-        except Exception as e:                                       # what cannot be recorded: said once
-            self.failed = f"{type(e).__name__}: {e}"
+        except Exception as e:                                       # what cannot be recorded
+            error = e
         try:
             graph = self.stream.end_capture()
         except Exception as e:                                       # an invalidated recording
-            self.failed = self.failed or f"{type(e).__name__}: {e}"
-        if self.failed is None:
-            self.graphs[key] = (graph, buffers, loss)
-            self.counts["recorded"] += 1
+            error = error or e
+        if error is not None:
+            return self._fail(f"recording: {type(error).__name__}: {error}")
+        self.graphs[key] = (graph, buffers, loss)
+        self.counts["recorded"] += 1
+
+    def _fail(self, what):
+        """Drop every graph; the steps run eagerly from now on. Says why, once."""
+        self.failed = what
+        self.graphs.clear()
+        if self.on_failure is not None:
+            self.on_failure(f"cuda_graphs: {what}; every step runs eagerly from here")

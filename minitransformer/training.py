@@ -117,7 +117,7 @@ class Trainer(TrainerCheckpoints):
         batches = [self.iterator.make_batch(idx) for idx in plans[world.rank::world.size]]  # r, r+N, r+2N, ...
         step_loss, graphs = None, training_config.cuda_graphs
         if graphs:  # forward, backward and Adam: one CUDA graph per batch shape, replayed (graphs.py)
-            self.graphs = self.graphs or StepGraphs(self.model, self.optimizer)
+            self.graphs = self.graphs or StepGraphs(self.model, self.optimizer, on_failure=self._graphs_failed)
             step_loss = self.graphs.step(batches[0], self.schedule(step))
         for b in [] if graphs else batches:
             loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)  # per target token
@@ -143,6 +143,10 @@ class Trainer(TrainerCheckpoints):
             self._pending.append((step, step_loss, n_total))
             raise Terminated() if stops[1] else KeyboardInterrupt()
         return step_loss, n_total
+
+    def _graphs_failed(self, what):
+        self.log(what)
+        self._write_log({"step": self.step + 1, "event": "cuda_graphs_failed", "what": what})
 
     def _read_losses(self, bar=None):
         """Copy the pending device losses to the host (one sync), log them, stop on a non-finite one."""

@@ -4,8 +4,9 @@ Everywhere: what cannot replay is refused before any work (the CPU, several rank
 clipping, a setting that is not a bool). On a GPU (the `gpu` marker; skipped elsewhere, with the
 reason): a run with graphs gives the eager run's losses and weights to the last bit, every shape
 recorded on its second sight and replayed from its third; resuming a run with graphs repeats the
-uninterrupted one; a parameter that the loss never reaches is refused; cublas.matmul (the GEMM the
-graphs record) equals CuPy's matmul on the layouts the model makes.
+uninterrupted one; a step that cannot be recorded runs eagerly, said once; a parameter that the loss
+never reaches is refused; cublas.matmul (the GEMM the graphs record) equals CuPy's matmul on the
+layouts the model makes.
 """
 import numpy as np
 import pytest
@@ -48,13 +49,13 @@ def test_the_cpu_and_several_ranks_are_refused_before_any_work(task, on_cpu):
 
 
 # ==================================================================== on a GPU
-def run(task, tmp_path=None, graphs=True, steps=12, callbacks=(), model_seed=0, resume=None):
-    """A tiny run on the GPU: 12 updates over the task's few batch shapes (each seen 3 times or more)."""
+def run(task, tmp_path=None, graphs=True, steps=12, callbacks=(), model_seed=0, resume=None, log=quiet):
+    """A tiny run on the GPU: 12 updates over the task's two batch shapes (each seen 6 times)."""
     tok, pairs, _ = task
     mt.use("gpu")
     cfg = training_config(steps=steps, max_tokens=400, save_every=4 if tmp_path else 0, cuda_graphs=graphs)
     trainer = Trainer(tiny_model(tok, seed=model_seed), tok, pairs[:60], None, cfg,
-                      None if tmp_path is None else str(tmp_path), list(callbacks), log=quiet)
+                      None if tmp_path is None else str(tmp_path), list(callbacks), log=log)
     if resume:
         trainer.resume(resume)
     seen = {}
@@ -90,6 +91,21 @@ def test_a_run_with_graphs_resumes_exactly(task, tmp_path):
     assert [resumed[s] for s in range(1, 13)] == [full.losses[s] for s in range(1, 13)]
     for (k, a), (_, b) in zip(full.model.state_dict().items(), again.model.state_dict().items()):
         np.testing.assert_array_equal(a, b, err_msg=k)
+
+
+@gpu
+def test_a_step_that_cannot_be_recorded_runs_eagerly_and_says_so_once(task, monkeypatch):
+    body = StepGraphs._body
+
+    def waiting_body(self, inputs, loss_out, check=False):
+        body(self, inputs, loss_out, check)
+        backend.to_numpy(loss_out)                             # a wait for the GPU: refused while recording
+    monkeypatch.setattr(StepGraphs, "_body", waiting_body)
+    said = []
+    trainer, counts = run(task, log=said.append)
+    assert counts["eager"] == 12 and counts["recorded"] == counts["replayed"] == 0
+    assert len(said) == 1 and said[0].startswith("cuda_graphs: recording: ") and "runs eagerly" in said[0]
+    assert all(np.isfinite(trainer.losses[s]) for s in range(1, 13))
 
 
 @gpu
