@@ -375,7 +375,7 @@ def stage_multi30k(args, out, seconds):
     resume = any(run.glob("checkpoint_*.npz"))
     recipe = DRY_RECIPE if args.dry_run else ["--minutes", f"{minutes:.2f}"]   # multi30k.py's GPU defaults
     cmd = [sys.executable, "examples/multi30k.py", "--data-dir", args.data_dir, "--out", run, "--device",
-           args.device, *recipe, "--no-progress"] + ["--resume"] * resume
+           args.device, *recipe, "--no-progress"] + ["--resume"] * resume + ["--cuda-graphs"] * (args.cuda_graphs and not args.dry_run)
     code, output = run_command(cmd, seconds)
     (out / "multi30k.log").write_text(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n", encoding="utf-8")
     for name, copy in (("log.jsonl", "multi30k-log.jsonl"), ("test_2016_flickr.hyp.en", "test_2016_flickr.hyp.en")):
@@ -463,6 +463,7 @@ def main(argv=None):
     p.add_argument("--run-dir", type=Path, help="checkpoints and scratch files (default: runs/gpu-run, "
                    "--dry-run: runs/gpu-run-dry); a Multi30k checkpoint there is resumed")
     p.add_argument("--dry-run", action="store_true", help="the CPU, tiny sizes: checks the plumbing in seconds")
+    p.add_argument("--cuda-graphs", action="store_true", help="Multi30k with --cuda-graphs (replayed steps)")
     p.add_argument("--worker", choices=["env", "fused", "profile", "graph"], help=argparse.SUPPRESS)
     p.add_argument("--device", choices=["cpu", "gpu"], default="gpu", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

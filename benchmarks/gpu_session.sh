@@ -2,7 +2,8 @@
 # The whole GPU run inside one device call of under 10 minutes (session 14's, 15 minutes of device time):
 #   phase 1, alone: versions, the fused-kernel tests, fused ops, the small step's profile, the CUDA-graph
 #   probe, train_step against PyTorch (gpu_run.py --stages env kernels fused profile graph train_step);
-#   phase 2: the whole suite on CuPy (pytest-xdist) beside Multi30k on the GPU recipe.
+#   phase 2: the whole suite on CuPy (pytest-xdist) beside Multi30k on the GPU recipe (with --cuda-graphs
+#   where phase 1's graph stage found the replayed steps giving the eager steps' bits).
 # Results in results/gpu-run-$KIND (README: copy Multi30k into data/multi30k, carry "data"); packed into
 # $OUT/r.tgz every 30 s, so a call cut short still returns what was done. END: seconds for the whole call.
 #   bash benchmarks/gpu_session.sh            # as the device tool's command, with carry ["data"]
@@ -16,7 +17,11 @@ python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R" --stages env k
 pack
 left=$(( END - 15 - ($(date +%s) - T0) )); echo "phase 2: $left s"
 mkdir -p "$R/m30k" && cp "$R/results.json" "$R/m30k/"
-python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R/m30k" --run-dir runs/m30k --stages multi30k \
+# Multi30k with --cuda-graphs where the graph stage found the replayed steps equal to the eager ones
+CG=$(python3 -c "import json; g = json.load(open('$R/results.json'))['stages'].get('graph', {}).get('result', {})
+print('--cuda-graphs' if g.get('losses equal') and g.get('weights equal') else '')" 2>/dev/null)
+echo "multi30k: ${CG:-eager steps}"
+python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R/m30k" --run-dir runs/m30k --stages multi30k $CG \
     --minutes "$(python3 -c "print($left / 60)")" > "$R/m30k.out" 2>&1 & M30K=$!
 MINITRANSFORMER_DEVICE=gpu timeout $((left - 5)) python3 -m pytest -q -rfE -p no:cacheprovider -n 12 --timeout 150 \
     tests --ignore tests/test_gpu_run.py > "$R/suite.log" 2>&1
