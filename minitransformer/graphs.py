@@ -34,7 +34,7 @@ class StepGraphs:
 
     @staticmethod
     def check(ranks):
-        """Refuse, before any work, what cannot replay: the CPU, several processes. Returns None."""
+        """Refuse, before any work, what cannot replay: the CPU, several processes."""
         if backend.device != "gpu" or ranks > 1:
             raise ValueError("cuda_graphs needs the GPU (mt.use('gpu')) and one process: "
                              + ("this run is on the CPU" if backend.device != "gpu" else f"{ranks} ranks here"))
@@ -57,7 +57,7 @@ class StepGraphs:
         self.on_failure = on_failure  # called once with that sentence (the Trainer logs it)
 
     def close(self):
-        """Give the GEMMs back to CuPy and drop the graphs (their memory with them). Returns None."""
+        """Give the GEMMs back to CuPy and drop the graphs (their memory with them)."""
         backend.gemm = None
         self.graphs.clear()
 

@@ -96,7 +96,9 @@ class Trainer(TrainerCheckpoints):
         self._stops = [0, 0]          # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
         self._updating = False        # the update is being applied: a signal now stops the run after it
         self.log_every = training_config.log_every or (20 if backend.device == "gpu" else 1)
-        self.graphs = training_config.cuda_graphs and StepGraphs.check(self.world.size)  # made at the 1st update
+        self.graphs = None            # a cuda_graphs run's StepGraphs (graphs.py), made at its first update
+        if training_config.cuda_graphs:
+            StepGraphs.check(self.world.size)  # the CPU, several ranks: refused before any work
         # a loss far above ln V (what a uniform guess scores) has diverged even while it is finite
         self.divergence_limit = max(10 * math.log(ids.vocab_size), 20.0)
 
@@ -239,7 +241,9 @@ class Trainer(TrainerCheckpoints):
             bar.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            self.graphs = self.graphs and self.graphs.close()  # CuPy's own GEMMs again; the graphs freed
+            if self.graphs is not None:  # CuPy's own GEMMs again; the graphs and their memory dropped
+                self.graphs.close()
+                self.graphs = None
         self.save()                     # first the work, then the final evaluation
         if stopped == "done":
             self.evaluate()
