@@ -45,7 +45,8 @@ class StepGraphs:
             raise ValueError("cuda_graphs: every parameter must have had the same number of Adam updates "
                              f"(got {sorted(set(optimizer.t))}): a replay updates them all together")
         xp = backend.xp
-        xp.cuda.set_allocator(xp.cuda.MemoryAsyncPool().malloc)     # allocations a recording can hold
+        self.pool = xp.cuda.MemoryAsyncPool()                       # stream-ordered: allocations a recording
+        xp.cuda.set_allocator(self.pool.malloc)                     # can hold (arrays made before stay put)
         backend.gemm = cublas.matmul                                 # GEMMs a recording can hold
         self.model, self.opt, self.max_graphs = model, optimizer, int(max_graphs)
         self.stream = xp.cuda.Stream(non_blocking=True)             # a capture needs a stream of its own

@@ -167,8 +167,9 @@ class Trainer(TrainerCheckpoints):
                   "ppl": perplexity(loss), "lr": self.optimizer.lr,
                   "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
                   "epoch": self.iterator.epoch}
-        if backend.device == "gpu":  # the memory pool's bytes in use (xp is cupy here)
-            record["gpu_mem_mb"] = backend.xp.get_default_memory_pool().used_bytes() / 2**20
+        if backend.device == "gpu":  # the memory pools' bytes in use (xp is cupy here)
+            used = backend.xp.get_default_memory_pool().used_bytes()
+            record["gpu_mem_mb"] = (used + (self.graphs.pool.used_bytes() if self.graphs else 0)) / 2**20
         self._window_tokens, self._window_start = 0, now
         self._write_log(record)
         if bar is not None:
