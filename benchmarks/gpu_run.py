@@ -204,7 +204,8 @@ def worker_graph(device, dry, data_dir):
     and seeds: the small preset on 4 batches of 8,192 target tokens taken 3 times round (each shape run
     eagerly, recorded on its second sight, replayed from its third). ms per step of the last round each, and
     whether the two runs' losses and weights agree to the last bit (both with cublas.py's GEMMs). On the CPU
-    (the dry run) graphs cannot run: the eager steps alone, tiny sizes."""
+    (the dry run) graphs cannot run: the eager steps alone, tiny sizes. On the GPU the eager steps also run
+    with CuPy's own matmul (eager_cupy_matmul_ms): which GEMM call costs the host less."""
     import traceback
 
     import numpy as np
@@ -259,6 +260,8 @@ def worker_graph(device, dry, data_dir):
     backend.gemm = None
     result = {"preset": "tiny" if dry else "small", "batches": len(data),
               "steps": len(rounds), "eager_ms": eager_ms, "device": device}
+    if gpu:                                                # eager with CuPy's own matmul: its host cost
+        result["eager_cupy_matmul_ms"] = train(False)[2]
     if not gpu:
         return {**result, "captured": None, "reason": "CUDA graphs need a GPU"}
     try:
@@ -438,7 +441,7 @@ def summary_markdown(results):
         r = stages["graph"]["result"]
         lines += ["", f"## The {r['preset']} step replayed as CUDA graphs (TrainingConfig(cuda_graphs=True))", "",
                   f"{r['batches']} batches taken {r['steps'] // r['batches']} times round: eager {r['eager_ms']:.2f} ms "
-                  f"a step; " + (f"replayed {r['graph_ms']:.2f} ms ({r['speedup']:.2f}x), losses equal: "
+                  f"a step (CuPy's matmul: {r.get('eager_cupy_matmul_ms', float('nan')):.2f}); " + (f"replayed {r['graph_ms']:.2f} ms ({r['speedup']:.2f}x), losses equal: "
                                  f"{r['losses equal']}, weights equal: {r['weights equal']}, counts {r['counts']}"
                                  if "graph_ms" in r else r.get("error") or r.get("reason", ""))]
     if "result" in stages.get("train_step", {}):
