@@ -108,7 +108,7 @@ class StepGraphs:
         opt.steps += 1
         numbers = opt.update_numbers(opt.t[0], lr)                   # every parameter's t is the same
         for dtype, device_numbers in self.numbers.items():
-            device_numbers.set(np.array(numbers, dtype), stream=self.stream)
+            device_numbers[...] = np.array(numbers, dtype)          # a host-to-device copy on our stream
 
     def _body(self, inputs, loss_out, check=False):
         """The step's device work, run eagerly or recorded: gradients zeroed in their buffers, the loss and

@@ -1,22 +1,26 @@
 """graphs.py, training steps replayed as CUDA graphs (TrainingConfig(cuda_graphs=True)).
 
 Everywhere: what cannot replay is refused before any work (the CPU, several ranks, accumulation,
-clipping, a setting that is not a bool). On a GPU (the `gpu` marker; skipped elsewhere, with the
+clipping, a setting that is not a bool); what a recording holds, run eagerly on NumPy, gives the plain
+step's bits, and refuses a parameter the loss never reaches. On a GPU (the `gpu` marker; skipped elsewhere, with the
 reason): a run with graphs gives the eager run's losses and weights to the last bit, every shape
 recorded on its second sight and replayed from its third; resuming a run with graphs repeats the
 uninterrupted one; a step that cannot be recorded runs eagerly, said once; a parameter that the loss
 never reaches is refused; cublas.matmul (the GEMM the graphs record) equals CuPy's matmul on the
 layouts the model makes.
 """
+import types
+
 import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import backend, cublas
+from minitransformer import backend, cublas, kernels
 from minitransformer.checks import SettingError
-from minitransformer.graphs import StepGraphs
+from minitransformer.data import BatchIterator
+from minitransformer.graphs import INPUTS, StepGraphs
 from minitransformer.optim import Adam
-from minitransformer.training import Trainer
+from minitransformer.training import Trainer, step_seed
 
 from conftest import f32_tol, quiet, tiny_model, training_config
 
@@ -46,6 +50,55 @@ def test_the_cpu_and_several_ranks_are_refused_before_any_work(task, on_cpu):
         mt.use("gpu")
         with pytest.raises(ValueError, match="2 ranks here"):
             StepGraphs.check(2)
+
+
+def numpy_adam_from(p, g, m, v, s):
+    """kernels.adam_from in NumPy, in the kernel's (and Adam._update's) order, s its seven numbers."""
+    m *= s[0]
+    m += g * s[1]
+    v *= s[2]
+    v += g * g * s[3]
+    p *= s[6]
+    p += m / (np.sqrt(v) + s[4]) * s[5]
+
+
+def test_the_recorded_body_run_on_numpy_gives_the_eager_steps_bits(task, on_cpu, monkeypatch):
+    """What a recording holds, StepGraphs._adam_numbers then _body, run eagerly on NumPy (a stand-in for
+    the GPU object: no stream, NumPy arrays, kernels.adam_from in NumPy): the plain step's losses and
+    weights to the last bit, four steps over two batch shapes. The GPU adds only the recording."""
+    tok, pairs, _ = task
+    batches = [b for b in BatchIterator(pairs[:60], 400, 0, 1, 2, seed=0).epoch_batches()] * 2
+
+    def model_and_adam():
+        model = tiny_model(tok)
+        return model, Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    plain, plain_opt = model_and_adam()
+    plain_losses = []
+    for i, b in enumerate(batches, 1):
+        backend.seed(step_seed(0, i))
+        loss = plain.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)
+        plain_opt.zero_grad()
+        loss.backward()
+        plain_opt.step(lr=1e-3 * i)
+        plain_losses.append(loss.item())
+    monkeypatch.setattr(kernels, "adam_from", numpy_adam_from)
+    model, opt = model_and_adam()
+    body = types.SimpleNamespace(model=model, opt=opt, numbers={np.dtype(np.float32): np.zeros(7, np.float32)})
+    losses = []
+    for i, b in enumerate(batches, 1):
+        backend.seed(step_seed(0, i))
+        loss = np.zeros((), np.float32)
+        StepGraphs._adam_numbers(body, 1e-3 * i)
+        StepGraphs._body(body, [getattr(b, name) for name in INPUTS], loss, check=i == 1)
+        losses.append(loss.item())
+    assert losses == plain_losses and opt.t == plain_opt.t and opt.steps == plain_opt.steps == 4
+    for (k, a), (_, w) in zip(plain.state_dict().items(), model.state_dict().items()):
+        np.testing.assert_array_equal(w, a, err_msg=k)
+    model.unused = mt.nn.Linear(2, 2)                          # in parameters(), never in the loss
+    opt = Adam(model.parameters())
+    body = types.SimpleNamespace(model=model, opt=opt, numbers={np.dtype(np.float32): np.zeros(7, np.float32)})
+    with pytest.raises(ValueError, match=r"parameters \[\d+, \d+\] take no part in the loss"):
+        StepGraphs._body(body, [getattr(batches[0], name) for name in INPUTS], np.zeros((), np.float32), check=True)
 
 
 # ==================================================================== on a GPU
