@@ -2,7 +2,8 @@
 
 Everywhere: what cannot replay is refused before any work (the CPU, several ranks, accumulation,
 clipping, a setting that is not a bool); what a recording holds, run eagerly on NumPy, gives the plain
-step's bits, and refuses a parameter the loss never reaches. On a GPU (the `gpu` marker; skipped elsewhere, with the
+step's bits, and refuses a parameter the loss never reaches; the Trainer's cuda_graphs branch, driving
+that body on NumPy, gives the plain run's bits and resumes exactly. On a GPU (the `gpu` marker; skipped elsewhere, with the
 reason): a run with graphs gives the eager run's losses and weights to the last bit, every shape
 recorded on its second sight and replayed from its third; resuming a run with graphs repeats the
 uninterrupted one; a step that cannot be recorded runs eagerly, said once; a parameter that the loss
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import backend, cublas, kernels
+from minitransformer import backend, cublas, kernels, training
 from minitransformer.checks import SettingError
 from minitransformer.data import BatchIterator
 from minitransformer.graphs import INPUTS, StepGraphs
@@ -99,6 +100,61 @@ def test_the_recorded_body_run_on_numpy_gives_the_eager_steps_bits(task, on_cpu,
     body = types.SimpleNamespace(model=model, opt=opt, numbers={np.dtype(np.float32): np.zeros(7, np.float32)})
     with pytest.raises(ValueError, match=r"parameters \[\d+, \d+\] take no part in the loss"):
         StepGraphs._body(body, [getattr(batches[0], name) for name in INPUTS], np.zeros((), np.float32), check=True)
+
+
+class NumpySteps:
+    """StepGraphs as the Trainer drives it, its body run eagerly on NumPy (the GPU's recording aside)."""
+    check = staticmethod(lambda ranks: None)
+    made = []
+
+    def __init__(self, model, optimizer, on_failure=None):
+        self.model, self.opt, self.closed, self.steps = model, optimizer, False, 0
+        self.numbers = {dtype: np.zeros(7, dtype) for dtype in optimizer.flat}
+        NumpySteps.made.append(self)
+
+    def step(self, batch, lr):
+        backend.rng()
+        StepGraphs._adam_numbers(self, lr)
+        loss = np.zeros((), np.float32)
+        StepGraphs._body(self, [getattr(batch, name) for name in INPUTS], loss, check=not self.steps)
+        self.steps += 1
+        return loss
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_trainer_with_graphs_on_numpy_gives_the_plain_runs_bits_and_resumes(task, on_cpu, tmp_path, monkeypatch):
+    """The Trainer's cuda_graphs branch (one batch an update, Adam inside the step, the graphs closed at the
+    end, even when interrupted), with NumpySteps for StepGraphs: the plain run's losses and weights to the
+    last bit, and a run cut at step 5 and resumed repeats the uninterrupted one."""
+    tok, pairs, _ = task
+    monkeypatch.setattr(kernels, "adam_from", numpy_adam_from)
+    NumpySteps.made.clear()
+
+    def run(graphs, out, callbacks=(), resume=None):
+        cfg = training_config(steps=8, max_tokens=400, save_every=5, cuda_graphs=graphs)
+        trainer = Trainer(tiny_model(tok, seed=99 if resume else 0), tok, pairs[:60], None, cfg, str(out),
+                          list(callbacks), log=quiet)
+        if resume:
+            trainer.resume(resume)
+        trainer.train()
+        return trainer
+    plain = run(False, tmp_path / "plain")
+    monkeypatch.setattr(training, "StepGraphs", NumpySteps)
+    full = run(True, tmp_path / "full")
+    assert [full.losses[s] for s in range(1, 9)] == [plain.losses[s] for s in range(1, 9)]
+    for (k, a), (_, b) in zip(plain.model.state_dict().items(), full.model.state_dict().items()):
+        np.testing.assert_array_equal(b, a, err_msg=k)
+
+    def interrupt(trainer):
+        if trainer.step == 5:
+            raise KeyboardInterrupt
+    cut = run(True, tmp_path / "cut", [interrupt])
+    again = run(True, tmp_path / "cut", resume=str(tmp_path / "cut" / "checkpoint_0000005.npz"))
+    assert [{**cut.losses, **again.losses}[s] for s in range(1, 9)] == [full.losses[s] for s in range(1, 9)]
+    assert all(steps.closed for steps in NumpySteps.made) and len(NumpySteps.made) == 3
+    assert full.graphs is None and again.graphs is None
 
 
 # ==================================================================== on a GPU
