@@ -1,11 +1,11 @@
 """Training: the Trainer loop (section 5), evaluation when due (evaluation.py), checkpoints and exact
-resumption.
+resumption (trainer_checkpoints.py), on the GPU optionally as replayed CUDA graphs (graphs.py).
 
 One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
 target-token counts so the update sees the mean over every target token of all of them (the paper's
 ~25,000 tokens per update, reached on one device by accumulation). The learning rate follows eq. (3).
-Resuming is exact, bit for bit, on the CPU and on the same GPU model, CUDA and CuPy (by construction, not yet
-run on a GPU): dropout is re-seeded every step from (seed, step); the batch stream's position is saved.
+Resuming is exact, bit for bit, on the CPU and on the same GPU model, CUDA and CuPy (tests/test_training.py,
+run on an H200 too): dropout is re-seeded every step from (seed, step); the batch stream's position is saved.
 Data parallel (distributed.py, lesson 12): under mpiexec, rank r of N runs batches r, r+N, ... of each
 update's accum x N, weighted by their share of all N ranks' tokens, and the ranks sum their gradients.
 Left out on purpose: mixed precision, early stopping.
@@ -23,10 +23,10 @@ from . import backend, cores, distributed, evaluation, rundir
 from .config import TrainingConfig
 from .corpus import encode_pairs
 from .data import BatchIterator
-from .metrics import perplexity
 from .graphs import StepGraphs
-from .trainer_checkpoints import TrainerCheckpoints
+from .metrics import perplexity
 from .optim import Adam, WarmupSchedule, clip_grad_norm
+from .trainer_checkpoints import TrainerCheckpoints
 
 
 # ---------------------------------------------------------------- training
@@ -147,6 +147,7 @@ class Trainer(TrainerCheckpoints):
         return step_loss, n_total
 
     def _graphs_failed(self, what):
+        """StepGraphs' sentence when a recording or a replay fails (the run goes on eagerly): printed, logged."""
         self.log(what)
         self._write_log({"step": self.step + 1, "event": "cuda_graphs_failed", "what": what})
 
