@@ -8,7 +8,7 @@ step as the GPU runs them; a replay launches them all at once, with no Python be
 - the same memory: each batch is copied into the input buffers its graph was recorded on; the gradients,
   Adam's moments, the parameters and the loss live in arrays made before the recording. Memory allocated
   while recording belongs to the graph (CuPy's MemoryAsyncPool: stream-ordered allocations become graph
-  nodes) and is freed inside it;
+  nodes) and must be freed inside it (a garbage collection closes the recording: no cycle keeps any);
 - the numbers that change from step to step in device memory: Adam's seven (lr and the bias corrections,
   kernels.adam_from) written before each replay, and the dropout generator's states re-seeded in place
   before it, as the eager step does (backend.rng);
@@ -17,6 +17,8 @@ step as the GPU runs them; a replay launches them all at once, with no Python be
 The same kernels in the same order on the same numbers: a replayed step gives the eager step's bits
 (tests/test_graphs.py holds them equal on a GPU).
 """
+import gc
+
 import numpy as np
 
 from . import backend, cublas, kernels
@@ -68,9 +70,9 @@ class StepGraphs:
         arrays = [getattr(batch, name) for name in INPUTS]
         key = (batch.src.shape, batch.tgt_in.shape)
         outer = xp.cuda.get_current_stream()
-        self.stream.wait_event(outer.record())                       # after what the caller queued
+        backend.rng()                        # re-seeded in place (as the eager step, at its first draw) on the
+        self.stream.wait_event(outer.record())   # caller's stream, which ours waits for, with what it queued
         with self.stream:
-            backend.rng()                                            # re-seeded in place, as the eager step
             self._adam_numbers(lr)
             entry = self.graphs.get(key)
             if entry is not None:
@@ -135,10 +137,12 @@ class StepGraphs:
         """Record _body on buffers of this shape (this batch copied in; recording runs nothing)."""
         xp = backend.xp
         buffers, loss = [a.copy() for a in inputs], xp.zeros((), xp.float32)
+        gc.collect()                         # older garbage freed now, not as free nodes of this recording
         self.stream.begin_capture()
         error = None
         try:
             self._body(buffers, loss)
+            gc.collect()                     # arrays the recording made and a cycle holds: freed inside it
         except Exception as e:                                       # what cannot be recorded
             error = e
         try:
