@@ -1,4 +1,5 @@
-"""Lesson 11, answers: what a copy costs, and the plain LayerNorm that a fused kernel must match.
+"""Lesson 11, answers: what a copy costs, the plain LayerNorm that a fused kernel must match, and how
+cuBLAS reads a NumPy matrix.
 
 Graded by `python lessons/check.py 11 --solutions`; your own go in lessons/exercises/11_gpu.py.
 
@@ -32,6 +33,23 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     mu = x.mean(axis=-1, keepdims=True)                           # pass 1: the mean
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)            # pass 2: the variance
     return gamma * (x - mu) / np.sqrt(var + eps) + beta           # pass 3: normalise, scale, shift
+
+
+def gemm_operand(shape, strides, itemsize):
+    """Column-major memory at leading dimension ld holds element (i, j) at i + j * ld. A C-ordered (rows,
+    cols) matrix has element (r, c) at r * s0 + c: the column-major (cols, rows) matrix, its transpose,
+    at ld = s0. A transposed view has (r, c) at r + c * s1: the matrix itself, column-major, at ld = s1."""
+    rows, cols = shape
+    if strides[0] % itemsize or strides[1] % itemsize:
+        return None                                               # not a whole number of elements apart
+    to_next_row, to_next_col = strides[0] // itemsize, strides[1] // itemsize
+    rows_contiguous = (cols == 1 or to_next_col == 1) and (rows == 1 or to_next_row >= cols)
+    cols_contiguous = (rows == 1 or to_next_row == 1) and (cols == 1 or to_next_col >= rows)
+    if rows_contiguous:                                           # each row a column of the transpose
+        return False, cols if rows == 1 else max(to_next_row, cols)
+    if cols_contiguous:                                           # each column a column of the matrix
+        return True, rows if cols == 1 else max(to_next_col, rows)
+    return None
 
 
 def answers_to_questions():
