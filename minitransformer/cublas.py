@@ -3,21 +3,23 @@
 CuPy 14 refuses every cuBLAS call while a stream is being captured ("calling cuBLAS API during stream
 capture is currently unsupported": its wrapper checks, though cuBLAS itself supports capture). `matmul`
 calls cuBLAS's strided-batched GEMM on a handle of its own, set to the current stream, with a workspace
-given up front (cuBLAS must not allocate inside a capture). `plan(a, b)` is the layout work (which operand
-cuBLAS reads transposed, leading dimensions, batch strides): pure Python on shapes and strides, tested on
-the CPU against np.matmul through `emulate`, a NumPy model of the cuBLAS call. Row-major C = A B is
-computed as the column-major C^T = B^T A^T, so no operand is copied when it is C-ordered or a
-transposed view.
+given up front (cuBLAS must not allocate inside a capture), on TF32 tensor cores where CuPy's own switch
+(CUPY_TF32=1) asks for them. `plan(a, b)` is the layout work (which operand cuBLAS reads transposed,
+leading dimensions, batch strides): pure Python on shapes and strides, tested on the CPU against
+np.matmul through `emulate`, a NumPy model of the cuBLAS call. Row-major C = A B is computed as the
+column-major C^T = B^T A^T, so no operand is copied when it is C-ordered or a transposed view.
 
     backend.gemm = cublas.matmul      # graphs.py, while graphs are on: backend.matmul comes here
 """
 import ctypes
+import os
 
 import numpy as np
 
 from . import backend
 
 OP_N, OP_T = 0, 1                           # cublasOperation_t
+TF32_TENSOR_OP_MATH = 3                     # cublasMath_t: float32 GEMMs on TF32 tensor cores
 WORKSPACE = 32 << 20                        # bytes given to cuBLAS before any capture
 
 
@@ -96,6 +98,8 @@ class _Cublas:
         self.workspace = xp.empty(WORKSPACE, dtype=np.uint8)                         # kept as long as the handle
         self._check(self.lib.cublasSetWorkspace_v2(self.handle, ctypes.c_void_p(self.workspace.data.ptr),
                                                    ctypes.c_size_t(WORKSPACE)), "cublasSetWorkspace")
+        if os.environ.get("CUPY_TF32") == "1":                      # CuPy's own switch: TF32 tensor cores
+            self._check(self.lib.cublasSetMathMode(self.handle, TF32_TENSOR_OP_MATH), "cublasSetMathMode")
         p, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         for name, real in (("cublasSgemmStridedBatched", ctypes.c_float), ("cublasDgemmStridedBatched", ctypes.c_double)):
             getattr(self.lib, name).argtypes = [p, i, i, i, i, i, ctypes.POINTER(real), p, i, ll, p, i, ll,
