@@ -98,17 +98,8 @@ class StepGraphs:
         return loss
 
     def _adam_numbers(self, lr):
-        """Adam's host bookkeeping of one step (as Adam.step keeps it) and its seven numbers on the device."""
-        opt = self.opt
-        opt.lr = lr
-        for i, p in enumerate(opt.params):
-            if p.data is not opt._views[i]:                          # assigned anew since: into the buffer
-                opt._views[i][...] = p.data
-                p.data = opt._views[i]
-            opt.t[i] += 1
-            p.changed()                                              # a graph saved before refuses backward
-        opt.steps += 1
-        numbers = opt.update_numbers(opt.t[0], lr)                   # every parameter's t is the same
+        """Adam's host bookkeeping of one step (Adam.count_step) and its seven numbers on the device."""
+        numbers = self.opt.count_step(lr)
         for dtype, device_numbers in self.numbers.items():
             device_numbers[...] = np.array(numbers, dtype)          # a host-to-device copy on our stream
 

@@ -94,9 +94,7 @@ class Adam:
             self.lr = _check_lr(lr)
         runs = []                             # (dtype, start, stop, t): neighbours updated together
         for i, p in enumerate(self.params):
-            if p.data is not self._views[i]:  # assigned anew by hand since: take it back into the buffer
-                self._views[i][...] = p.data
-                p.data = self._views[i]
+            self._adopt(i, p)
             if p.grad is None:
                 continue
             if p.grad is not self._grads[i]:  # (it is there already after gradient_buffers())
@@ -121,6 +119,24 @@ class Adam:
                     self._update(*(flat[k][part] for k in ("data", "grad", "m", "v", "scratch")), t)
             cores.for_blocks(update, len(parts), stop - start)
         self.steps += 1
+
+    def _adopt(self, i, p):
+        """Parameter p (number i) back in its flat buffer, where it was assigned anew by hand since."""
+        if p.data is not self._views[i]:
+            self._views[i][...] = p.data
+            p.data = self._views[i]
+
+    def count_step(self, lr):
+        """The host's part of a step that updates every parameter elsewhere (a replayed CUDA graph,
+        graphs.py), kept as step() keeps it: lr, each parameter back in its buffer and its update counted;
+        returns the step's seven numbers (update_numbers; every parameter's t is the same there)."""
+        self.lr = _check_lr(lr)
+        for i, p in enumerate(self.params):
+            self._adopt(i, p)
+            self.t[i] += 1
+            p.changed()                       # a graph that saved p before this step refuses backward
+        self.steps += 1
+        return self.update_numbers(self.t[0])
 
     def _update(self, p, g, m, v, buf, t):
         """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients.
