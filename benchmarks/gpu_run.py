@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import time
-import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -201,69 +200,46 @@ def worker_profile(device, dry, data_dir):
 
 def worker_graph(device, dry, data_dir):
     """TrainingConfig(cuda_graphs=True)'s steps (graphs.StepGraphs) against eager steps from the same weights
-    and seeds: the small preset on 4 batches of 8,192 target tokens taken 3 times round (each shape run
-    eagerly, recorded on its second sight, replayed from its third). ms per step of the last round each, and
-    whether the two runs' losses and weights agree to the last bit (both with cublas.py's GEMMs). On the CPU
-    (the dry run) graphs cannot run: the eager steps alone, tiny sizes. On the GPU the eager steps also run
-    with CuPy's own matmul (eager_cupy_matmul_ms): which GEMM call costs the host less."""
+    and seeds (train_step.py's run_ours, with and without --cuda-graphs): the small preset on 4 batches of
+    8,192 target tokens taken 3 times round (each shape run eagerly, recorded on its second sight, replayed
+    from its third). ms per step of the last round each, and whether the two runs' losses and weights agree
+    to the last bit (both with cublas.py's GEMMs). On the CPU (the dry run) graphs cannot run: the eager
+    steps alone, tiny sizes. On the GPU the eager steps also run with CuPy's own matmul
+    (eager_cupy_matmul_ms): which GEMM call costs the host less."""
     import traceback
 
     import numpy as np
-    import minitransformer as mt
-    from minitransformer import backend, cublas
-    from minitransformer.graphs import StepGraphs
-    from minitransformer.optim import Adam, WarmupSchedule
+    from minitransformer import Tensor, backend, cublas
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from train_step import make_batches
+    from train_step import make_batches, run_ours
     gpu = device == "gpu"
-    mt.use(device)
     host, _ = make_batches(8000, 256 if dry else 8192, 2 if dry else 4, data_dir)
-    cfg = (mt.TransformerConfig.tiny if dry else mt.TransformerConfig.small)(vocab_size=8000)
-    data = []
-    for src, tgt_in, tgt_out in host:
-        causal = np.tril(np.ones((tgt_in.shape[1],) * 2, bool))
-        arrays = (src, tgt_in, tgt_out, (src != 0)[:, None, None, :], (tgt_in != 0)[:, None, None, :] & causal)
-        data.append(types.SimpleNamespace(**dict(zip(("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"),
-                                                     map(backend.asarray, arrays)))))
-    rounds = data * 3
 
     def train(graphs):
-        mt.seed(0)
-        model = mt.Transformer(cfg)
-        opt = Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-        schedule, stepper = WarmupSchedule(cfg.d_model, 4000), StepGraphs(model, opt) if graphs else None
+        _, step, data, sync, _, _, _ = run_ours("tiny" if dry else "small", host, len(host), device, graphs)
         losses, times = [], []
         try:
-            for i, b in enumerate(rounds):
-                backend.seed(1000 + i)
-                backend.synchronize()
+            for b in data * 3:
+                sync()
                 start = time.perf_counter()
-                if stepper is not None:
-                    loss = stepper.step(b, schedule(i + 1))
-                else:
-                    loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step(schedule(i + 1))
-                    loss = loss.data
-                backend.synchronize()
+                loss = step(b)
+                sync()
                 times.append(time.perf_counter() - start)
-                losses.append(float(loss))
+                losses.append(float(loss.data if isinstance(loss, Tensor) else loss))   # graphs: an array
         finally:
-            counts = stepper and dict(stepper.counts, failed=stepper.failed)
-            stepper and stepper.close()
-        return losses, [backend.to_numpy(p.data) for p in model.parameters()], \
+            counts = step.graphs and dict(step.graphs.counts, failed=step.graphs.failed)
+            step.graphs and step.graphs.close()
+        return losses, [backend.to_numpy(p.data) for p in step.parameters], \
             statistics.median(times[-len(data):]) * 1e3, counts
 
     backend.gemm = cublas.matmul if gpu else None          # the eager run's GEMMs: the graphs' cuBLAS calls
     eager_losses, eager_weights, eager_ms, _ = train(False)
     backend.gemm = None
-    result = {"preset": "tiny" if dry else "small", "batches": len(data),
-              "steps": len(rounds), "eager_ms": eager_ms, "device": device}
-    if gpu:                                                # eager with CuPy's own matmul: its host cost
-        result["eager_cupy_matmul_ms"] = train(False)[2]
+    result = {"preset": "tiny" if dry else "small", "batches": len(host), "steps": 3 * len(host),
+              "eager_ms": eager_ms, "device": device}
     if not gpu:
         return {**result, "captured": None, "reason": "CUDA graphs need a GPU"}
+    result["eager_cupy_matmul_ms"] = train(False)[2]        # eager with CuPy's own matmul: its host cost
     try:
         losses, weights, graph_ms, counts = train(True)
     except Exception as e:                # the first thing to mend: the error and where it came from

@@ -190,6 +190,7 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
         step_no[0] += 1
         opt.step(lr=sched(step_no[0]))
         return loss
+    step.parameters, step.graphs = opt.params, stepper or None      # for gpu_run.py's graph stage
     peak = (lambda: None) if stepper else (lambda: _gpu_peak_used(xp, step, dev))   # graphs: the async pool's
     return cfg, step, dev, backend.synchronize, xp, peak, world
 
