@@ -100,8 +100,9 @@ class StepGraphs:
     def _adam_numbers(self, lr):
         """Adam's host bookkeeping of one step (Adam.count_step) and its seven numbers on the device."""
         numbers = self.opt.count_step(lr)
-        for dtype, device_numbers in self.numbers.items():
-            device_numbers[...] = np.array(numbers, dtype)          # a host-to-device copy on our stream
+        xp = backend.xp
+        for dtype, device_numbers in self.numbers.items():           # a host-to-device copy on our stream
+            xp.copyto(device_numbers, xp.asarray(np.array(numbers, dtype)))  # (CuPy's setitem takes no host array)
 
     def _body(self, inputs, loss_out, check=False):
         """The step's device work, run eagerly or recorded: gradients zeroed in their buffers, the loss and
