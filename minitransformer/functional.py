@@ -296,7 +296,8 @@ def linear(x, weight, bias=None):
     """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
 
     One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a batched
-    one), and the bias gradient is a plain column sum, with no broadcast for the engine to undo.
+    one), and the bias gradient is a column sum (on the GPU kernels.column_sum: CuPy's sum down the columns
+    is slow), with no broadcast for the engine to undo.
 
     Backward: dx = dy W^T, dW = x^T dy, db = sum(dy) over the rows (y is linear in each of x, W, b).
     """
@@ -315,6 +316,7 @@ def linear(x, weight, bias=None):
         dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
         if bias is None:
             return dx, dw
-        return dx, dw, g.sum(axis=0) if bias.requires_grad else None
+        db = (kernels.column_sum(g) if kernels.active(g) else g.sum(axis=0)) if bias.requires_grad else None
+        return dx, dw, db                                             # db: (d_out,)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

@@ -1,8 +1,8 @@
 """The CUDA C of the fused row kernels (softmax, log-softmax, their backward, cross-entropy, LayerNorm,
-the embedding's backward),
-as text: kernels.py compiles it with CuPy on first use and launches it (lesson 11 reads it here).
+the embedding's backward) and of the column sums (bias gradients), as text: kernels.py compiles it with
+CuPy on first use and launches it (lesson 11 reads it here).
 
-Each kernel runs one block of threads per row; `source(name, dtype)` is what CuPy compiles for one.
+Each row kernel runs one block of threads per row; `source(name, dtype)` is what CuPy compiles for one.
 """
 import numpy as np
 
@@ -170,6 +170,37 @@ extern "C" __global__ void embedding_backward_rows(const T* g, const long long* 
         for (long long j = r; j < n_rows && sid[j] == id; ++j) acc += g[order[j] * d + c];
         dw[id * d + c] = acc;
     }
+}
+""", "column_sum_parts": r"""
+// The column sums of an (n, d) matrix a (product = 0), or of a * b entry by entry (product = 1), part 1:
+// each block (32 x 8 threads) takes 32 columns (blockIdx.x) of one chunk of rows (blockIdx.y); each thread
+// adds every 8th row of the chunk down its column (a warp reads 32 neighbouring numbers: one memory line),
+// then thread row 0 adds the 8 partial sums in order: parts[chunk, column]. Fixed order: the same bits
+// every run. (A column for each block, as a stock sum over axis 0 takes it, reads a line per number.)
+extern "C" __global__ void column_sum_parts(const T* a, const T* b, T* parts, const long long n,
+                                            const long long d, const long long chunk, const long long product) {
+    __shared__ T buf[8][32];
+    const long long c = blockIdx.x * 32LL + threadIdx.x, start = blockIdx.y * chunk;
+    const long long stop = start + chunk < n ? start + chunk : n;
+    T acc = 0;
+    if (c < d)
+        for (long long r = start + threadIdx.y; r < stop; r += 8)
+            acc += product ? a[r * d + c] * b[r * d + c] : a[r * d + c];
+    buf[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < d) {
+        for (int k = 1; k < 8; ++k) acc += buf[k][threadIdx.x];
+        parts[blockIdx.y * d + c] = acc;
+    }
+}
+""", "column_sum_total": r"""
+// Part 2: out[c] = the sum of parts[0..chunks, c], in order; one thread per column.
+extern "C" __global__ void column_sum_total(const T* parts, T* out, const long long chunks, const long long d) {
+    const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (c >= d) return;
+    T acc = 0;
+    for (long long k = 0; k < chunks; ++k) acc += parts[k * d + c];
+    out[c] = acc;
 }
 """}
 

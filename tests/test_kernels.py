@@ -29,7 +29,8 @@ from minitransformer.optim import Adam
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
-FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "adam_from", "embedding_backward")
+FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "adam_from", "embedding_backward",
+             "column_sum")
 HAVE_GPU = backend.gpu_available()
 
 
@@ -207,9 +208,6 @@ class _Recorder:
     def ElementwiseKernel(self, in_params, out_params, operation, name, options=()):
         return in_params, out_params, operation, name, options
 
-    def ReductionKernel(self, *args, **kwargs):
-        return None                                                      # a stock sum: nothing to compile
-
 
 def elementwise_as_cuda(in_params, out_params, operation, name):
     """An ElementwiseKernel's operation as the body of a __device__ function, the way CuPy's generated
@@ -227,11 +225,9 @@ def kernel_sources(dtype):
     ElementwiseKernel's operation in a device function with its parameters and the options it gives CuPy
     (CuPy's loop around it is generated only for arrays on a GPU)."""
     found = [(name, kernel_source.source(name, dtype), ()) for name in kernel_source.ROW_KERNELS]
-    for built in (kernels._BUILD[name](_Recorder()) for name in kernels._BUILD):
-        if built:
-            *kernel, options = built
-            found.append((kernel[3], f"typedef {kernel_source.CTYPES[np.dtype(dtype)]} T;\n" + elementwise_as_cuda(*kernel),
-                          options))
+    for *kernel, options in (kernels._BUILD[name](_Recorder()) for name in kernels._BUILD):
+        found.append((kernel[3], f"typedef {kernel_source.CTYPES[np.dtype(dtype)]} T;\n" + elementwise_as_cuda(*kernel),
+                      options))
     return found
 
 
@@ -483,7 +479,7 @@ def test_layer_norm_matches_the_plain_path(shape, dtype, calls):
     arrays = [a.astype(dtype) for a in (x, gamma, beta)]
     y0, (dx0, dg0, db0), dy = forward_backward("cpu", F.layer_norm, arrays)
     y1, (dx1, dg1, db1), _ = forward_backward("gpu", F.layer_norm, arrays)
-    assert calls == ["layer_norm"]
+    assert calls == ["layer_norm", "column_sum", "column_sum"]              # the forward; dgamma and dbeta
     t = tol(D, dtype)
     # per row: the mean and the variance are sums of D terms, so xhat is off by about t * |x - mean| / sigma
     # (0 on the constant row, whose sums are exact); y = xhat * gamma + beta
@@ -500,6 +496,39 @@ def test_layer_norm_matches_the_plain_path(shape, dtype, calls):
     N = xr.shape[0]
     assert_close(dg1, dg0, (t + tol(N, dtype)) * (1 + np.abs(dyr * centred * rstd).sum(0)), "dgamma")
     assert_close(db1, db0, tol(N, dtype) * (1 + np.abs(dyr).sum(0)), "dbeta")
+
+
+# ==================================================================== column sums (bias gradients)
+@gpu
+@pytest.mark.parametrize("n, d", [(0, 5), (1, 1), (7, 33), (65, 31), (513, 64), (8192, 512), (8191, 2048), (20000, 3)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, dtype):
+    """kernels.column_sum against float64 sums on the host (chunks of rows: ragged last chunks, columns
+    past a multiple of 32, one row, none), with and without the product, and from a strided view."""
+    mt.use("gpu")
+    xp, rng = backend.xp, np.random.default_rng(n + d)
+    a, b = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
+    wide = xp.asarray(np.concatenate([a, a], axis=1))[:, :d]             # rows 2d apart: copied first
+    for got, want, size in ((kernels.column_sum(xp.asarray(a)), a.astype(np.float64).sum(0), np.abs(a).sum(0)),
+                            (kernels.column_sum(wide), a.astype(np.float64).sum(0), np.abs(a).sum(0)),
+                            (kernels.column_sum(xp.asarray(a), xp.asarray(b)), (a.astype(np.float64) * b).sum(0),
+                             np.abs(a.astype(np.float64) * b).sum(0))):
+        assert got.shape == (d,) and got.dtype == dtype
+        assert_close(backend.to_numpy(got), want, tol(n, dtype) * (1 + size), f"{n}x{d} column sums")
+    again = [backend.to_numpy(kernels.column_sum(xp.asarray(a), xp.asarray(b))) for _ in range(2)]
+    np.testing.assert_array_equal(again[0], again[1])
+    mt.use(DEFAULT_DEVICE)
+
+
+@gpu
+def test_linear_takes_its_bias_gradient_from_the_column_sums(calls):
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((3, 50, 24), (24, 40), (40,))]
+    _, (dx0, dw0, db0), dy = forward_backward("cpu", F.linear, arrays)
+    _, (dx1, dw1, db1), _ = forward_backward("gpu", F.linear, arrays)
+    assert calls == ["column_sum"]
+    assert_close(db1, db0, tol(150) * (1 + np.abs(dy).reshape(-1, 40).sum(0)), "db")
+    assert_close(dw1, dw0, tol(150) * (1 + np.abs(arrays[0]).reshape(-1, 24).T @ np.abs(dy).reshape(-1, 40)), "dw")
 
 
 # ==================================================================== dropout
