@@ -159,15 +159,22 @@ extern "C" __global__ void cross_entropy_rows(const T* z, const long long* targe
 """, "embedding_backward_rows": r"""
 // dw[id] = the sum of the rows of g whose id it is, added in their order in the ids, as np.add.at adds
 // them on the CPU (so the same bits, on every run: no atomics). One block per row of the ids sorted
-// stably (order: where each sorted row sits in g; sid: its id); the block whose row starts a run of one
-// id walks the run, each thread down its own columns; the other blocks return at once. dw starts at zero.
+// stably (order: where each sorted row sits in g; sid: its id; run_end: where its run of one id ends);
+// the block whose row starts a run walks it, each thread down its own columns, 8 rows' loads in flight
+// at once, added one by one in order; the other blocks return at once. dw starts at zero.
 extern "C" __global__ void embedding_backward_rows(const T* g, const long long* order, const long long* sid,
-                                                   T* dw, const long long n_rows, const long long d) {
-    const long long r = blockIdx.x, id = sid[r];
+                                                   const long long* run_end, T* dw, const long long d) {
+    const long long r = blockIdx.x, id = sid[r], end = run_end[r];
     if (r > 0 && sid[r - 1] == id) return;             // not the first row of its run
     for (long long c = threadIdx.x; c < d; c += blockDim.x) {
         T acc = 0;
-        for (long long j = r; j < n_rows && sid[j] == id; ++j) acc += g[order[j] * d + c];
+        long long j = r;
+        for (; j + 8 <= end; j += 8) {
+            T v[8];
+            for (int k = 0; k < 8; ++k) v[k] = g[order[j + k] * d + c];
+            for (int k = 0; k < 8; ++k) acc += v[k];
+        }
+        for (; j < end; ++j) acc += g[order[j] * d + c];
         dw[id * d + c] = acc;
     }
 }

@@ -190,7 +190,7 @@ def column_sum(a, b=None):
 def embedding_backward(shape, ids, g):
     """The embedding's weight gradient, (V, D) zeros with the rows of g (N, D) added at ids (N,), in the
     order np.add.at adds them (functional._scatter_rows's CPU path: the same bits): the ids sorted
-    stably, then embedding_backward_rows, one block per sorted row. No sync and shapes set by N alone (a
+    stably, then embedding_backward_rows, one block per run of one id. No sync and shapes set by N alone (a
     CUDA graph can hold it). Replaces backend.sorted_scatter_add's log2(N) rounds over the whole (N, D)."""
     xp, (N, D) = backend.xp, g.shape
     dw = xp.zeros(shape, dtype=g.dtype)                                   # (V, D)
@@ -198,7 +198,9 @@ def embedding_backward(shape, ids, g):
         return dw
     ids = xp.ascontiguousarray(ids, dtype=xp.int64)                       # (N,)
     order = xp.argsort(ids, kind="stable")                                # (N,) g's rows, sorted by id
-    _launch("embedding_backward_rows", N, D, xp.ascontiguousarray(g), order, ids[order], dw, np.int64(N), np.int64(D))
+    sid = ids[order]                                                      # (N,) sorted ids
+    run_end = xp.searchsorted(sid, sid, side="right")                     # (N,) where each one's run ends
+    _launch("embedding_backward_rows", N, D, xp.ascontiguousarray(g), order, sid, run_end, dw, np.int64(D))
     return dw
 
 
