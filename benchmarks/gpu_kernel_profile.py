@@ -85,7 +85,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     for name in ("steps", "max_tokens", "top"):
         if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.cuda_graphs and args.device != "gpu":
         p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
     try:

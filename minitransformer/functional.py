@@ -296,8 +296,7 @@ def linear(x, weight, bias=None):
     """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
 
     One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a batched
-    one), and the bias gradient is a column sum (on the GPU kernels.column_sum: CuPy's sum down the columns
-    is slow), with no broadcast for the engine to undo.
+    one), and the bias gradient is a column sum (kernels.column_sum on the GPU), with no broadcast to undo.
 
     Backward: dx = dy W^T, dW = x^T dy, db = sum(dy) over the rows (y is linear in each of x, W, b).
     """
@@ -316,7 +315,6 @@ def linear(x, weight, bias=None):
         dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
         if bias is None:
             return dx, dw
-        db = (kernels.column_sum(g) if kernels.active(g) else g.sum(axis=0)) if bias.requires_grad else None
-        return dx, dw, db                                             # db: (d_out,)
+        return dx, dw, (kernels.column_sum(g) if kernels.active(g) else g.sum(axis=0)) if bias.requires_grad else None
     parents = (x, weight) if bias is None else (x, weight, bias)
     return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

@@ -56,12 +56,16 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
     """
     layout = LAYOUT_OF[len(parts)]
     q, k, v = _head_arrays(parts, n_heads)                                  # (B, H, T, K) each
+    if backend.device == "gpu":   # a GEMM on the GPU takes its batch one stride apart, which the head views are
+        q, k, v = map(backend.xp.ascontiguousarray, (q, k, v))             # not: one copy each, kept for backward
     mask = None if mask is None else backend.asarray(data_of(mask))
     out, p, kept = attention.attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
 
     def backward(g):
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
+        if backend.device == "gpu":                                        # read by two GEMMs: one copy
+            g = backend.xp.ascontiguousarray(g)
         needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
         grads = cores.by_rows(attention.attention_backward, g, q, k, v, p, kept, dropout_p, *needs)  # dQ, dK, dV
         result, first = [], 0

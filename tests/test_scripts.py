@@ -37,6 +37,8 @@ BAD = [
     ("benchmarks/data_parallel.py", ["--ranks", "1"], r"--ranks must be at least 2 .*got 1"),
     ("benchmarks/decode_speed.py", ["--n", "0"], r"--n must be at least 1, got 0"),
     ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),
+    ("benchmarks/gpu_kernel_profile.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+    ("benchmarks/gpu_kernel_profile.py", ["--device", "cpu", "--cuda-graphs"], r"--cuda-graphs replays CUDA graphs: give --device gpu"),
     ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"], r"--minutes must be a number above 0, got 0\.0"),
     ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"], r"--data-dir .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
@@ -94,6 +96,21 @@ def test_train_step_rounds_alternate_and_pair(tmp_path):
     assert [(r["framework"], r["preset"]) for r in rows if r["framework"] == "ours"] == [("ours", "tiny")] * 2
     assert out.stdout.count("PyTorch is not installed") == (0 if any(r["framework"] == "torch" for r in rows) else 1)
     assert sum(line.startswith("ours   tiny") for line in out.stdout.splitlines()) == 2
+
+
+def test_the_kernel_profile_tables_each_framework_or_says_it_needs_pytorch(tmp_path):
+    """gpu_kernel_profile.py's dry run on the CPU (PyTorch's CPU ops, ours none); without PyTorch, one line."""
+    out = run("benchmarks/gpu_kernel_profile.py", ["--device", "cpu", "--preset", "tiny", "--steps", "1",
+                                                   "--max-tokens", "64", "--top", "3", "--json", str(tmp_path / "p.json")])
+    if importlib.util.find_spec("torch") is None:
+        assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].endswith("install torch beside it")
+        assert not (tmp_path / "p.json").exists()
+        return
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert set(result) == {"ours", "PyTorch eager"} and not result["ours"]["by_name"]
+    assert result["PyTorch eager"]["busy_ms"] > 0 and "aten::mm" in result["PyTorch eager"]["by_name"]
+    assert out.stdout.count("| kernel | calls a step | ms a step | share |") == 2
 
 
 def test_train_step_says_why_a_worker_failed_above_open_mpis_banner():
