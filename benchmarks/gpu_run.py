@@ -8,7 +8,7 @@ trained on the GPU recipe and scored on test_2016_flickr. One results folder, sm
 
 Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes
 what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
-PyTorch, the package), kernels 6% (tests/test_kernels.py -m gpu), suite 22% (every test file in its own
+PyTorch, the package; run every time, named in --stages or not), kernels 6% (tests/test_kernels.py -m gpu), suite 22% (every test file in its own
 pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
 (the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 4% (the
 small step replayed as CUDA graphs, graphs.StepGraphs, against eager steps: time and bits), train_step
@@ -437,7 +437,7 @@ def main(argv=None):
     p.add_argument("--out", type=Path, help="the results folder: results.json, summary.md, logs (required)")
     p.add_argument("--minutes", type=float, default=25.0, help="the whole run's time budget (default: 25)")
     p.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
-                   help="run only these (default: all); the others' earlier results in --out are kept")
+                   help="run only these, and env (default: all); the others' earlier results in --out are kept")
     p.add_argument("--test-timeout", type=int, default=120, help="seconds a test may take (default: 120)")
     p.add_argument("--run-dir", type=Path, help="checkpoints and scratch files (default: runs/gpu-run, "
                    "--dry-run: runs/gpu-run-dry); a Multi30k checkpoint there is resumed")
@@ -483,7 +483,7 @@ def main(argv=None):
         if log.split(".")[0] in args.stages:
             (args.out / log).unlink(missing_ok=True)
     for name, share in STAGES.items():
-        if name not in args.stages:
+        if name not in args.stages and name != "env":        # env always: whether this run has a GPU
             results["stages"].setdefault(name, {"status": "skipped", "reason": "not in --stages"})
             continue
         budget = deadline - time.monotonic()

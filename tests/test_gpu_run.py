@@ -93,6 +93,17 @@ def test_a_stage_that_fails_is_recorded_and_the_next_runs(monkeypatch, tmp_path)
     assert [r["status"] for r in stages.values()] == ["ran", "failed"] + ["ran"] * (len(gpu_run.STAGES) - 2)
 
 
+def test_one_stage_alone_in_a_new_folder_finds_the_gpu_first(monkeypatch, tmp_path):
+    """--stages multi30k into an empty --out: env runs too (session 20 lost a GPU run to its absence)."""
+    fake_stages(monkeypatch, gpu_usable=True, broken=None)
+    data = gpu_run.dry_corpus(tmp_path / "data", n=3)
+    assert gpu_run.main(["--data-dir", str(data), "--out", str(tmp_path / "r"), "--run-dir", str(tmp_path / "run"),
+                         "--stages", "multi30k"]) == 0
+    stages = json.loads((tmp_path / "r" / "results.json").read_text())["stages"]
+    assert stages["env"]["status"] == stages["multi30k"]["status"] == "ran"
+    assert {stages[n]["reason"] for n in gpu_run.STAGES if n not in ("env", "multi30k")} == {"not in --stages"}
+
+
 def test_without_a_gpu_the_gpu_stages_are_skipped_with_the_reason(monkeypatch, tmp_path):
     fake_stages(monkeypatch, gpu_usable=False, broken=None)
     data = gpu_run.dry_corpus(tmp_path / "data", n=3)
