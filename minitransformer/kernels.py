@@ -1,7 +1,8 @@
 """Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout, Adam and the embedding's
 backward (lesson 11).
 
-functional.py (its softmax core too, through forward_rows) and optim.py call these only when `active()`.
+functional.py (its softmax core too, through forward_rows), attention.py (softmax's backward, backward_rows)
+and optim.py call these only when `active()`.
 The CUDA C of the row kernels is kernel_source.py; the elementwise ones are built here (_BUILD).
 Elsewhere their NumPy code runs, whose numbers every kernel must give (tests/test_kernels.py); plain.py
 holds the plain forms of both. The CUDA C is compiled by CuPy on first use, never at import, and kept
@@ -88,16 +89,20 @@ def forward_rows(name, x, out=None):
     return y if out is None else out
 
 
+def backward_rows(name, y, dy, out=None):
+    """Row kernel `name`_backward_rows (softmax, log_softmax) over the last axis: dx from the output y and
+    its gradient dy, contiguous arrays (..., n), no graph, into a new array or `out` (out=dy is safe:
+    each thread reads its entries of dy before it writes them)."""
+    n = y.shape[-1]
+    dx = backend.xp.empty_like(y) if out is None else out                # (..., n)
+    _launch(name + "_backward_rows", y.size // n, n, y, dy, dx, np.int64(n))
+    return dx
+
+
 def _row_op(x, name):
     """softmax or log_softmax over the last axis: kernel `name`_rows forward, `name`_backward_rows back."""
     xp, y = backend.xp, forward_rows(name + "_rows", x.data)              # y (..., n), contiguous
-    n = y.shape[-1]
-
-    def backward(g):
-        dx = xp.empty_like(y)                                             # (..., n)
-        _launch(name + "_backward_rows", y.size // n, n, y, xp.ascontiguousarray(g, dtype=y.dtype), dx, np.int64(n))
-        return (dx,)
-    return make_node(y, (x,), backward, name)
+    return make_node(y, (x,), lambda g: (backward_rows(name, y, xp.ascontiguousarray(g, dtype=y.dtype)),), name)
 
 
 def softmax(x):

@@ -18,13 +18,15 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend, kernel_source, kernels
+from minitransformer import attention, backend, kernel_source, kernels
+from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.optim import Adam
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +130,7 @@ def test_environment_variable_sets_backend_fused(value, expected):
 def test_numpy_path_calls_no_kernel(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a fused kernel was called on the NumPy backend")
-    for name in FUSED_OPS + ("forward_rows",):
+    for name in FUSED_OPS + ("forward_rows", "backward_rows"):
         monkeypatch.setattr(kernels, name, refuse)
     monkeypatch.setattr(backend, "fused", True)
     mt.use("cpu")
@@ -424,6 +426,48 @@ def test_the_softmax_core_runs_the_row_kernel_in_place_and_into_a_strided_out(op
     assert ran == [op + "_rows"] * 2
     for got in (a, out):
         assert_close(backend.to_numpy(got), want, tol(257) * (1 + np.abs(np.where(np.isfinite(want), want, 0))), op)
+
+
+def test_attention_backward_hands_the_kernel_p_then_dp_and_takes_ds_in_place(monkeypatch):
+    """Everywhere: with kernels.active patched on and softmax_backward_rows modelled in NumPy (its C, in its
+    argument order y, dy, dx), attention's gradients equal the plain lines'."""
+    def kernel_model(name, y, dy, out=None):
+        assert name == "softmax" and out is dy
+        out[...] = (dy - (dy * y).sum(axis=-1, keepdims=True)) * y      # dx = (dy - sum(dy * y)) * y
+        return out
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
+    fn = lambda *t: scaled_dot_product_attention(*t, mask=np.tril(np.ones((5, 5), bool)))
+    plain = forward_backward("cpu", fn, [q, k, v])[1]
+    monkeypatch.setattr(attention, "kernels", SimpleNamespace(active=lambda *arrays: True, backward_rows=kernel_model))
+    for a, b in zip(forward_backward("cpu", fn, [q, k, v])[1], plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=tol(5 * 8) * (1 + np.abs(b).max()))
+
+
+@gpu
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_attention_backward_runs_softmaxs_backward_row_kernel(dropout_p, monkeypatch):
+    """dS = P * (dP - rowsum(dP * P)) in attention's backward: one softmax_backward_rows launch, in place,
+    against the plain lines (fused off) on the same GPU and the same dropout draws."""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
+    mask = np.tril(np.ones((5, 5), bool))
+    ran, original = [], kernels.backward_rows
+    monkeypatch.setattr(kernels, "backward_rows", lambda *a, **kw: ran.append(a[0]) or original(*a, **kw))
+
+    def grads(fused):
+        monkeypatch.setattr(backend, "fused", fused)
+        mt.use("gpu")
+        mt.seed(0)
+        fn = lambda *t: scaled_dot_product_attention(*t, mask=backend.asarray(mask), dropout_p=dropout_p)
+        return forward_backward("gpu", fn, [q, k, v])[1]
+    plain = grads(False)
+    assert ran == []
+    fused = grads(True)
+    assert ran == ["softmax"]
+    for what, a, b in zip("qkv", fused, plain):
+        assert_close(a, b, tol(5 * 8) * (1 + np.abs(b).max()), f"d{what}")
+    mt.use(DEFAULT_DEVICE)
 
 
 # ==================================================================== cross-entropy
