@@ -1,7 +1,8 @@
 #!/bin/bash
 # The whole GPU run inside one device call of under 10 minutes (session 14's, 15 minutes of device time):
 #   phase 1, alone: versions, the fused-kernel tests, fused ops, the small step's profile, the CUDA-graph
-#   probe, train_step against PyTorch (gpu_run.py --stages env kernels fused profile graph train_step);
+#   probe, train_step against PyTorch (gpu_run.py --stages env kernels fused profile graph train_step), then
+#   the replayed small step's kernels on the GPU's clock (gpu_kernel_profile.py);
 #   phase 2: the whole suite on CuPy (pytest-xdist) beside Multi30k on the GPU recipe (with --cuda-graphs
 #   where phase 1's graph stage found the replayed steps giving the eager steps' bits).
 # Results in results/gpu-run-$KIND (README: copy Multi30k into data/multi30k, carry "data"); packed into
@@ -15,6 +16,9 @@ pack() { tar czf "$OUT/.r.tgz" "$R" 2>/dev/null; mv "$OUT/.r.tgz" "$OUT/r.tgz"; 
 python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R" --stages env kernels fused profile graph train_step \
     --minutes 12 2>&1 | tee "$R/phase1.out"
 pack
+# the replayed small step kernel by kernel on the GPU's clock, beside PyTorch's (PyTorch's profiler)
+timeout 60 python3 benchmarks/gpu_kernel_profile.py --data-dir data/multi30k --preset small --cuda-graphs --top 40 \
+    --json "$R/kernel_profile.json" > "$R/kernel_profile.md" 2>&1; grep "^## " "$R/kernel_profile.md"; pack
 left=$(( END - 15 - ($(date +%s) - T0) )); echo "phase 2: $left s"
 mkdir -p "$R/m30k"
 # Multi30k with --cuda-graphs where the graph stage found the replayed steps equal to the eager ones

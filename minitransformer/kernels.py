@@ -1,5 +1,5 @@
-"""Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout, Adam and the embedding's
-backward (lesson 11).
+"""Fused CuPy kernels for softmax, log-softmax, LayerNorm, cross-entropy, dropout, Adam, the embedding's
+backward and the column sums of bias gradients (lesson 11).
 
 functional.py (its softmax core too, through forward_rows), attention.py (softmax's backward, backward_rows)
 and optim.py call these only when `active()`.
