@@ -6,8 +6,8 @@ computation composed of elementary Tensor ops, their plain forms in plain.py. Ea
 what the op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs
 unchanged on CuPy; on the GPU with backend.fused on, the softmax core and the first five ops hand over
 to the CUDA kernels of kernels.py, which must give these numbers (`if kernels.active(...)`).
-Left out: fused CuPy kernels for embedding and linear (a gather, and a GEMM that cuBLAS does in one
-call), and gradients of the integer inputs (targets, ids), which have none.
+Left out: fused CuPy kernels for embedding's and linear's forward (a gather, a GEMM cuBLAS does whole;
+their backward's scatter and column sum have them), and gradients of integer inputs (targets, ids).
 """
 
 import numpy as np
