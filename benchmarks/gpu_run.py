@@ -6,14 +6,15 @@ trained on the GPU recipe and scored on test_2016_flickr. One results folder, sm
     python benchmarks/gpu_run.py --data-dir data/multi30k --out results/gpu-run-h100 --stages multi30k  # again
     python benchmarks/gpu_run.py --dry-run --out /tmp/gpu-dry      # the CPU, tiny sizes, in seconds
 
-Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes
-what is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
-PyTorch, the package; run every time, named in --stages or not), kernels 6% (tests/test_kernels.py -m gpu), suite 22% (every test file in its own
-pytest on CuPy; a test past --test-timeout seconds ends its file with a traceback), fused 4%, profile 4%
-(the small step op by op, mt.profile(sync=True), and the host's Python by cProfile: profile.txt), graph 4% (the
-small step replayed as CUDA graphs, graphs.StepGraphs, against eager steps: time and bits), train_step
-24% (tiny, small, base in FP32 and TF32, small and base with --cuda-graphs; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu
-on the GPU recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
+Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes what
+is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
+PyTorch, the package; run every time, named in --stages or not), kernels 6% (tests/test_kernels.py -m gpu),
+suite 22% (every test file in its own pytest on CuPy; a test past --test-timeout seconds ends its file with
+a traceback), fused 4%, profile 4% (the small step op by op, mt.profile(sync=True), and the host's Python by
+cProfile: profile.txt), graph 4% (the small step replayed as CUDA graphs, graphs.StepGraphs, against eager
+steps: time and bits), train_step 24% (tiny, small, base in FP32 and TF32, small and base with
+--cuda-graphs; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu on the GPU
+recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
 stages are skipped with that reason. Data comes from --data-dir alone (Multi30k's train, val and
 test_2016_flickr .de.gz/.en.gz), never from ../shared or the network. After every stage --out holds
