@@ -181,7 +181,7 @@ def column_sum(a, b=None):
     N, D = a.shape
     if N == 0:
         return xp.zeros(D, dtype=a.dtype)
-    chunk = max(8, -(-N // 64))                                           # at most 64 chunks of rows
+    chunk = column_chunk(N)
     chunks = -(-N // chunk)
     parts, out = xp.empty((chunks, D), dtype=a.dtype), xp.empty(D, dtype=a.dtype)   # (chunks, D), (D,)
     product = b is not None
@@ -190,6 +190,28 @@ def column_sum(a, b=None):
                                       (a, b, parts, np.int64(N), np.int64(D), np.int64(chunk), np.int64(product)))
     _raw("column_sum_total", a.dtype)((-(-D // MAX_BLOCK),), (MAX_BLOCK,), (parts, out, np.int64(chunks), np.int64(D)))
     return out
+
+
+def column_chunk(n):
+    """Rows per chunk of column_sum's first launch: at most 64 chunks, at least 8 rows each."""
+    return max(8, -(-n // 64))
+
+
+def column_sum_order(a):
+    """column_sum of a NumPy (N, D) array, added in the kernel's order (its numbers, for normal ones: the
+    reference its GPU test and lesson 11's exercise hold it to). Per chunk, thread row k adds rows k, k + 8,
+    ... of the chunk from zero; the 8 partial sums are added in order; then the chunks, from zero."""
+    N, D = a.shape
+    total, chunk = np.zeros(D, a.dtype), column_chunk(N)
+    for start in range(0, N, chunk):
+        stop, part = min(start + chunk, N), np.zeros((8, D), a.dtype)       # (8, D): a block's 8 thread rows
+        for k in range(8):
+            for r in range(start + k, stop, 8):
+                part[k] += a[r]
+        for k in range(1, 8):
+            part[0] += part[k]                                            # thread row 0, in order
+        total += part[0]
+    return total
 
 
 def embedding_backward(shape, ids, g):

@@ -548,7 +548,8 @@ def test_layer_norm_matches_the_plain_path(shape, dtype, calls):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, dtype):
     """kernels.column_sum against float64 sums on the host (chunks of rows: ragged last chunks, columns
-    past a multiple of 32, one row, none), with and without the product, and from a strided view."""
+    past a multiple of 32, one row, none), with and without the product, and from a strided view; and
+    exactly against kernels.column_sum_order, its order of additions in NumPy."""
     mt.use("gpu")
     xp, rng = backend.xp, np.random.default_rng(n + d)
     a, b = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
@@ -561,6 +562,8 @@ def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, 
         assert_close(backend.to_numpy(got), want, tol(n, dtype) * (1 + size), f"{n}x{d} column sums")
     again = [backend.to_numpy(kernels.column_sum(xp.asarray(a), xp.asarray(b))) for _ in range(2)]
     np.testing.assert_array_equal(again[0], again[1])
+    if n:                                 # the kernel's order of additions, in NumPy: the same numbers
+        np.testing.assert_array_equal(backend.to_numpy(kernels.column_sum(xp.asarray(a))), kernels.column_sum_order(a))
     mt.use(DEFAULT_DEVICE)
 
 

@@ -1,13 +1,14 @@
 """Lesson 11, gpu: transfer_megabytes against shape and itemsize (in MB of 10^6 bytes), a plain
-NumPy layer_norm forward against F.layer_norm, and gemm_operand against the layouts cublas.plan reads
-(C-ordered, padded rows, transposed views, vectors, and strides cuBLAS cannot read)."""
+NumPy layer_norm forward against F.layer_norm, gemm_operand against the layouts cublas.plan reads
+(C-ordered, padded rows, transposed views, vectors, and strides cuBLAS cannot read), and column_sums
+against kernels.column_sum_order, to the last bit (other orders of the additions named when met)."""
 import math
 
 import numpy as np
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import cublas
+from minitransformer import cublas, kernels
 
 
 def check_transfer_megabytes(fn, g):
@@ -68,6 +69,61 @@ def check_gemm_operand(fn, g):
             g.fail(f"ld should be {ref[1]}, got {ld!r}" + (f": {hints[ld]}" if ld in hints else ""))
 
 
+def _in_order(x, chunk, stride=8, dtype=np.float32, reverse_parts=False, reverse_chunks=False):
+    """Column sums of x in kernels.column_sum's order, or in one of the orders a learner may take instead."""
+    n, d = x.shape
+    total = np.zeros(d, dtype)
+    starts = list(range(0, n, chunk))
+    for start in reversed(starts) if reverse_chunks else starts:
+        stop, part = min(start + chunk, n), np.zeros((stride, d), dtype)
+        for k in range(stride):
+            for row in range(start + k, stop, stride):
+                part[k] += x[row]
+        for k in range(stride - 1, 0, -1) if reverse_parts else range(1, stride):
+            part[0] += part[k]
+        total += part[0]
+    return total.astype(np.float32)
+
+
+def column_sum_orders(x):
+    """[(the column sums in another order, hint)]: the orders a learner may take instead of the kernel's."""
+    n = len(x)
+    up = -(-n // 64)
+    return [(x.sum(axis=0), "that is NumPy's order (x.sum(axis=0), row after row): the kernel cuts the rows "
+                            "into chunks, each added by 8 thread rows"),
+            (_in_order(x, max(8, up), stride=1), "in a chunk, partial sum k adds every 8th row (k, k + 8, ...), "
+                                                 "one per thread row: not the rows one after the other"),
+            (_in_order(x, 64), "chunk = max(8, ceil(N / 64)) rows: at most 64 chunks, not chunks of 64 rows"),
+            (_in_order(x, max(8, n // 64)), "round N / 64 up: chunk = max(8, ceil(N / 64))"),
+            (_in_order(x, max(up, 1)), "a chunk holds at least 8 rows: chunk = max(8, ceil(N / 64))"),
+            (_in_order(x, max(8, up), reverse_parts=True), "add the 8 partial sums in order: 0, then 1, ..., 7"),
+            (_in_order(x, max(8, up), reverse_chunks=True), "add the chunks' sums in order, first chunk first"),
+            (_in_order(x, max(8, up), dtype=np.float64), "add in float32, as the kernel does (float64 rounds "
+                                                         "otherwise)")]
+
+
+def check_column_sums(fn, g):
+    r = np.random.default_rng(111)
+    for n, d in ((1, 3), (5, 2), (1000, 4), (513, 6), (100, 7), (4097, 3), (9, 3), (64, 5)):
+        g.start(f"g of shape ({n}, {d}), float32")
+        x = (r.standard_normal((n, d)) * 10.0 ** r.uniform(-3, 3, (n, d))).astype(np.float32)   # wide range
+        ref = kernels.column_sum_order(x)
+        yours = g.call(fn, x.copy())
+        g.cmp("the sums", yours, ref, tol=np.inf)                     # its shape, its kind: within any tolerance
+        if np.asarray(yours).dtype != np.float32:
+            g.fail(f"return float32 numbers, got {np.asarray(yours).dtype}: add in float32, as the kernel does")
+        if np.array_equal(yours, ref):
+            continue
+        for wrong, hint in column_sum_orders(x):
+            if np.array_equal(yours, wrong):
+                g.fail(f"the last bits differ from the kernel's in {int((yours != ref).sum())} of {d} columns: {hint}")
+        worst = float(np.max(np.abs(np.asarray(yours, np.float64) - ref)))
+        close = worst <= 8 * np.finfo(np.float32).eps * np.sqrt(n) * float(np.abs(x).sum(0).max())
+        g.fail(f"max diff {worst:.3g} from the kernel's sums: " + ("the same sums added in another order (the kernel: "
+               "chunks of max(8, ceil(N / 64)) rows, 8 partial sums of every 8th row, then in order)" if close
+               else "more than another order of additions explains: a row missed or counted twice?"))
+
+
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
 def transfer_megabytes_mistakes(ref, dtype):
     return [(ref * 1e6 / 2 ** 20, "a megabyte here is 10^6 bytes (MB), not 2^20 (MiB)"),
@@ -84,4 +140,4 @@ def layer_norm_mistakes(x, gamma, beta):
 
 
 ITEMS = [("transfer_megabytes", check_transfer_megabytes), ("layer_norm", check_layer_norm),
-         ("gemm_operand", check_gemm_operand)]
+         ("gemm_operand", check_gemm_operand), ("column_sums", check_column_sums)]

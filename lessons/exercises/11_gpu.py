@@ -1,5 +1,5 @@
-"""Lesson 11, build it: what a device-host copy moves, the plain LayerNorm a fused kernel must match, and
-how cuBLAS (column-major) reads a NumPy matrix.
+"""Lesson 11, build it: what a device-host copy moves, the plain LayerNorm a fused kernel must match, how
+cuBLAS (column-major) reads a NumPy matrix, and a column sum in a GPU kernel's order of additions.
 
 Replace each `raise NotImplementedError` with your code, then grade it:
 
@@ -35,3 +35,12 @@ def gemm_operand(shape, strides, itemsize):
     of 1 has no step: then ld is that length). None where the memory is neither, or a stride is not a
     whole number of elements (cublas.plan then copies the operand C-ordered first)."""
     raise NotImplementedError("gemm_operand: your turn")
+
+
+def column_sums(g):
+    """The sums down the columns of a float32 array g (N, D), as a float32 (D,) array, added in
+    kernels.column_sum's order (lesson 11, "Reading the GPU's clock"): the rows cut into chunks of
+    max(8, ceil(N / 64)) rows; in each chunk, 8 partial sums k = 0..7, each starting from zero and adding
+    rows k, k + 8, k + 16, ... of the chunk; then partial sum 0 plus 1, plus 2, ..., plus 7; the total
+    starts from zero and adds each chunk's sum, chunk after chunk. All in float32."""
+    raise NotImplementedError("column_sums: your turn")

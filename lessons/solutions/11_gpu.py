@@ -1,5 +1,5 @@
-"""Lesson 11, answers: what a copy costs, the plain LayerNorm that a fused kernel must match, and how
-cuBLAS reads a NumPy matrix.
+"""Lesson 11, answers: what a copy costs, the plain LayerNorm that a fused kernel must match, how cuBLAS
+reads a NumPy matrix, and a column sum in a GPU kernel's order.
 
 Graded by `python lessons/check.py 11 --solutions`; your own go in lessons/exercises/11_gpu.py.
 
@@ -53,6 +53,24 @@ def gemm_operand(shape, strides, itemsize):
     if cols_contiguous:                                           # each column a column of the matrix
         return True, rows if cols == 1 else max(to_next_col, rows)
     return None
+
+
+def column_sums(g):
+    """The order of kernels.column_sum (column_sum_parts, then column_sum_total), in NumPy: each row
+    addition below is one float32 addition per column, as each GPU thread makes it."""
+    n, d = g.shape
+    chunk = max(8, -(-n // 64))                                   # ceil(n / 64) rows, at least 8
+    total = np.zeros(d, np.float32)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        part = np.zeros((8, d), np.float32)                       # a block's 8 thread rows
+        for k in range(8):
+            for row in range(start + k, stop, 8):                 # every 8th row of the chunk
+                part[k] += g[row]
+        for k in range(1, 8):                                     # thread row 0 adds the others, in order
+            part[0] += part[k]
+        total += part[0]                                          # the second launch: chunk after chunk
+    return total
 
 
 def answers_to_questions():
