@@ -183,7 +183,7 @@ extern "C" __global__ void embedding_backward_rows(const T* g, const long long* 
 // each block (32 x 8 threads) takes 32 columns (blockIdx.x) of one chunk of rows (blockIdx.y); each thread
 // adds every 8th row of the chunk down its column (a warp reads 32 neighbouring numbers: one memory line),
 // then thread row 0 adds the 8 partial sums in order: parts[chunk, column]. Fixed order: the same bits
-// every run. (A column for each block, as a stock sum over axis 0 takes it, reads a line per number.)
+// every run. (A column read down on its own, by neighbouring threads, would read a line per number.)
 extern "C" __global__ void column_sum_parts(const T* a, const T* b, T* parts, const long long n,
                                             const long long d, const long long chunk, const long long product) {
     __shared__ T buf[8][32];

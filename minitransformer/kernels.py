@@ -172,8 +172,8 @@ def dropout(x, p):
 
 def column_sum(a, b=None):
     """The sums down the columns of a (N, D), or of a * b, as a (D,) array: the bias gradients (linear's,
-    LayerNorm's beta) and LayerNorm's dgamma. A stock sum over axis 0 gives each column a block that reads
-    one number per memory line: 135 us a call, 23% of the small step on an H200 (session 20). Here 32
+    LayerNorm's beta) and LayerNorm's dgamma. CuPy's sum over axis 0 took 135 us a call, 23% of the small
+    step on an H200 (session 20; our reading: each column read down on its own, a memory line a number). Here 32
     columns a block, over chunks of rows, then the chunks' sums added in order (column_sum_parts and
     column_sum_total): no atomics, the same bits every run, launches set by N and D alone."""
     xp = backend.xp
