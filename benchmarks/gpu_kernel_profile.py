@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_step import VOCAB, make_batches, run_ours, run_torch  # noqa: E402
+from train_step import VOCAB, lengths_folder, make_batches, run_ours, run_torch  # noqa: E402
 
 GPU_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -77,7 +77,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=4, help="profiled steps (default 4)")
     p.add_argument("--max-tokens", type=int, default=8192, help="target tokens a batch (default 8192)")
     p.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    p.add_argument("--data-dir", help="Multi30k's folder (train.en.gz) for real sentence lengths")
+    p.add_argument("--data-dir", type=Path, help="Multi30k's folder (train.de.gz, train.en.gz) for its sentence "
+                   "lengths (default: ../shared/data/multi30k where present, else generated lengths)")
     p.add_argument("--cuda-graphs", action="store_true", help="ours replayed as CUDA graphs")
     p.add_argument("--no-torch", action="store_true", help="ours only")
     p.add_argument("--top", type=int, default=25, help="kernels listed per framework (default 25)")
@@ -88,6 +89,7 @@ def main(argv=None):
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.cuda_graphs and args.device != "gpu":
         p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
+    args.data_dir = lengths_folder(p, args.data_dir)
     try:
         import torch  # noqa: F401
     except ImportError:

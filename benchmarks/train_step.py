@@ -75,6 +75,22 @@ def sentence_lengths(data_dir, n_max=29000, seed=0):
     return lens, source
 
 
+def lengths_folder(parser, data_dir):
+    """The folder of the Multi30k train files whose lengths the batches take: --data-dir (refused through
+    `parser`, before any work, where it lacks them), else ../shared's where present, else None (generated
+    lengths, said on stderr)."""
+    if data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
+        return SHARED
+    if data_dir is not None:
+        missing = [n for n in ("train.de.gz", "train.en.gz") if not (data_dir / n).is_file()]
+        if missing:
+            parser.error(f"--data-dir {data_dir} holds no {' or '.join(missing)}: give the Multi30k folder")
+        return data_dir.resolve()
+    print(f"WARNING: no Multi30k train files (no --data-dir, and {SHARED} is absent): the batches take "
+          f"GENERATED sentence lengths, not Multi30k's; give --data-dir for comparable figures", file=sys.stderr)
+    return None
+
+
 def make_batches(vocab, max_tokens, n_batches, data_dir, seed=0):
     """Length-sorted batches of at most `max_tokens` padded target tokens (<s> y), random ids >= 3."""
     lens, source = sentence_lengths(data_dir)
@@ -375,16 +391,7 @@ def main(argv=None):
         p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
     if max(args.ranks) > 1 and not distributed.can_launch():
         p.error(f"--ranks {max(args.ranks)} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
-    if args.data_dir is None and (SHARED / "train.de.gz").exists() and (SHARED / "train.en.gz").exists():
-        args.data_dir = SHARED
-    elif args.data_dir is not None:
-        missing = [n for n in ("train.de.gz", "train.en.gz") if not (args.data_dir / n).is_file()]
-        if missing:
-            p.error(f"--data-dir {args.data_dir} holds no {' or '.join(missing)}: give the Multi30k folder")
-        args.data_dir = args.data_dir.resolve()
-    else:
-        print(f"WARNING: no Multi30k train files (no --data-dir, and {SHARED} is absent): the batches take "
-              f"GENERATED sentence lengths, not Multi30k's; give --data-dir for comparable figures", file=sys.stderr)
+    args.data_dir = lengths_folder(p, args.data_dir)
     results, failed = [], []
     env = {**os.environ, "CUPY_TF32": "1" if args.tf32 else "0"}
     for preset, _, ranks, fw in itertools.product(args.preset, range(args.rounds), args.ranks,

@@ -39,6 +39,7 @@ BAD = [
     ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),
     ("benchmarks/gpu_kernel_profile.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
     ("benchmarks/gpu_kernel_profile.py", ["--device", "cpu", "--cuda-graphs"], r"--cuda-graphs replays CUDA graphs: give --device gpu"),
+    ("benchmarks/gpu_kernel_profile.py", ["--data-dir", "{tmp}"], r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
     ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"], r"--minutes must be a number above 0, got 0\.0"),
     ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"], r"--data-dir .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
