@@ -31,8 +31,8 @@ class StepGraphs:
     """Training steps of `model` with Adam `optimizer` (every parameter updated at every step, a batch per
     update, one process), each batch shape's recorded as a CUDA graph on its second sight and replayed from
     its third; up to `max_graphs` shapes (others run eagerly). step(batch, lr) -> the loss (device scalar).
-    A recording or a replay that fails is kept in `failed` (the Trainer logs it) and every later step
-    runs eagerly."""
+    A recording or a replay that fails is kept in `failed` (the Trainer logs it): no shape is recorded
+    after it; a failed recording keeps the graphs recorded before it, a failed replay drops them all."""
 
     @staticmethod
     def check(ranks):
@@ -82,7 +82,7 @@ class StepGraphs:
                 try:
                     graph.launch(self.stream)
                 except Exception as e:                               # refused before it ran: eager from now on
-                    self._fail(f"a replay: {type(e).__name__}: {e}")
+                    self._fail(f"a replay: {type(e).__name__}: {e}", keep=False)
                     entry = None
             if entry is not None:
                 self.counts["replayed"] += 1
@@ -141,14 +141,18 @@ class StepGraphs:
             graph = self.stream.end_capture()
         except Exception as e:                                       # an invalidated recording
             error = error or e
-        if error is not None:
-            return self._fail(f"recording: {type(error).__name__}: {error}")
+        if error is not None:                # (out of memory for one more graph, say): the recorded replay
+            return self._fail(f"recording: {type(error).__name__}: {error}", keep=True)
         self.graphs[key] = (graph, buffers, loss)
         self.counts["recorded"] += 1
 
-    def _fail(self, what):
-        """Drop every graph; the steps run eagerly from now on. Says why, once."""
+    def _fail(self, what, keep):
+        """No more recordings; the graphs recorded kept (keep) or dropped. Says why, once."""
         self.failed = what
-        self.graphs.clear()
+        if not keep:
+            self.graphs.clear()
         if self.on_failure is not None:
-            self.on_failure(f"cuda_graphs: {what}; every step runs eagerly from here")
+            n = len(self.graphs)
+            rest = (f"the graphs of the {n} batch shape{'s' * (n != 1)} recorded go on replaying, every other "
+                    f"step runs eagerly from here" if n else "every step runs eagerly from here")
+            self.on_failure(f"cuda_graphs: {what}; {rest}")

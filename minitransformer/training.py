@@ -147,7 +147,7 @@ class Trainer(TrainerCheckpoints):
         return step_loss, n_total
 
     def _graphs_failed(self, what):
-        """StepGraphs' sentence when a recording or a replay fails (the run goes on eagerly): printed, logged."""
+        """StepGraphs' sentence when a recording or a replay fails (the run goes on): printed, logged."""
         self.log(what)
         self._write_log({"step": self.step + 1, "event": "cuda_graphs_failed", "what": what})
 

@@ -157,6 +157,32 @@ def test_the_trainer_with_graphs_on_numpy_gives_the_plain_runs_bits_and_resumes(
     assert full.graphs is None and again.graphs is None
 
 
+def test_a_failed_recording_keeps_the_graphs_before_it_and_a_failed_replay_drops_them(on_cpu):
+    """StepGraphs._record and _fail with a stand-in for the stream's capture: a recording that raises (out
+    of memory for one more graph, say) keeps the shapes recorded, stops recording, says so once; a replay
+    that fails drops every graph."""
+    class Capture:
+        begin_capture = staticmethod(lambda: None)
+        end_capture = staticmethod(lambda: "a graph")
+    said = []
+    steps = object.__new__(StepGraphs)
+    steps.stream, steps.graphs, steps.failed, steps.on_failure = Capture(), {}, None, said.append
+    steps.counts = {"eager": 0, "recorded": 0, "replayed": 0}
+    steps._body = lambda inputs, loss: None
+    steps._record("shape 1", [np.zeros(3, np.float32)])
+    assert list(steps.graphs) == ["shape 1"] and steps.failed is None and not said
+
+    def out_of_memory(inputs, loss):
+        raise MemoryError("out of memory allocating 2,000,000,000 bytes")
+    steps._body = out_of_memory
+    steps._record("shape 2", [np.zeros(3, np.float32)])
+    assert list(steps.graphs) == ["shape 1"] and steps.counts["recorded"] == 1
+    assert said == ["cuda_graphs: recording: MemoryError: out of memory allocating 2,000,000,000 bytes; the graphs "
+                    "of the 1 batch shape recorded go on replaying, every other step runs eagerly from here"]
+    steps._fail("a replay: CUDARuntimeError: cudaErrorInvalidValue", keep=False)
+    assert steps.graphs == {} and said[1].endswith("; every step runs eagerly from here")
+
+
 # ==================================================================== on a GPU
 def run(task, tmp_path=None, graphs=True, steps=12, callbacks=(), model_seed=0, resume=None, log=quiet):
     """A tiny run on the GPU: 12 updates over the task's two batch shapes (each seen 6 times)."""
