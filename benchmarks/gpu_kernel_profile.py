@@ -26,7 +26,7 @@ GPU_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def profile(runner, preset, batches, device, steps):
-    """Run `steps` profiled steps after the batches once round unprofiled (compiles, warms, records
+    """Run `steps` profiled steps after the batches twice round unprofiled (compiles, warms, records the
     graphs); the events of the GPU (or, on the CPU, the ops) summed by name, per step."""
     import torch
     from torch.profiler import ProfilerActivity
@@ -44,7 +44,7 @@ def profile(runner, preset, batches, device, steps):
         wall = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
-        events = json.load(open(os.path.join(tmp, "trace.json")))["traceEvents"]
+        events = json.loads(Path(tmp, "trace.json").read_text())["traceEvents"]
     by_name = collections.defaultdict(lambda: [0, 0.0])      # name -> [calls, microseconds]
     for e in events:
         if e.get("ph") == "X" and (e.get("cat") in GPU_EVENTS if gpu else e.get("cat") == "cpu_op"):
