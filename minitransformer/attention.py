@@ -39,19 +39,24 @@ def causal_mask(T, offset=0):
 # -------------------------------------------------------------------- the fused op
 def attention_forward(q, k, v, mask, dropout_p, training):
     """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None).
-    With cores on, cut over the batch (cores.by_rows; the dropout mask is drawn first by cores.uniform)."""
+    With cores on, cut over the batch (cores.by_rows: each block writes its rows of O and P; the dropout
+    mask is drawn first, by cores.uniform)."""
+    xp = backend.xp
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])  # (B, H, Tq, Tk)
     if mask is not None:
         _check_mask(mask, scores)
     drop = training and dropout_p > 0
     kept = cores.uniform(backend.rng(), scores) >= dropout_p if drop else None  # (B, H, Tq, Tk) bool
-    return cores.by_rows(_attend, q, k, v, mask, kept, dropout_p) + (kept,)
+    dtype = xp.result_type(q, k, v)
+    o, p = xp.empty(scores[:-1] + v.shape[-1:], dtype), xp.empty(scores, dtype)  # (B, H, Tq, K), (B, H, Tq, Tk)
+    cores.by_rows(_attend, q, k, v, mask, kept, dropout_p, o, p)
+    return o, p, kept
 
 
-def _attend(q, k, v, mask, kept, dropout_p):
-    """O and P of eq. (1), for all rows or a block of them."""
+def _attend(q, k, v, mask, kept, dropout_p, o, p):
+    """O and P of eq. (1), for all rows or a block of them, written into o and p."""
     xp = backend.xp
-    s = backend.matmul(q, xp.swapaxes(k, -1, -2))   # (B, H, Tq, Tk)
+    s = backend.matmul(q, xp.swapaxes(k, -1, -2), out=p)  # (B, H, Tq, Tk): the scores, in P's array
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
         xp.copyto(s, s.dtype.type(NEG), where=~mask)             # masked scores -> -1e9 (in place, broadcast)
@@ -59,7 +64,7 @@ def _attend(q, k, v, mask, kept, dropout_p):
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
     pd = p if kept is None else (p * kept) * (1.0 / (1.0 - dropout_p))  # inverted dropout
-    return backend.matmul(pd, v), p                  # (B, H, Tq, K)
+    backend.matmul(pd, v, out=o)                     # (B, H, Tq, K)
 
 
 def _check_mask(mask, scores):

@@ -158,7 +158,8 @@ def by_rows(fn, first, *args):
     """fn(first, *args) computed on blocks of rows side by side and joined: `first` and every array
     argument of its dimensions and first axis are cut, other arguments (numbers, None, an array that
     broadcasts over the rows) passed whole; fn returns a tuple of arrays of those rows (or None), each
-    joined again. For passes whose rows are independent: the same bits as fn(first, *args). Not cut
+    joined again, or None when it writes its results into arguments cut like the others (no join: no
+    copy). For passes whose rows are independent: the same bits as fn(first, *args). Not cut
     when the arrays cut hold fewer than MIN_WORK elements in all."""
     n, ndim = len(first), first.ndim
     cut = [isinstance(a, np.ndarray) and a.ndim == ndim and len(a) == n for a in args]
@@ -168,7 +169,7 @@ def by_rows(fn, first, *args):
     def block(rows):
         parts.append((rows.start, fn(first[rows], *(a[rows] if c else a for a, c in zip(args, cut)))))
     for_blocks(block, n, work)
-    if len(parts) == 1:
+    if len(parts) == 1 or parts[0][1] is None:
         return parts[0][1]
     parts = [result for _, result in sorted(parts, key=lambda part: part[0])]
     return tuple(None if pieces[0] is None else np.concatenate(pieces) for pieces in zip(*parts))

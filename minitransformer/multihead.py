@@ -66,19 +66,23 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         if backend.device == "gpu":                                        # read by two GEMMs: one copy
             g = backend.xp.ascontiguousarray(g)
-        needs = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]
-        grads = cores.by_rows(attention.attention_backward, g, q, k, v, p, kept, dropout_p, *needs)  # dQ, dK, dV
-        result, first = [], 0
+        result, views = [], []                                            # each part's gradient; its head views
         for t, n in zip(parts, layout):
-            buf = None
-            if t.requires_grad:
-                buf = backend.xp.empty(t.shape, dtype=t.dtype)             # (B, T, n*D)
-                for view, grad in zip(_heads(buf, n, n_heads), grads[first:first + n]):
-                    view[...] = grad                                      # (B, H, T, K) into its slot
+            buf = backend.xp.empty(t.shape, dtype=t.dtype) if t.requires_grad else None  # (B, T, n*D)
             result.append(buf)
-            first += n
+            views += [None] * n if buf is None else _heads(buf, n, n_heads)  # n x (B, H, T, K)
+        cores.by_rows(_backward_into, g, q, k, v, p, kept, dropout_p, *views)  # dQ, dK, dV into their slots
         return tuple(result)
     return make_node(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
+
+
+def _backward_into(g, q, k, v, p, kept, dropout_p, *views):
+    """attention_backward for all rows or a block of them, dQ, dK, dV written into their views (None: not
+    needed), so that the blocks' results are never joined first (cores.by_rows)."""
+    grads = attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views))
+    for view, grad in zip(views, grads):
+        if view is not None:
+            view[...] = grad                                              # (B, H, T, K) into its slot
 
 
 class MultiHeadAttention(nn.Module):

@@ -16,6 +16,7 @@ import minitransformer as mt
 import minitransformer.functional as F
 from minitransformer import backend, cores
 from minitransformer.attention import causal_mask, padding_mask
+from minitransformer.multihead import multi_head_attention
 from minitransformer.training import Trainer
 
 from conftest import f32_tol, quiet, tiny_model, training_config
@@ -169,6 +170,11 @@ def test_matmul_cuts_rows_at_the_alignment_and_matches_one_call(two_threads, mon
     a, b, c = f(40, 8), f(40, 8), f(1, 8)
     cut, whole = cores.by_rows(fn, a, b, c, 2.0), fn(a, b, c, 2.0)
     assert cut[1] is None and all(np.array_equal(u, v) for u, v in zip(cut[::2], whole[::2]))
+    def into(a, c, o):                                                # writes its rows of o: nothing to join
+        np.multiply(a, c, out=o)
+    out = np.full((40, 8), np.nan, np.float32)
+    assert cores.by_rows(into, a, c, out) is None
+    assert np.array_equal(out, a * c)
 
 
 @pytest.mark.parametrize("shape", [(0,), (1,), (7,), (1001,), (3, 5, 7), (64, 129)])
@@ -219,6 +225,10 @@ def _ops():
         out = mt.scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=dropout, training=True,
                                               return_weights=True)
         return out, [q, k, v]
+    def heads(layout, mask, dropout):                                 # multihead's node: its blocks write in place
+        mt.seed(4)
+        parts = [leaf(B, T, 3 * H * K)] if layout == "qkv" else [leaf(B, T, H * K), leaf(B, S, 2 * H * K)]
+        return multi_head_attention(parts, H, mask, dropout_p=dropout, training=True), parts
     full = np.zeros((B, 1, T, S), bool)                                # every key of every row masked
     return {"cross_entropy eps 0.1": lambda: ce(0.1, 0), "cross_entropy eps 0, no ignore": lambda: ce(0.0, None),
             "cross_entropy all ignored": lambda: (F.cross_entropy(z := leaf(2, 3, 11), np.zeros((2, 3), int),
@@ -226,7 +236,9 @@ def _ops():
             "layer_norm": norm, "relu": relu,
             "attention, padding mask": lambda: attn(padding_mask(src), 0.0),
             "attention, causal mask broadcast, dropout": lambda: attn(causal_mask(T), 0.3),
-            "attention, no mask": lambda: attn(None, 0.0), "attention, all masked": lambda: attn(full, 0.0)}
+            "attention, no mask": lambda: attn(None, 0.0), "attention, all masked": lambda: attn(full, 0.0),
+            "multi-head self-attention, causal, dropout": lambda: heads("qkv", causal_mask(T), 0.3),
+            "multi-head encoder-decoder attention, padding mask": lambda: heads("q, kv", padding_mask(src), 0.0)}
 
 
 @pytest.mark.parametrize("name", list(_ops()))
