@@ -332,6 +332,17 @@ def test_cli_in_process(tmp_path, capsys):
     assert BPE.load(out).merges == BPE.train([corpus], 300).merges
 
 
+def test_cli_says_when_the_vocabulary_falls_short(tmp_path, capsys):
+    # "learned 0 merges (vocab size 259)" for --vocab-size 300 gave no reason.
+    (tmp_path / "a.txt").write_text("hello world\n", encoding="utf-8")
+    for vocab_size, short in ((259, False), (300, True)):
+        args = parse(["bpe", "--input", str(tmp_path / "a.txt"), "--vocab-size", str(vocab_size),
+                      "--output", str(tmp_path / "tok.json"), "--quiet"])
+        assert bpe_command.run_bpe(args) == 0
+        printed = capsys.readouterr().out
+        assert ("note: 259 of the 300 ids asked for: no pair occurs 2 or more times" in printed) == short, printed
+
+
 def test_cli_errors(tmp_path, capsys):
     argv = ["bpe", "--input", str(tmp_path / "nope.txt"), "--vocab-size", "300",
             "--output", str(tmp_path / "tok.json"), "--quiet"]

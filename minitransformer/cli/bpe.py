@@ -73,6 +73,9 @@ def run_bpe(args):
             n_bytes += len(line.encode("utf-8"))
     print(f"learned {len(tokenizer.merges)} merges (vocab size {tokenizer.vocab_size}) from "
           f"{len(args.input)} file(s) in {seconds:.2f} s; wrote {args.output}")
+    if tokenizer.vocab_size < args.vocab_size:        # learning stops when no pair is frequent enough
+        print(f"note: {tokenizer.vocab_size:,} of the {args.vocab_size:,} ids asked for: no pair occurs "
+              f"{args.min_frequency} or more times after the last merge (--min-frequency {args.min_frequency})")
     print(f"compression on the input: {n_tokens:,} tokens for {n_words:,} words = "
           f"{n_tokens / max(n_words, 1):.3f} tokens per word ({n_bytes / max(n_tokens, 1):.2f} bytes per token)")
     return 0
