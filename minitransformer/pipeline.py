@@ -83,6 +83,10 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         log(f"training data: {report}")
         if not pairs:
             raise ValueError(f"no sentence pairs to train on in {train_names[0]} and {train_names[1]}: {report}")
+        over = sum(max(len(x), len(y)) + 1 > training_config.max_tokens for x, y in pairs)  # x </s>, <s> y
+        if over:
+            log(f"note: {over:,} pair(s) longer than max_tokens ({training_config.max_tokens:,}) padded: "
+                f"each is a batch of its own, over the budget")
         if valid is not None:
             check_valid_lengths(valid, valid_names, tokenizer, longest)
         backend.seed(training_config.seed)

@@ -82,3 +82,18 @@ def test_a_new_run_into_an_earlier_runs_directory_is_refused_before_it_writes(tm
 def test_needs_a_tokenizer_or_a_vocab_size(tmp_path):
     with pytest.raises(ValueError, match="vocab_size"):
         prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path)
+
+
+def test_says_when_pairs_are_longer_than_a_batch(tmp_path):
+    # --max-tokens 1 trained, printing "1 tokens per update", with no word that every pair went over it.
+    tokenizer = BPE.train(SOURCE + TARGET, 270, min_frequency=1)
+    longest = max(max(len(tokenizer.encode(s)), len(tokenizer.encode(t))) + 1 for s, t in zip(SOURCE, TARGET) if s)
+    for max_tokens, note in ((longest, None), (longest - 1, "1 pair(s)"), (1, "4 pair(s)")):
+        messages = []
+        config = TrainingConfig(steps=1, max_tokens=max_tokens, warmup_steps=1, eval_every=0, progress=False)
+        prepare_training(SOURCE, TARGET, tiny, config, tmp_path / str(max_tokens), tokenizer=tokenizer,
+                         log=messages.append)
+        notes = [m for m in messages if m.startswith("note:")]
+        assert notes == ([] if note is None else
+                         [f"note: {note} longer than max_tokens ({max_tokens}) padded: each is a batch of its own, "
+                          f"over the budget"]), messages
