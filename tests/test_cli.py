@@ -39,6 +39,20 @@ def test_help(command, capsys):
     assert f"examples:\n  python -m minitransformer {command}" in out
 
 
+@pytest.mark.parametrize("argv", [["demo", "--bogus"], ["bleu", "h.txt", "r.txt", "--lowercase"],
+                                  ["translate", "--checkpoint", "c.npz", "--bogus", "1"],
+                                  ["average", "--output", "a.npz", "c.npz", "--bogus"]])
+def test_unknown_option_named_by_its_subcommand(argv, capsys):
+    # "python -m minitransformer: error: unrecognized arguments", without the subcommand or its usage line
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    unknown = " ".join(argv[argv.index(next(a for a in argv if a in ("--bogus", "--lowercase"))):])
+    assert e.value.code == 2
+    assert err.startswith(f"usage: python -m minitransformer {argv[0]} ")
+    assert err.endswith(f"python -m minitransformer {argv[0]}: error: unrecognized arguments: {unknown}\n"), err
+
+
 def test_top_level_help_lists_commands():
     run = subprocess.run([sys.executable, "-m", "minitransformer", "--help"], cwd=CLI_DIR.parents[1],
                          capture_output=True, text=True, timeout=120)

@@ -32,12 +32,16 @@ def build_parser():
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:
         module.add_parser(subparsers)
+    parser.commands = subparsers.choices                # name -> that subcommand's parser
     return parser
 
 
 def main(argv=None):
     """Parse argv (default: sys.argv[1:]) and run one subcommand; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                                        # named by the subcommand, with its usage line
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     # SIGTERM as Ctrl-C from the start (learning a BPE, reading a corpus), not only once training runs
     catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     previous = signal.signal(signal.SIGTERM, _terminate) if catch else None
