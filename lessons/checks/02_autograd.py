@@ -38,10 +38,12 @@ def check_mul(fn, g):
 def check_reduce_sum(fn, g):
     r = np.random.default_rng(21).standard_normal
     g.error_hint = ("backward must return a gradient of x's shape: put the summed axes back "
-                    "(np.expand_dims when keepdims=False) and copy g along them (np.broadcast_to)")
+                    "(np.expand_dims(g, axes) when keepdims=False: all at once, so their order does not matter) "
+                    "and copy g along them (np.broadcast_to)")
     cases = [("(2, 3, 4), axis=None", [r((2, 3, 4))], {}), ("(2, 3, 4), axis=0", [r((2, 3, 4))], {"axis": 0}),
              ("(2, 3, 4), axis=-1, keepdims=True", [r((2, 3, 4))], {"axis": -1, "keepdims": True}),
              ("(2, 3, 4), axis=(0, 2)", [r((2, 3, 4))], {"axis": (0, 2)}),
+             ("(2, 3, 4), axis=(2, 0): the axes in any order", [r((2, 3, 4))], {"axis": (2, 0)}),
              ("(5,), axis=0", [r(5)], {"axis": 0}), ("(2, 3), keepdims=True", [r((2, 3))], {"keepdims": True})]
     check_op(fn, g, lambda x, axis=None, keepdims=False: x.sum(axis=axis, keepdims=keepdims), cases)
 

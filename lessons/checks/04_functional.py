@@ -11,20 +11,22 @@ from .common import leaf, with_your_backward
 
 def check_softmax(fn, g):
     r = np.random.default_rng(40).standard_normal
-    cases = [("shape (3, 5)", 3 * r((3, 5)), -1), ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0),
-             ("logits near 1000", 1000 + r((2, 4)), -1), ("shape (6,)", r(6), -1),
-             ("one row near 1000, one near 0", np.array([[1000, 999, 998], [0, 1, -1]]) + r((2, 3)), -1)]
-    for case, x, axis in cases:
+    overflow = "exp(1000) overflows: subtract the maximum along the axis first (it cancels)"
+    underflow = ("subtract each row's own maximum (along `axis`), not the whole array's: exp(0 - 1000) "
+                 "underflows to 0 and the row is 0/0")
+    span = ("subtract each row's maximum, not its minimum or mean: exp(x - min) overflows in a row that spans "
+            "1000, while x - max is at most 0")
+    cases = [("shape (3, 5)", 3 * r((3, 5)), -1, overflow), ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0, overflow),
+             ("logits near 1000", 1000 + r((2, 4)), -1, overflow), ("shape (6,)", r(6), -1, overflow),
+             ("one row near 1000, one near 0", np.array([[1000, 999, 998], [0, 1, -1]]) + r((2, 3)), -1, underflow),
+             ("rows that span 1000", np.array([[1000, 0, 1, -1], [-1000, 0, 2, 1]]) + r((2, 4)), -1, span)]
+    for case, x, axis, nan_hint in cases:
         g.start(case)
-        overflow = "exp(1000) overflows: subtract the maximum along the axis first (it cancels)"
-        underflow = ("subtract each row's own maximum (along `axis`), not the whole array's: exp(0 - 1000) "
-                     "underflows to 0 and the row is 0/0")
         ref, mine = F.softmax(mt.tensor(x), axis=axis).numpy(), x.copy()
         last = np.exp(x - x.max(-1, keepdims=True))
         known = [] if axis in (-1, x.ndim - 1) else [(last / last.sum(-1, keepdims=True),
                                                       "take the max and the sum along `axis`, not the last axis")]
-        g.cmp("softmax", g.call(fn, mine, axis=axis), ref, known=known,
-              nan_hint=underflow if x.max() - x.min() > 500 else overflow)
+        g.cmp("softmax", g.call(fn, mine, axis=axis), ref, known=known, nan_hint=nan_hint)
         if not np.array_equal(mine, x):          # cross_entropy_backward calls it on the caller's logits
             g.fail("softmax changed its input x in place: compute into a new array (x - x.max(...) makes one)")
 
@@ -50,14 +52,23 @@ def check_cross_entropy_backward(fn, g):
              ("logits (4, 5), label_smoothing=0.1", z4, np.array([0, 3, 3, 1]), 0.1, None),
              ("logits (2, 3, 6), label_smoothing=0.1, ignore_index=0", r((2, 3, 6)),
               np.array([[2, 4, 0], [1, 0, 0]]), 0.1, 0),
-             ("every row ignored", r((2, 4)), np.array([0, 0]), 0.1, 0)]
+             ("every row ignored", r((2, 4)), np.array([0, 0]), 0.1, 0),
+             ("logits (2, 3, 5), ignore_index=-100 (PyTorch's)", r((2, 3, 5)), np.array([[1, -100, 4], [-100, 0, 2]]),
+              0.0, -100)]
     for case, z, t, eps, ignore in cases:
         g.start(case)
+        g.error_hint = ("an ignored row's target is ignore_index, -100 here, and no id of the vocabulary: give it a "
+                        "safe id (np.where(valid, target, 0)) before indexing with it") if ignore == -100 else ""
         z_leaf = leaf(z)
         F.cross_entropy(z_leaf, t, ignore_index=ignore, label_smoothing=eps).backward()
-        got = g.call(fn, z.copy(), t.copy(), label_smoothing=eps, ignore_index=ignore)
+        mine = t.copy()                          # (logits changed in place fail the gradcheck below)
+        got = g.call(fn, z.copy(), mine, label_smoothing=eps, ignore_index=ignore)
+        if not np.array_equal(mine, t):
+            g.fail("cross_entropy_backward changed its input target in place, and the caller still needs it: "
+                   "give ignored rows a safe id in a new array (np.where(valid, target, 0) makes one)")
         g.cmp("dlogits", got, z_leaf.grad, known=cross_entropy_backward_mistakes(z, t, eps, ignore),
               nan_hint="with every row ignored the gradient is 0, not 0/0")
+    g.error_hint = ""
     z, t = r((3, 4)), np.array([1, 0, 3])
 
     def ce(z):
@@ -68,15 +79,21 @@ def check_cross_entropy_backward(fn, g):
 
 def check_layer_norm_backward(fn, g):
     r = np.random.default_rng(43).standard_normal
-    cases = [("x (2, 3, 6)", 4 * r((2, 3, 6)) + 1), ("x (4, 5)", r((4, 5))), ("x (1, 8)", 3 * r((1, 8)))]
-    for case, x in cases:
+    cases = [("x (2, 3, 6)", 4 * r((2, 3, 6)) + 1, {}), ("x (4, 5)", r((4, 5)), {}), ("x (1, 8)", 3 * r((1, 8)), {}),
+             ("x (3, 4), rows of variance ~0.01, eps=0.1", 1 + 0.1 * r((3, 4)), {"eps": 0.1})]
+    for case, x, kwargs in cases:
         g.start(case)
         D = x.shape[-1]
         gamma, beta, dy = r(D), r(D), r(x.shape)
         leaves = [leaf(x), leaf(gamma), leaf(beta)]
-        F.layer_norm(*leaves).backward(dy)
-        dx, dgamma, dbeta = g.unpack(g.call(fn, x.copy(), gamma.copy(), dy.copy()), ["dx", "dgamma", "dbeta"])
-        g.cmp("dx", dx, leaves[0].grad, known=layer_norm_backward_mistakes(x, gamma, dy))
+        F.layer_norm(*leaves, **kwargs).backward(dy)
+        mine = x.copy(), gamma.copy(), dy.copy()
+        dx, dgamma, dbeta = g.unpack(g.call(fn, *mine, **kwargs), ["dx", "dgamma", "dbeta"])
+        for name, yours, given in zip(("x", "gamma", "dy"), mine, (x, gamma, dy)):
+            if not np.array_equal(yours, given):
+                g.fail(f"layer_norm_backward changed its input {name} in place: compute into new arrays "
+                       f"(x - mu and dy * gamma make them)")
+        g.cmp("dx", dx, leaves[0].grad, known=layer_norm_backward_mistakes(x, gamma, dy, **kwargs))
         lead = x.reshape(-1, D).shape[0]
         g.cmp("dgamma", dgamma, leaves[1].grad, shape_hint="sum dy * xhat over every leading axis: gamma is shared",
               known=[((dy * x).reshape(-1, D).sum(0), "dgamma = sum(dy * xhat): the normalised x, not x"),
@@ -92,7 +109,9 @@ def check_layer_norm_backward(fn, g):
 def softmax_backward_mistakes(y, dy, axis):
     known = [(y * dy, "you left out - sum(dy * y): every y_i depends on every x_j (lesson 04, section 1)"),
              (dy - (dy * y).sum(axis, keepdims=True), "multiply by y: dx = y * (dy - sum(dy * y))"),
-             (y * (dy - dy.sum(axis, keepdims=True)), "the sum is of dy * y, not of dy alone")]
+             (y * (dy - dy.sum(axis, keepdims=True)), "the sum is of dy * y, not of dy alone"),
+             (y * (1 - y) * dy, "y_i (1 - y_i) is only the diagonal of the Jacobian: dy_i / dx_j = "
+                                "y_i (delta_ij - y_j) for every j, so dx = y * (dy - sum(dy * y))")]
     if axis != -1:
         known.append((y * (dy - (dy * y).sum(-1, keepdims=True)), "sum along `axis`, the softmax's axis"))
     return known
@@ -109,22 +128,27 @@ def cross_entropy_backward_mistakes(z, t, eps, ignore_index):
     q = (1 - eps) * onehot + eps / V
     t2t = (1 - eps) * onehot + eps / (V - 1) * (1 - onehot)
     bare = (1 - eps) * onehot + eps / V * (1 - onehot)
-    return [((p - q) * valid, "divide by the number of counted rows: the loss is their mean"),
-            ((z - q) * valid / n, "dz = softmax(z) - q: the probabilities p, not the logits z"),
-            ((p - onehot) * valid / n, "label smoothing: the target is q = (1 - eps) onehot + eps / V, not onehot"),
-            ((p - q) * valid / valid.size, "divide by the rows that count (target != ignore_index), not all rows"),
-            ((p - q) / n, "rows whose target is ignore_index get a zero gradient"),
-            ((p - t2t) * valid / n, "q = (1 - eps) onehot + eps / V: every token, the target included, gets eps / V"),
-            ((p - bare) * valid / n, "the target gets eps / V too: q_t = 1 - eps + eps / V")]
+    known = [((p - q) * valid, "divide by the number of counted rows: the loss is their mean"),
+             ((z - q) * valid / n, "dz = softmax(z) - q: the probabilities p, not the logits z"),
+             ((p - onehot) * valid / n, "label smoothing: the target is q = (1 - eps) onehot + eps / V, not onehot"),
+             ((p - q) * valid / valid.size, "divide by the rows that count (target != ignore_index), not all rows"),
+             ((p - q) / n, "rows whose target is ignore_index get a zero gradient"),
+             ((p - t2t) * valid / n, "q = (1 - eps) onehot + eps / V: every token, the target included, gets eps / V"),
+             ((p - bare) * valid / n, "the target gets eps / V too: q_t = 1 - eps + eps / V")]
+    if z.ndim > 2:                               # (batch, time, V): the batch size is not the count
+        known.append(((p - q) * valid / z.shape[0], "divide by the number of counted rows (every position of every "
+                                                    "sequence), not by the batch size"))
+    return known
 
 
-def layer_norm_backward_mistakes(x, gamma, dy):
-    mu, sigma = x.mean(-1, keepdims=True), np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+def layer_norm_backward_mistakes(x, gamma, dy, eps=1e-6):
+    given = "1e-6" if eps == 1e-6 else f"{eps:g}"
+    mu, sigma = x.mean(-1, keepdims=True), np.sqrt(x.var(-1, keepdims=True) + eps)
     xhat, gx = (x - mu) / sigma, dy * gamma
 
     def mean(a):
         return a.mean(-1, keepdims=True)
-    unbiased = np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-6)
+    unbiased = np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps)
     xu = (x - mu) / unbiased
     return [(gx / sigma, "mu and sigma depend on every x_j: you treated them as constants (lesson 04, section 4)"),
             ((gx - mean(gx) - xu * mean(gx * xu)) / unbiased,
@@ -133,12 +157,16 @@ def layer_norm_backward_mistakes(x, gamma, dy):
             ((gx - mean(gx)) / sigma, "you left out - xhat * mean(g * xhat): sigma depends on every x_j"),
             ((dy - mean(dy) - xhat * mean(dy * xhat)) / sigma, "g = dy * gamma: multiply by gamma first"),
             ((gx - mean(gx) - xhat * mean(gx * xhat)) * sigma, "divide by sigma, do not multiply"),
-            (lambda: no_eps(x, gx), "you left out eps: sigma = sqrt(var + eps), eps = 1e-6")]
+            (lambda: dx_with_eps(x, gx, 0.0), f"you left out eps: sigma = sqrt(var + eps), eps = {given}"),
+            (lambda: dx_with_eps(x, gx, 1e-5) if eps != 1e-5 else np.zeros(0),      # (a wrong shape is skipped)
+             f"that is eps = 1e-5, PyTorch's default: use the eps you are given, {given}"),
+            (lambda: dx_with_eps(x, gx, 1e-6) if eps != 1e-6 else np.zeros(0),
+             f"that is eps = 1e-6, the default: use the eps you are given, {given}")]
 
 
-def no_eps(x, gx):
-    """LayerNorm's dx with sigma = sqrt(var), no eps."""
-    sigma = x.std(-1, keepdims=True)
+def dx_with_eps(x, gx, eps):
+    """LayerNorm's dx with sigma = sqrt(var + eps) (eps = 0: no eps)."""
+    sigma = np.sqrt(x.var(-1, keepdims=True) + eps)
     xhat = (x - x.mean(-1, keepdims=True)) / sigma
     return (gx - gx.mean(-1, keepdims=True) - xhat * (gx * xhat).mean(-1, keepdims=True)) / sigma
 

@@ -41,7 +41,12 @@ def step(name, inputs, mistakes=lambda v, d: [], shape_hint=""):
         for case, v, d in layer_norm_cases():
             g.start(case)
             args = [d[a[1:]].copy() if a.startswith("d") else v[a] if a == "eps" else v[a].copy() for a in inputs]
-            g.cmp(f"d{name}", g.call(fn, *args), d[name], known=mistakes(v, d), shape_hint=shape_hint)
+            got = g.call(fn, *args)
+            for a, mine in zip(inputs, args):    # the next step reads them: dxhat feeds both drstd and dxc
+                if a != "eps" and not np.array_equal(mine, d[a[1:]] if a.startswith("d") else v[a]):
+                    g.fail(f"you changed your input {a} in place, and the other steps read it too: compute into a "
+                           f"new array (a * b makes one, a *= b does not)")
+            g.cmp(f"d{name}", got, d[name], known=mistakes(v, d), shape_hint=shape_hint)
     return check
 
 
@@ -60,7 +65,12 @@ def var_mistakes(v, d):
             (0.5 * ve ** -1.5 * dr, "the exponent is -1/2, so the factor is -1/2: the minus sign is missing"),
             (-0.5 * ve ** -0.5 * dr, "the power rule lowers the exponent by one: -1/2 - 1 = -3/2, not -1/2"),
             (-0.5 * ve ** -1.5, "multiply by drstd, the gradient arriving from above (the chain rule)"),
-            (-0.5 * v["var"] ** -1.5 * dr, "you left out eps: rstd = (var + eps) ** -0.5")]
+            (-0.5 * v["var"] ** -1.5 * dr, "you left out eps: rstd = (var + eps) ** -0.5")] + \
+        ([(-0.5 * (v["var"] + 1e-6) ** -1.5 * dr, "that is eps = 1e-6, the default: use the eps you are given")]
+         if v["eps"] != 1e-6 else [])
+
+
+LAST_AXIS = "D is the size of the last axis, xc.shape[-1], not of the first (len(xc))"
 
 
 def xc_mistakes(v, d):
@@ -68,14 +78,16 @@ def xc_mistakes(v, d):
     return [(through_xhat, "xc is used twice, in xhat and in var: add the path through var, dvar * 2 xc / D"),
             (through_var / D, "xc is used twice: add the path through xhat, dxhat * rstd"),
             (through_xhat + through_var, "var is a MEAN of xc ** 2: d var / d xc_j = 2 xc_j / D; the 1/D is missing"),
-            (through_xhat + through_var / 2 / D, "d (xc_j ** 2) / d xc_j = 2 xc_j: the factor 2 is missing")]
+            (through_xhat + through_var / 2 / D, "d (xc_j ** 2) / d xc_j = 2 xc_j: the factor 2 is missing"),
+            (through_xhat + through_var / v["xc"].shape[0], LAST_AXIS)]
 
 
 def x_mistakes(v, d):
     D, dxc, dmu = v["xc"].shape[-1], d["xc"], d["mu"]
     return [(dxc + dmu, "mu is a mean: d mu / d x_j = 1/D, so the path through mu adds dmu / D"),
             (dxc, "x is used twice, in xc = x - mu and in mu = mean(x): add the path through mu, dmu / D"),
-            (dxc - dmu / D, "dmu already holds the minus sign of xc = x - mu: add dmu / D")]
+            (dxc - dmu / D, "dmu already holds the minus sign of xc = x - mu: add dmu / D"),
+            (dxc + dmu / dxc.shape[0], LAST_AXIS)]
 
 
 BROADCAST = "has shape (..., 1) and was broadcast over the D features: sum over the last axis, keepdims=True"

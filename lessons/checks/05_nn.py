@@ -28,7 +28,9 @@ def check_linear_backward(fn, g):
         dx, dW, db = g.unpack(g.call(fn, x.copy(), W.copy(), dy.copy()), ["dx", "dweight", "dbias"])
         g.cmp("dx", dx, leaves[0].grad, shape_hint="dx has x's shape: dy W^T")
         g.cmp("dweight", dW, leaves[1].grad,
-              shape_hint="dweight has weight's shape (d_in, d_out): x^T dy, with x flattened to (N, d_in)")
+              shape_hint="dweight has weight's shape (d_in, d_out): x^T dy, with x flattened to (N, d_in)",
+              known=[(leaves[1].grad / (dy.size // d_out), "sum over the rows, not mean: x^T dy adds every row's "
+                                                           "x_n^T dy_n")])
         g.cmp("dbias", db, leaves[2].grad, shape_hint="dbias has shape (d_out,): sum dy over every leading axis",
               known=[(leaves[2].grad / (dy.size // d_out), "sum dy over the leading axes, not mean: every row "
                                                            "adds the bias")])
@@ -63,6 +65,7 @@ def check_feedforward(cls, g):
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
 def xavier_bound_mistakes(d_in, d_out):
     return [(math.sqrt(6 / d_in), "use d_in + d_out: Glorot's compromise between the forward and backward pass"),
+            (math.sqrt(6 / d_out), "use d_in + d_out: Glorot's compromise between the forward and backward pass"),
             (math.sqrt(2 / (d_in + d_out)),
              "that is the standard deviation; U(-a, a) has variance a^2 / 3, so a = sqrt(6 / (d_in + d_out))")]
 

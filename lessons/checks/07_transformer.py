@@ -20,7 +20,9 @@ def check_count_parameters(fn, g):
         if not isinstance(got, (int, np.integer)):
             g.fail(f"return an int, got {type(got).__name__}")
         if int(got) != ref:
-            known = count_parameters_mistakes(V, D, F_, N)
+            known = {}                           # two mistakes may be off by the same count: name both
+            for diff, why in count_parameters_mistakes(V, D, F_, N):
+                known[diff] = f"{known[diff]}; or {why}" if diff in known else why
             hint = known.get(int(got) - ref, "add up: embedding, N encoder layers, N decoder layers")
             g.fail(f"{int(got):,}, expected {ref:,} (yours is off by {int(got) - ref:+,}); {hint}")
 
@@ -33,21 +35,28 @@ def sinusoids_mistakes(ref, n, d):
     swapped[:, 0::2], swapped[:, 1::2] = ref[:, 1::2], ref[:, 0::2]
     slow[:, 0::2] = np.sin(pos * 10000.0 ** (-i / 2 / d))
     slow[:, 1::2] = np.cos(pos * 10000.0 ** (-i / 2 / d))
+    later = transformer.sinusoids(n + 1, d)[1:]
     return [(swapped, "even columns are sines, odd columns cosines"),
-            (slow, "the exponent is 2i / d_model, with i the index of the pair of columns (2i, 2i + 1)")]
+            (slow, "the exponent is 2i / d_model, with i the index of the pair of columns (2i, 2i + 1)"),
+            (np.concatenate([ref[:, 0::2], ref[:, 1::2]], axis=1), "interleave them: sine and cosine of pair i in "
+             "columns 2i and 2i + 1, not all the sines and then all the cosines"),
+            (later, "positions count from 0: row 0 is sin 0, cos 0, ... = 0, 1, 0, 1, ..."),
+            (ref.astype(np.float32), "a float64 table: float32 rounds at 1e-7")]
 
 
 def count_parameters_mistakes(V, D, F_, N):
-    """{yours - the right count: hint}."""
+    """[(yours - the right count, hint)]."""
     attention, norm = 4 * (D * D + D), 2 * D
     shared = "the embedding matrix is shared by both embeddings and the output projection: count V * D once"
-    return {V * D: shared, 2 * V * D: shared,
-            -V * D: "count the shared embedding matrix, V * D",
-            -N * attention: "a decoder layer has two attentions: masked self-attention and encoder-decoder",
-            -N * norm: "a decoder layer has three LayerNorms, an encoder layer two",
-            -5 * N * D: "each LayerNorm has gamma and beta: 2 d_model parameters",
-            -5 * N * norm: "count the LayerNorms: two per encoder layer, three per decoder layer",
-            -(3 * N * 4 * D + 2 * N * (F_ + D)): "count the biases too"}
+    return [(V * D, shared), (2 * V * D, shared),
+            (-V * D, "count the shared embedding matrix, V * D"),
+            (-N * attention, "a decoder layer has two attentions: masked self-attention and encoder-decoder"),
+            (-N * norm, "a decoder layer has three LayerNorms, an encoder layer two"),
+            (-5 * N * D, "each LayerNorm has gamma and beta: 2 d_model parameters"),
+            (-5 * N * norm, "count the LayerNorms: two per encoder layer, three per decoder layer"),
+            (-(3 * N * 4 * D + 2 * N * (F_ + D)), "count the biases too"),
+            (-2 * N * (F_ + D), "each feed-forward network has two biases: b_1 (d_ff) and b_2 (d_model)"),
+            (V, "the output projection has no bias: it is the shared embedding matrix, transposed")]
 
 
 ITEMS = [("sinusoids", check_sinusoids), ("count_parameters", check_count_parameters)]

@@ -10,16 +10,22 @@ def check_merge(fn, g):
     rng = np.random.default_rng(80)
     long = rng.integers(0, 4, 60).tolist()
     for ids, pair, new in (([1, 2, 3, 1, 2], (1, 2), 4), ([5, 5, 5], (5, 5), 6), ([5, 5, 5, 5], (5, 5), 6),
-                           ([], (1, 2), 3), ([7], (7, 7), 9), (long, (1, 2), 4), (long, (3, 3), 4)):
+                           ([], (1, 2), 3), ([7], (7, 7), 9), (long, (1, 2), 4), (long, (3, 3), 4),
+                           ([31, 4, 1, 41, 1, 4], (1, 4), 300)):
         g.start(f"merge({ids if len(ids) < 10 else 'a list of 60 ids'}, {pair}, {new})")
         before = list(ids)
         got = g.call(fn, ids, pair, new)
         if ids != before:
             g.fail("ids was changed: build and return a new list")
+        if got is ids:
+            g.fail("it returned ids itself: build and return a new list, even with nothing to merge")
         ref = bpe_learn.merge(ids, pair, new)
         first = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair), None)
         once = ids[:first] + [new] + ids[first + 2:] if first is not None else ids
-        g.same("it", g.ids(got), ref, hint=("replace EVERY occurrence of the pair, not the first" if got == once
+        text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new)).split()
+        g.same("it", g.ids(got), ref, hint=("replace EVERY occurrence of the pair, not the first" if got == once else
+                                             f"compare whole ids, not their digits: {' '.join(map(str, ids))!r} holds "
+                                             f"'{pair[0]} {pair[1]}' across ids" if got == [int(t) for t in text]
                                              else MERGE_HINT))
 
 
@@ -40,6 +46,7 @@ def check_learn_merges(fn, g):
     cases = [("the worked example, aaabdaaabac", {"aaabdaaabac": 1}, 10, 2, 3),
              ("abababa, min_frequency=1 (ties)", {"abababa": 1}, 10, 1, 3),
              ("word counts matter: xy x10, ab, abab", {"xy": 10, "ab": 1, "abab": 1}, 3, 1, 3),
+             ("a tie of ' a' and 'bc', ids (35, 100) and (101, 102)", {"bc": 3, " a": 3}, 2, 1, 3),
              ("a syllable corpus, 40 merges, offset 4", corpus_words(), 40, 2, 4),
              ("the same corpus, min_frequency 30", corpus_words(), 100, 30, 3)]
     for case, words, num, min_freq, offset in cases:
@@ -59,14 +66,16 @@ def check_encode(fn, g):
     words.update({" café": 5, " naïve": 5, " 日本": 4, "😀😀": 3})
     corpus = bpe_learn.learn_merges_naive(words, 60, 2, 3)
     rival = bpe_learn.learn_merges_naive({"bc": 10, "ab": 5}, 2, 2, 3)      # (b, c) learned before (a, b)
-    cases = [(word, corpus, "60 merges") for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語", "",
-                                                        "zzz", " molamo")]
-    cases += [(word, rival, "(b, c) learned before (a, b): they compete") for word in ("abc", "abcab", "aabcc")]
-    for word, merges, what in cases:
-        g.start(f"encode({word!r}) with {what}")
-        ref = encode_like(word, merges)
-        got = g.call(fn, word, merges, offset=3)
-        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=encode_hint(got, word, merges))
+    shifted = bpe_learn.learn_merges_naive(words, 60, 2, 4)                  # a fourth special token
+    cases = [(word, corpus, "60 merges", 3) for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語",
+                                                           "", "zzz", " molamo")]
+    cases += [(word, rival, "(b, c) learned before (a, b): they compete", 3) for word in ("abc", "abcab", "aabcc")]
+    cases += [(word, shifted, "60 merges learned at offset 4", 4) for word in (" kateri", " café")]
+    for word, merges, what, offset in cases:
+        g.start(f"encode({word!r}" + (f", offset={offset}" if offset != 3 else "") + f") with {what}")
+        ref = encode_like(word, merges, offset)
+        got = g.call(fn, word, merges, offset=offset)
+        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=encode_hint(got, word, merges, offset))
 
 
 def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True, byte_offset=True):
@@ -89,7 +98,7 @@ def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=
 MERGE_HINT = "scan left to right and skip past both ids of a merged pair: [5, 5, 5] -> [6, 5]"
 
 
-def encode_hint(yours, word, merges):
+def encode_hint(yours, word, merges, offset=3):
     """The hint of the mistake that gives `yours`, else the rule."""
     for mistake, hint in (({"chars": True}, "start from the UTF-8 bytes, list(word.encode('utf-8')), not the "
                                             "characters"),
@@ -97,10 +106,22 @@ def encode_hint(yours, word, merges):
                                                "rank (learned earliest) first, wherever it is in the word"),
                           ({"new_offset": False}, "merge k makes the id offset + 256 + k"),
                           ({"byte_offset": False}, "byte b has id b + offset: ids 0 .. offset - 1 are the special "
-                                                   "tokens")):
-        if yours == encode_like(word, merges, **mistake):
+                                                   "tokens"),
+                          ({"offset": 3}, f"use the offset given ({offset}), not 3: byte b has id b + offset, merge k "
+                                          f"makes offset + 256 + k")):
+        if yours == encode_like(word, merges, **{"offset": offset, **mistake}):
             return hint
+    if offset != 3:
+        return f"with offset {offset}: byte b has id b + {offset}, and merge k makes {offset} + 256 + k"
     return "apply the merge of the lowest rank first, again and again, until no learned pair is left"
+
+
+def merged(word, merges, offset):
+    """The ids of `word` after `merges`, as learn_merges_naive has them."""
+    ids = [b + offset for b in word.encode("utf-8")]
+    for k, pair in enumerate(merges):
+        ids = bpe_learn.merge(ids, pair, offset + 256 + k)
+    return ids
 
 
 def pair_counts(word_counts, merges, offset, weighted=True, once_per_word=False):
@@ -108,9 +129,7 @@ def pair_counts(word_counts, merges, offset, weighted=True, once_per_word=False)
     each pair counted once per word)."""
     counts = {}
     for w, f in word_counts.items():
-        ids = [b + offset for b in w.encode("utf-8")]
-        for k, pair in enumerate(merges):
-            ids = bpe_learn.merge(ids, pair, offset + 256 + k)
+        ids = merged(w, merges, offset)
         for pair in set(zip(ids, ids[1:])) if once_per_word else zip(ids, ids[1:]):
             counts[pair] = counts.get(pair, 0) + (f if weighted else 1)
     return counts
@@ -142,12 +161,19 @@ def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset
         return (f"{k} merges expected: stop when the best pair occurs fewer than min_frequency ({min_frequency}) "
                 f"times (here {best}) or no pair is left")
     mine, right = yours[k], ref[k]
+    if offset != 3 and all(a == b - offset + 3 for a, b in zip(mine, right)):
+        return (f"merge {k} is {mine}, expected {right}: use the offset given ({offset}), not 3: byte b has id "
+                f"b + offset")
     if all(a in (b, b - offset) for a, b in zip(mine, right)):   # an offset left out
         which = "merge j makes id offset + 256 + j" if max(right) >= offset + 256 else "byte b has id b + offset"
         return f"merge {k} is {mine}, expected {right}: {which} (offset {offset})"
     if any(i >= offset + 256 + k or i < offset for i in mine):
         return (f"merge {k} is {mine}, but only ids {offset} .. {offset + 255 + k} exist yet: "
                 f"the k-th merge (from 0) makes id offset + 256 + k")
+    ends = [(ids[-1], ids[0]) for ids in (merged(w, ref[:k], offset) for w in word_counts) if ids]
+    if mine not in counts and any((a, b) == mine for a, _ in ends for _, b in ends):
+        return (f"merge {k}: {mine} is no pair within a word, only the end of one word and the start of another: "
+                f"count the pairs inside each word, never across two")
     if mine not in counts:
         return f"merge {k}: {mine} does not occur any more: after each merge, replace the pair in every word"
     if counts[mine] == counts[right]:

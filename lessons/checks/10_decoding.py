@@ -67,7 +67,9 @@ def beam_search_cases():
              ("longer_is_better, beam 1, alpha 2", table_step(longer_is_better, 5), 5, 1, 8, 2.0),
              ("longer_is_better, beam 1, alpha 0", table_step(longer_is_better, 5), 5, 1, 8, 0.0),
              ("a tie: 3 and 4 equally likely, then EOS and 3 5 equally likely, beam 1",
-              table_step(tie, 6), 6, 1, 3, 0.0)]
+              table_step(tie, 6), 6, 1, 3, 0.0),
+             ("a tie across beams: 5 ranks above 4, and 5 6, 5 7, 4 6, 4 7 are equally likely, beam 2",
+              table_step(tie_across_beams, 9), 9, 2, 2, 0.0)]
     for i, (V, max_len, k, alpha) in enumerate([(7, 3, 1, 0.0), (7, 3, 2, 0.6), (8, 4, 3, 0.6), (6, 4, 2, 1.5)]):
         cases.append((f"a random model, {V - FIRST} words, max_len {max_len}, beam {k}, alpha {alpha}",
                       random_step(V, i), V, k, max_len, alpha))
@@ -126,6 +128,16 @@ def tie(prefix):  # the tie rule decides every step: the answer is [3], log p = 
     return {(): {3: 0.5, 4: 0.5}, (3,): {EOS: 0.5, 5: 0.5}}.get(prefix, {EOS: 1.0})
 
 
+def tie_across_beams(prefix):
+    """5 ranks above 4, then 5 6, 5 7, 4 6 and 4 7 tie (powers of 2: exactly): 5 6 and 5 7, of the better beam,
+    stay alive and the answer is [5, 7]; the lower token first keeps 5 6 and 4 6 ([4, 6]), the smaller prefix
+    first 4 6 and 4 7 ([4, 7])."""
+    return {(): {5: 0.5, 4: 0.25, 3: 0.125, EOS: 0.125},
+            (5,): {6: 0.25, 7: 0.25, 3: 0.125, 4: 0.125, 8: 0.125, EOS: 0.125}, (4,): {6: 0.5, 7: 0.5},
+            (5, 6): {EOS: 0.5, 3: 0.5}, (5, 7): {EOS: 0.625, 3: 0.375}, (4, 6): {EOS: 0.75, 3: 0.25},
+            (4, 7): {EOS: 0.875, 3: 0.125}}.get(prefix, {EOS: 1.0})
+
+
 # -------------------------------------------------------------- the references
 class StepModel:
     """A step() function dressed as the model search.beam_search expects (ids 0 <pad>, 1 <s>, 2 </s>)."""
@@ -177,19 +189,23 @@ def brute_force(step, V, max_len, alpha):
 
 
 def beam_like(step, V, k, max_len, alpha, keep=None, alive_from=None, finish_from=None, count_eos=1,
-              by_score=True, stop=None, high_ties=False, last_wins=False):
+              by_score=True, stop=None, ties="beam", last_wins=False, force_eos=True):
     """The exercise's beam search, plain, or with one mistake: keep `keep` prefixes alive, not k; take
     them from the first `alive_from` candidates only; finish the EOS candidates among the first
     `finish_from`, not k; score with lp(n + count_eos); rank finished outputs by log p (by_score False);
-    stop at the "first" finished output or once "k" are finished; rank a tie the higher beam and token
-    first; let the last of equal scores win. (tokens, log_prob)."""
+    stop at the "first" finished output or once "k" are finished; rank a tie the "high"er beam and token
+    first, or the lower "token" first, or the smaller "prefix" first; let the last of equal scores win;
+    stop at max_len without the step of EOS only (force_eos False). (tokens, log_prob), (None, None)
+    where nothing finished."""
     keep, finish_from = keep or k, finish_from or k
     alive, finished = [((), 0.0)], []                      # (prefix, log p); (score, tokens, log p)
-    for t in range(max_len + 1):
+    order = {"beam": lambda c: (c[1], c[2]), "high": lambda c: (-c[1], -c[2]), "token": lambda c: (c[2], c[1]),
+             "prefix": lambda c: (alive[c[1]][0], c[2])}[ties]
+    for t in range(max_len + 1 if force_eos else max_len):
         rows = np.asarray(step([p for p, _ in alive]))
         cands = [(logp + rows[r, tok], r, tok) for r, (_, logp) in enumerate(alive) for tok in range(V)
                  if rows[r, tok] > -np.inf and (t < max_len or tok == EOS)]
-        cands.sort(key=lambda c: (-c[0], -c[1], -c[2]) if high_ties else (-c[0], c[1], c[2]))
+        cands.sort(key=lambda c: (-c[0], *order(c)))
         for logp, r, tok in cands[:finish_from]:
             if tok == EOS:
                 n = len(alive[r][0])
@@ -198,6 +214,8 @@ def beam_like(step, V, k, max_len, alpha, keep=None, alive_from=None, finish_fro
         alive = [(alive[r][0] + (tok,), logp) for logp, r, tok in cands[:alive_from] if tok != EOS][:keep]
         if not alive or stop == "first" and finished or stop == "k" and len(finished) >= k:
             break
+    if not finished:
+        return None, None
     best = max(s for s, _, _ in finished)
     _, tokens, logp = [h for h in finished if h[0] == best][-1 if last_wins else 0]
     return tokens, logp
@@ -258,7 +276,19 @@ MISTAKES = {   # what a wrong search does: (hint, the mistake as a search)
         lambda step, V, k, *rest: beam_like(step, V, 1, *rest)),
     "a tie to the higher beam and token": (
         "a tie: candidates of equal log p rank by lower beam (the better prefix), then lower token",
-        lambda *case: beam_like(*case, high_ties=True)),
+        lambda *case: beam_like(*case, ties="high")),
+    "a tie to the lower token, then the lower beam": (
+        "a tie: candidates of equal log p rank by beam first (the better prefix), then by token, not token by "
+        "token across the beams",
+        lambda *case: beam_like(*case, ties="token")),
+    "a tie to the smaller prefix": (
+        "a tie: candidates of equal log p rank by their prefix's rank in the beam (its log p), not by the "
+        "prefix's ids",
+        lambda *case: beam_like(*case, ties="prefix")),
+    "no step of EOS only at max_len": (
+        "a prefix of max_len words still ends: at the step after max_len, only EOS may follow, and those "
+        "candidates finish as any others",
+        lambda *case: beam_like(*case, force_eos=False)),
     "a tie to the last finished output": (
         "a tie: of finished outputs with equal scores, the first found wins (max() keeps the first)",
         lambda *case: beam_like(*case, last_wins=True)),

@@ -12,20 +12,26 @@ from minitransformer import cublas, kernels
 
 
 def check_transfer_megabytes(fn, g):
+    g.error_hint = "dtype may be a type (np.float32) or an array's .dtype: np.dtype(dtype).itemsize reads both"
     for shape, dtype in (((64, 30, 37000), np.float32), ((1024, 1024), np.float32), ((10,), np.float64),
-                         ((3, 4), np.float16)):
-        g.start(f"{shape} {np.dtype(dtype).name}")
+                         ((3, 4), np.float16), ((2, 5), np.dtype(np.int64))):
+        g.start(f"{shape} {np.dtype(dtype).name}" + (", as x.dtype gives it" if isinstance(dtype, np.dtype) else ""))
         ref = math.prod(shape) * np.dtype(dtype).itemsize / 1e6
         g.cmp("megabytes", g.call(fn, shape, dtype), ref, known=transfer_megabytes_mistakes(ref, dtype))
 
 
 def check_layer_norm(fn, g):
     r = np.random.default_rng(110).standard_normal
-    for shape in ((8, 16), (2, 3, 5), (1, 4)):
-        g.start(f"x {shape}")
+    for shape, eps in (((8, 16), None), ((2, 3, 5), None), ((1, 4), None), ((4, 6), 0.5)):
+        g.start(f"x {shape}" + (f", eps={eps}" if eps else ""))
         x, gamma, beta = 3 * r(shape) + 1, r(shape[-1]), r(shape[-1])
-        ref = F.layer_norm(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta)).numpy()
-        g.cmp("y", g.call(fn, x.copy(), gamma.copy(), beta.copy()), ref, known=layer_norm_mistakes(x, gamma, beta))
+        given = {} if eps is None else {"eps": eps}
+        ref = F.layer_norm(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), **given).numpy()
+        kept = [x.copy(), gamma.copy(), beta.copy()]
+        yours = g.call(fn, x, gamma, beta, **given)
+        if any(not np.array_equal(a, b) for a, b in zip(kept, (x, gamma, beta))):
+            g.fail("layer_norm changed its inputs in place: x - mu makes a new array (x -= mu does not)")
+        g.cmp("y", yours, ref, known=layer_norm_mistakes(x, gamma, beta, eps or 1e-6))
 
 
 def gemm_operand_cases():
@@ -35,7 +41,8 @@ def gemm_operand_cases():
         c = (lambda rows, cols, pad=0: ((rows, cols), ((cols + pad) * itemsize, itemsize), itemsize))
         t = (lambda rows, cols, pad=0: ((rows, cols), (itemsize, (rows + pad) * itemsize), itemsize))
         cases += [c(3, 4), c(4, 3, 3), t(4, 3), t(3, 5, 2), c(1, 5), t(5, 1), c(6, 1), t(1, 6)]
-    return cases + [((3, 4), (32, 8), 4), ((3, 4), (4, 24), 4), ((2, 3), (6, 2), 4), ((3, 3), (12, 12), 4)]
+    return cases + [((3, 4), (32, 8), 4), ((3, 4), (4, 24), 4), ((2, 3), (6, 2), 4), ((3, 3), (12, 12), 4),
+                    ((1, 5), (100, 4), 4), ((3, 4), (18, 4), 4)]    # a row of a padded matrix; a stride of 4.5
 
 
 def check_gemm_operand(fn, g):
@@ -66,6 +73,9 @@ def check_gemm_operand(fn, g):
             hints = {ref[1] * itemsize: "ld counts elements, not bytes: divide the stride by itemsize",
                      shape[1] if not ref[0] else shape[0]: "ld is the stride between rows (or columns) in "
                      "elements, which can exceed the row's length when rows are padded"}
+            if 1 in shape:
+                hints.setdefault(ld, "a matrix of one row (or one column) takes no step to the next: ld is then the "
+                                     "length of that row (or column)")
             g.fail(f"ld should be {ref[1]}, got {ld!r}" + (f": {hints[ld]}" if ld in hints else ""))
 
 
@@ -108,7 +118,11 @@ def check_column_sums(fn, g):
         g.start(f"g of shape ({n}, {d}), float32")
         x = (r.standard_normal((n, d)) * 10.0 ** r.uniform(-3, 3, (n, d))).astype(np.float32)   # wide range
         ref = kernels.column_sum_order(x)
-        yours = g.call(fn, x.copy())
+        kept = x.copy()
+        yours = g.call(fn, x)
+        if not np.array_equal(x, kept):
+            g.fail("column_sums changed g in place: add into new arrays (np.zeros((8, d), np.float32) for the "
+                   "partial sums)")
         g.cmp("the sums", yours, ref, tol=np.inf)                     # its shape, its kind: within any tolerance
         if np.asarray(yours).dtype != np.float32:
             g.fail(f"return float32 numbers, got {np.asarray(yours).dtype}: add in float32, as the kernel does")
@@ -127,16 +141,20 @@ def check_column_sums(fn, g):
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
 def transfer_megabytes_mistakes(ref, dtype):
     return [(ref * 1e6 / 2 ** 20, "a megabyte here is 10^6 bytes (MB), not 2^20 (MiB)"),
-            (ref / np.dtype(dtype).itemsize, "times the bytes per element (np.dtype(dtype).itemsize)")]
+            (ref / np.dtype(dtype).itemsize, "times the bytes per element (np.dtype(dtype).itemsize)"),
+            (ref / np.dtype(dtype).itemsize * 4, "the bytes per element depend on the dtype: np.dtype(dtype).itemsize "
+                                                 "(4 only for float32)")]
 
 
-def layer_norm_mistakes(x, gamma, beta):
+def layer_norm_mistakes(x, gamma, beta, eps=1e-6):
     centred = x - x.mean(-1, keepdims=True)
-    return [(gamma * centred / np.sqrt(x.var(-1, ddof=1, keepdims=True) + 1e-6) + beta,
-             "the variance is the mean of squares (ddof=0), not the sample variance"),
-            (gamma * centred / (np.sqrt(x.var(-1, keepdims=True)) + 1e-6) + beta, "eps goes inside the sqrt"),
-            (gamma * centred / np.sqrt(x.var(-1, keepdims=True)) + beta,
-             "you left out eps: divide by sqrt(var + eps), eps = 1e-6")]
+    default = [(gamma * centred / np.sqrt(x.var(-1, keepdims=True) + 1e-6) + beta,
+                f"use the eps given ({eps:g}), not 1e-6")] if eps != 1e-6 else []
+    return default + [(gamma * centred / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta,
+                       "the variance is the mean of squares (ddof=0), not the sample variance"),
+                      (gamma * centred / (np.sqrt(x.var(-1, keepdims=True)) + eps) + beta, "eps goes inside the sqrt"),
+                      (gamma * centred / np.sqrt(x.var(-1, keepdims=True)) + beta,
+                       f"you left out eps: divide by sqrt(var + eps), eps = {eps:g}")]
 
 
 ITEMS = [("transfer_megabytes", check_transfer_megabytes), ("layer_norm", check_layer_norm),

@@ -1,9 +1,10 @@
 """Lesson 12, data parallelism: shard_weights against the mean over every token of random updates (and the
-weights that give it), ring_allreduce against float64 sums, the same bits on every rank and untouched
-inputs, ring_bytes_sent against a count of the ring's messages, and uniforms_from against one draw of
-the whole stream (and, 10**12 numbers on, against a generator moved there by another route), with each
-call's memory peak measured by tracemalloc: an answer that draws the numbers before start fails 10**7
-numbers on, holding 40 MB, before the 10**12 cases would ask it for terabytes."""
+weights that give it), ring_allreduce against float64 sums, the same bits on every rank, untouched
+inputs and, to the last bit, the ring's order of additions, ring_bytes_sent against a count of the ring's
+messages, and uniforms_from against one draw of the whole stream (and, 10**12 numbers on, against a
+generator moved there by another route), with each call's memory peak measured by tracemalloc: an answer
+that draws the numbers before start fails 10**7 numbers on, holding 40 MB, before the 10**12 cases would
+ask it for terabytes."""
 import tracemalloc
 
 import numpy as np
@@ -73,6 +74,12 @@ def check_ring_allreduce(fn, g):
                 g.fail(f"rank {r}'s sum differs from rank 0's in the last bits: every rank must end with the very "
                        f"same numbers, or the copies of the model drift apart (the all-gather copies finished "
                        f"chunks, it adds nothing)")
+        ringed = ring(arrays)[0]                         # the docstring's ring fixes the order of the additions
+        if not np.array_equal(np.asarray(out[0]), ringed):
+            g.fail(f"the sums are right to rounding, but added in another order than the ring's (in "
+                   f"{int(np.sum(np.asarray(out[0]) != ringed))} of {ringed.size} elements): chunk c (np.array_split) "
+                   f"starts on rank c and passes to rank c + 1, c + 2, ..., each adding its own; the arrays summed "
+                   f"at once (np.sum) group the additions otherwise")
 
 
 def check_ring_bytes_sent(fn, g):
@@ -189,7 +196,9 @@ def shard_weights_mistakes(counts, rank, size):
     own = np.array(counts[rank::size], dtype=np.float64)
     k = len(counts) // size
     n = sum(counts)
-    return [(own / own.sum() / size, "that is the average of the ranks' own means: divide every n_i by the tokens "
+    return [(own / n * size, "the allreduce sums the ranks' gradients, it does not average them: no factor size, "
+                             "w_i = n_i / n"),
+            (own / own.sum() / size, "that is the average of the ranks' own means: divide every n_i by the tokens "
                                      "of the whole update, all ranks' batches (sum(token_counts))"),
             (own / own.sum(), "divide by the tokens of the whole update, all ranks' batches (sum(token_counts)), "
                               "not this rank's own"),

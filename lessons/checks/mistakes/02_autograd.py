@@ -11,6 +11,17 @@ MISTAKES = [
             out = np.asarray(x.data.sum(axis=axis, keepdims=keepdims))
             return make_node(out, (x,), lambda g: (np.broadcast_to(g, x.shape),), "sum")
     """, "np.expand_dims"),
+    ("reduce_sum", """
+        def reduce_sum(x, axis=None, keepdims=False):   # one axis at a time: right for (0, 2), not for (2, 0)
+            axes = tuple(range(x.ndim)) if axis is None else tuple(int(i) % x.ndim for i in np.atleast_1d(axis))
+            out = np.asarray(x.data.sum(axis=axes, keepdims=keepdims))
+            def backward(g):
+                if not keepdims:
+                    for a in axes:
+                        g = np.expand_dims(g, a)
+                return (np.broadcast_to(g, x.shape),)
+            return make_node(out, (x,), backward, "sum")
+    """, "all at once, so their order does not matter"),
     ("matmul", """
         def matmul(a, b):
             return make_node(a.data @ b.data, (a, b), lambda g: (g @ b.data, a.data.T @ g), "matmul")

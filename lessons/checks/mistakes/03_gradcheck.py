@@ -12,6 +12,19 @@ MISTAKES = [
     """, "one-sided difference"),
     ("numeric_gradient", ("out[i] = (up - down) / (2 * eps)", "out[i] = (up - down) / eps"),
      "yours is twice the answer"),
+    ("numeric_gradient", """
+        def numeric_gradient(f, x, eps=1e-6):       # the eps argument ignored: right on the quadratic, at any step
+            grad, h = np.empty(x.shape), 1e-5
+            for i in range(x.size):
+                old = x.flat[i]
+                x.flat[i] = old + h
+                up = f(x)
+                x.flat[i] = old - h
+                down = f(x)
+                x.flat[i] = old
+                grad.flat[i] = (up - down) / (2 * h)
+            return grad
+    """, "use the eps you are given"),
     ("gradcheck", """
         def gradcheck(op, *arrays, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):   # R = ones
             xs = [np.array(a, dtype=np.float64) for a in arrays]
@@ -27,4 +40,22 @@ MISTAKES = [
                     return False
             return True
     """, "fixed random R"),
+    ("gradcheck", ("analytic = leaf.grad if leaf.grad is not None else np.zeros(xs[i].shape)",
+                   "analytic = leaf.grad"),
+     "keeps .grad None: its gradient is zeros"),
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
+                   "np.any(np.abs(analytic - numeric) > rtol * np.abs(numeric))"),
+     "keep the atol"),
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",   # CS231n's relative error
+                   "np.any(np.abs(analytic - numeric) > rtol * np.maximum(np.abs(analytic), np.abs(numeric)))"),
+     "keep the atol"),
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
+                   "np.mean(np.abs(analytic - numeric)) > atol + rtol * np.mean(np.abs(numeric))"),
+     "not the mean, the sum or the max"),
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
+                   "np.abs(analytic - numeric).max() > atol + rtol * np.abs(numeric).max()"),
+     "not the mean, the sum or the max"),
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
+                   "not np.allclose(analytic, numeric)"),   # NumPy's own atol and rtol, not the ones given
+     "the atol and rtol you are given"),
 ]

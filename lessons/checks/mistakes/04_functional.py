@@ -9,6 +9,10 @@ MISTAKES = [
      "not the last axis"),
     ("softmax", ("x - x.max(axis=axis, keepdims=True)", "x - x.max()"),
      "each row's own maximum"),
+    ("softmax", ("x - x.max(axis=axis, keepdims=True)", "x - x.min(axis=axis, keepdims=True)"),   # fine near 1000
+     "not its minimum or mean"),
+    ("softmax", ("x - x.max(axis=axis, keepdims=True)", "x - x.mean(axis=axis, keepdims=True)"),
+     "not its minimum or mean"),
     ("softmax_backward", """
         def softmax_backward(y, dy, axis=-1):
             return y * dy
@@ -17,6 +21,8 @@ MISTAKES = [
      "sum along `axis`"),
     ("softmax_backward", ("y * (dy - (dy * y).sum(", "(dy - (dy * y).sum("),
      "multiply by y"),
+    ("softmax_backward", ("return y * (dy - (dy * y).sum(axis=axis, keepdims=True))", "return y * (1 - y) * dy"),
+     "only the diagonal of the Jacobian"),
     ("cross_entropy_backward", """
         _right = cross_entropy_backward
         def cross_entropy_backward(logits, target, label_smoothing=0.0, ignore_index=None):
@@ -34,8 +40,28 @@ MISTAKES = [
      "not onehot"),
     ("cross_entropy_backward", ("p = softmax(logits)", "p = logits"),
      "the probabilities p, not the logits z"),
+    ("cross_entropy_backward", """
+        def cross_entropy_backward(logits, target, label_smoothing=0.0, ignore_index=None):   # np.eye(V)[-100]
+            V, eps = logits.shape[-1], label_smoothing
+            valid = np.ones(target.shape, bool) if ignore_index is None else target != ignore_index
+            q = (1 - eps) * np.eye(V)[target] + eps / V
+            return (softmax(logits) - q) * valid[..., None] / max(int(valid.sum()), 1)
+    """, "give it a safe id"),
+    ("cross_entropy_backward", ("t = np.where(valid, target, 0)", "target[~valid] = 0\n    t = target"),
+     "changed its input target in place"),
+    ("cross_entropy_backward", ("n = max(int(valid.sum()), 1)", "n = logits.shape[0] if valid.any() else 1"),
+     "not by the batch size"),
     ("layer_norm_backward", ("keepdims=True) + eps)", "keepdims=True))"),
      "you left out eps"),
+    ("layer_norm_backward", ("keepdims=True) + eps)", "keepdims=True) + 1e-6)"),    # right for the default eps
+     "use the eps you are given"),
+    ("layer_norm_backward", ("keepdims=True) + eps)", "keepdims=True) + 1e-5)"),
+     "PyTorch's default"),
+    ("layer_norm_backward", ("g = dy * gamma ", "dy *= gamma\n    g = dy "),   # dgamma and dbeta then wrong too
+     "changed its input dy in place"),
+    ("layer_norm_backward", ("    mu = x.mean(axis=-1, keepdims=True)\n",
+                             "    x -= x.mean(axis=-1, keepdims=True)\n    mu = 0\n"),
+     "changed its input x in place"),
     ("layer_norm_backward", ("(dy * xhat).reshape(-1, D)", "(dy * x).reshape(-1, D)"),
      "the normalised x"),
     ("layer_norm_backward", ("dy.reshape(-1, D).sum(axis=0)", "dy.reshape(-1, D).mean(axis=0)"),

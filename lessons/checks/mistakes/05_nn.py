@@ -6,6 +6,8 @@ MISTAKES = [
     """, "that is the standard deviation"),
     ("xavier_bound", ("math.sqrt(6.0 / (d_in + d_out))", "math.sqrt(6.0 / d_in)"),
      "use d_in + d_out"),
+    ("xavier_bound", ("math.sqrt(6.0 / (d_in + d_out))", "math.sqrt(6.0 / d_out)"),
+     "use d_in + d_out"),
     ("linear_backward", """
         def linear_backward(x, weight, dy):
             d_in, d_out = weight.shape
@@ -15,6 +17,8 @@ MISTAKES = [
      "dweight has weight's shape (d_in, d_out)"),
     ("linear_backward", ("G.sum(axis=0)", "G.mean(axis=0)"),
      "not mean"),
+    ("linear_backward", ("X.T @ G", "X.T @ G / len(X)"),
+     "sum over the rows, not mean"),
     ("FeedForward", """
         class FeedForward(nn.Module):
             def __init__(self, d_model, d_ff):

@@ -29,6 +29,13 @@ MISTAKES = [
      "the mask is True where attention is ALLOWED"),
     ("attention_forward", ("s = np.where(mask, s, -1e9)", "s = np.where(mask, s, 0.0)"),
      "not 0: exp(0) = 1"),
+    ("attention_forward", ("k, -1, -2) / math.sqrt(q.shape[-1])", "k, -1, -2) / math.sqrt(v.shape[-1])"),
+     "not of v"),                                   # d_v = d_k in every case, once
+    ("attention_forward", ("s = np.where(mask, s, -1e9)", "s = np.where(mask, s, -1e4)"),
+     "a fill such as -1e4"),
+    ("attention_forward", ("s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])",
+                           "q /= math.sqrt(q.shape[-1])\n    s = q @ np.swapaxes(k, -1, -2)"),
+     "you changed your input q in place"),
     ("attention_backward", """
         _right = attention_backward
         def attention_backward(q, k, v, weights, dout):
@@ -43,4 +50,16 @@ MISTAKES = [
      "transpose dS"),
     ("attention_backward", ("(dp * p).sum(axis=-1, keepdims=True)", "(dp * p).sum(axis=-2, keepdims=True)"),
      "sums over the keys, the last axis"),
+    ("attention_backward", ("c = weights, 1.0 / math.sqrt(q.shape[-1])", "c = weights, 1.0 / math.sqrt(v.shape[-1])"),
+     "not of v"),
+    ("attention_backward", ("return c * ds @ k, c * np.swapaxes(ds, -1, -2) @ q, dv",
+                            "return c * c * ds @ k, c * c * np.swapaxes(ds, -1, -2) @ q, dv"),
+     "you divided by sqrt(d_k) twice"),
+    ("attention_backward", ("(dp * p).sum(axis=-1, keepdims=True)", "dp.sum(axis=-1, keepdims=True)"),
+     "not of dP alone"),
+    ("attention_backward", ("dv = np.swapaxes(p, -1, -2) @ dout", "dv = c * np.swapaxes(p, -1, -2) @ dout"),
+     "only the scores S are scaled"),
+    ("attention_backward", ("ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))",
+                            "p *= dp - (dp * p).sum(axis=-1, keepdims=True)\n    ds = p"),   # dv was computed first
+     "you changed your input weights in place"),
 ]

@@ -9,6 +9,16 @@ MISTAKES = [
     """, "even columns are sines"),
     ("sinusoids", ("-np.arange(0, d_model, 2) / d_model", "-np.arange(0, d_model, 2) / 2 / d_model"),
      "the exponent is 2i / d_model"),
+    ("sinusoids", """
+        def sinusoids(n_positions, d_model):       # all the sines, then all the cosines
+            pos = np.arange(n_positions)[:, None]
+            omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)
+            return np.concatenate([np.sin(pos * omega), np.cos(pos * omega)], axis=1)
+    """, "interleave them"),
+    ("sinusoids", ("pos = np.arange(n_positions)[:, None]", "pos = np.arange(1, n_positions + 1)[:, None]"),
+     "positions count from 0"),
+    ("sinusoids", ("table = np.empty((n_positions, d_model))", "table = np.empty((n_positions, d_model), np.float32)"),
+     "a float64 table"),
     ("count_parameters", """
         _right = count_parameters
         def count_parameters(vocab_size, d_model, d_ff, n_layers):   # one attention per decoder layer
@@ -16,4 +26,7 @@ MISTAKES = [
     """, "two attentions"),
     ("count_parameters", ("norm = 2 * D ", "norm = D "),
      "each LayerNorm has gamma and beta"),
+    ("count_parameters", ("ffn = D * F + F + F * D + D", "ffn = D * F + F * D"),   # = the LayerNorms at F = 4 D
+     "each feed-forward network has two biases"),
+    ("count_parameters", ("return V * D + N", "return V * D + V + N"), "the output projection has no bias"),
 ]

@@ -25,11 +25,23 @@ MISTAKES = [
                 i += 1
             return ids
     """, "ids was changed: build and return a new list"),
+    ("merge", """
+        def merge(ids, pair, new_id):               # as text: "31 4 1 41" holds "1 4" too
+            text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+            return [int(t) for t in text.split()]
+    """, "compare whole ids, not their digits"),
+    ("merge", """
+        _right = merge
+        def merge(ids, pair, new_id):               # the list itself when there is nothing to merge
+            return ids if pair not in zip(ids, ids[1:]) else _right(ids, pair, new_id)
+    """, "it returned ids itself"),
     ("learn_merges", ("best = min(counts, key=lambda p: (-counts[p], p))",
                       "best = max(counts, key=lambda p: (counts[p], p))"),
      "a tie goes to the smallest"),
     ("learn_merges", ("best = min(counts, key=lambda p: (-counts[p], p))", "best = max(counts, key=counts.get)"),
      "a tie goes to the smallest"),                            # the first pair seen wins a tie
+    ("learn_merges", ("best = min(counts, key=lambda p: (-counts[p], p))",   # "(101, 102)" < "(35, 100)" as text
+                      "best = min(counts, key=lambda p: (-counts[p], str(p)))"), "a tie goes to the smallest"),
     ("learn_merges", ("if counts[best] < max(1, min_frequency):", "if counts[best] <= min_frequency:"),
      "still occurs"),
     ("learn_merges", ("if counts[best] < max(1, min_frequency):", "if counts[best] < 1:"),
@@ -44,6 +56,13 @@ MISTAKES = [
                       "words = [merge(w, best, 256 + k) for w in words]"), "makes id offset + 256 + "),
     ("learn_merges", ('words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]',
                       'words = [list(w.encode("utf-8")) for w in word_counts]'), "byte b has id b + offset"),
+    ("learn_merges", ('words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]',
+                      'words = [[b + 3 for b in w.encode("utf-8")] for w in word_counts]'),
+     "use the offset given (4), not 3"),
+    ("learn_merges", ("""        for w, f in zip(words, freqs):
+            for pair in zip(w, w[1:]):""", """        stream = [(i, f) for w, f in zip(words, freqs) for i in w]   # the words side by side
+        for (a, f), (b, _) in zip(stream, stream[1:]):
+            for pair in [(a, b)]:"""), "never across two"),
     ("encode", """
         def encode(word, merges, offset=3):         # characters, not bytes
             ids = [ord(c) + offset for c in word]
@@ -67,4 +86,8 @@ MISTAKES = [
      "apply the merge of the lowest rank first"),
     ("encode", ('ids = [b + offset for b in word.encode("utf-8")]', 'ids = list(word.encode("utf-8"))'),
      "byte b has id b + offset"),
+    ("encode", ('ids = [b + offset for b in word.encode("utf-8")]', 'ids = [b + 3 for b in word.encode("utf-8")]'),
+     "use the offset given (4), not 3"),
+    ("encode", ("ids = merge(ids, pair, offset + 256 + rank[pair])", "ids = merge(ids, pair, 3 + 256 + rank[pair])"),
+     "with offset 4: byte b has id b + 4, and merge k makes 4 + 256 + k"),
 ]

@@ -12,6 +12,7 @@ MISTAKES = [
     ("noam_lr", ("return d_model ** -0.5 * min(", "return d_model ** -1 / 2 * min("), "** binds tighter than /"),
     ("noam_lr", ("step = max(step, 1)", "step = step + 1"), "steps count from 1: use step as it is"),
     ("noam_lr", ("step = max(step, 1)", "pass"), "step 0 counts as step 1"),
+    ("noam_lr", ("step = max(step, 1)", "step = max(step - 1, 1)"), "not step - 1"),
     ("smoothed_targets", """
         def smoothed_targets(target, vocab_size, eps):     # tensor2tensor's: eps over the V - 1 others
             q = np.full((len(target), vocab_size), eps / (vocab_size - 1))
@@ -24,6 +25,8 @@ MISTAKES = [
             q = smoothed_targets(np.array([0]), vocab_size, eps)
             return float(-(q * np.log(q)).sum())
     """, "0 log 0 counts as 0"),
+    ("loss_floor", (("-q_t * math.log(q_t)", "-q_t * math.log2(q_t)"), ("q_o * math.log(q_o)", "q_o * math.log2(q_o)")),
+     "the loss is in nats"),
     ("adam", ("m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)", "m_hat, v_hat = m, v"),
      "divide m by 1 - beta1^t and v by 1 - beta2^t"),
     ("adam", ("m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)", "m_hat, v_hat = m / (1 - b1 ** t), v"),
@@ -57,4 +60,14 @@ MISTAKES = [
             p -= lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
             return p, m, v
     """, "adam changed its inputs in place"),
+    ("adam", """
+        def adam(p, g, m, v, t, lr, betas=(0.9, 0.98), eps=1e-9):   # copies, then in place: 0.0 has no .copy()
+            b1, b2 = betas
+            m, v = m.copy(), v.copy()
+            m *= b1
+            m += (1 - b1) * g
+            v *= b2
+            v += (1 - b2) * g * g
+            return p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps), m, v
+    """, "m and v start as the float 0.0"),
 ]

@@ -40,4 +40,11 @@ MISTAKES = [
      "return log p, not the score"),
     ("beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:1]"),
      "what a beam of 1 finds"),
+    ("beam_search", ("for r, (prefix, logp) in enumerate(alive) for token in range(len(rows[r]))",   # token-major
+                     "for token in range(len(rows[0])) for r, (prefix, logp) in enumerate(alive)"),
+     "not token by token across the beams"),
+    ("beam_search", ("key=lambda c: -c[0])", "key=lambda c: (-c[0], c[1], c[2]))"),   # ties by the prefix's ids
+     "not by the prefix's ids"),
+    ("beam_search", (("for t in range(max_len + 1):", "for t in range(max_len):"),
+                     ("if t < max_len or token == EOS", "if True")), "at max_len only EOS may follow"),
 ]

@@ -4,12 +4,21 @@ MISTAKES = [
         def transfer_megabytes(shape, dtype):
             return math.prod(shape) * np.dtype(dtype).itemsize / 2 ** 20
     """, "not 2^20 (MiB)"),
+    ("transfer_megabytes", ("np.dtype(dtype).itemsize / 1e6", "dtype(0).itemsize / 1e6"),   # a type works, x.dtype not
+     "np.dtype(dtype).itemsize reads both"),
+    ("transfer_megabytes", ("np.dtype(dtype).itemsize / 1e6", "4 / 1e6"), "the bytes per element depend on the dtype"),
     ("layer_norm", """
         def layer_norm(x, gamma, beta, eps=1e-6):
             return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta
     """, "ddof=0"),
     ("layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var)"),
      "you left out eps"),
+    ("layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var + 1e-6)"), "use the eps given (0.5), not 1e-6"),
+    ("layer_norm", """
+        def layer_norm(x, gamma, beta, eps=1e-6):    # x centred in place
+            x -= x.mean(axis=-1, keepdims=True)
+            return gamma * x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) + beta
+    """, "layer_norm changed its inputs in place"),
     ("gemm_operand", ("strides[0] // itemsize, strides[1] // itemsize", "strides[0], strides[1]"),
      "strides count bytes"),
     ("gemm_operand", ("return False, cols if rows == 1", "return True, cols if rows == 1"), "transposed should be False"),
@@ -21,6 +30,10 @@ MISTAKES = [
             return False, strides[0] // itemsize
     """, "transposed should be True"),
     ("gemm_operand", ("    return None\n\n", "    return False, shape[1]\n\n"), "return None"),
+    ("gemm_operand", ("return None                                               # not a whole number", "pass  #"),
+     "not a whole number of elements"),
+    ("gemm_operand", ("return False, cols if rows == 1 else max(to_next_row, cols)",
+                      "return False, max(to_next_row, cols)"), "a matrix of one row (or one column) takes no step"),
     ("column_sums", """
         def column_sums(g):
             return g.sum(axis=0)
@@ -39,4 +52,20 @@ MISTAKES = [
                      ("return total\n", "return total.astype(np.float32)\n")), "add in float32"),
     ("column_sums", ("total = np.zeros(d, np.float32)", "total = np.zeros(d)"), "return float32"),
     ("column_sums", ("range(start + k, stop, 8)", "range(start + k, stop - 1, 8)"), "a row missed"),
+    ("column_sums", """
+        def column_sums(g):                          # the partial sums are views of g's rows: g changes
+            n, d = g.shape
+            chunk = max(8, -(-n // 64))
+            total = np.zeros(d, np.float32)
+            for start in range(0, n, chunk):
+                stop = min(start + chunk, n)
+                part = g[start:start + 8]
+                for k in range(len(part)):
+                    for row in range(start + k + 8, stop, 8):
+                        part[k] += g[row]
+                for k in range(1, len(part)):
+                    part[0] += part[k]
+                total += part[0]
+            return total
+    """, "column_sums changed g in place"),
 ]

@@ -11,6 +11,8 @@ MISTAKES = [
      "every size-th batch"),
     ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",
                        "return [1 / len(token_counts) for c in token_counts[rank::size]]"), "n_i / n, not 1 / K"),
+    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",     # as if the allreduce averaged
+                       "return [c / n * size for c in token_counts[rank::size]]"), "it does not average them"),
     ("ring_allreduce", """
         def ring_allreduce(arrays):                      # the all-gather left out
             chunks = [np.array_split(np.array(a).reshape(-1), len(arrays)) for a in arrays]
@@ -40,6 +42,16 @@ MISTAKES = [
             N = len(arrays)
             return [sum(arrays[(r + i) % N] for i in range(1, N)) + arrays[r] for r in range(N)]
     """, "every rank must end with the very same numbers"),
+    ("ring_allreduce", """
+        def ring_allreduce(arrays):                      # no ring: one sum, copied to every rank
+            total = np.sum(np.stack(arrays), axis=0)
+            return [total.copy() for _ in arrays]
+    """, "added in another order than the ring's"),
+    ("ring_allreduce", (("(r - s) % N, chunks[r][(r - s) % N]", "(r + s) % N, chunks[r][(r + s) % N]"),
+                        ("chunks[(r + 1) % N][c] += data", "chunks[(r - 1) % N][c] += data"),
+                        ("(r + 1 - s) % N, chunks[r][(r + 1 - s) % N]", "(r - 1 + s) % N, chunks[r][(r - 1 + s) % N]"),
+                        ("chunks[(r + 1) % N][c][...] = data", "chunks[(r - 1) % N][c][...] = data")),
+     "added in another order than the ring's"),                # the ring the other way round
     ("ring_bytes_sent", """
         def ring_bytes_sent(n_elements, itemsize, size):   # the reduce-scatter alone
             return (size - 1) * (n_elements // size) * itemsize
