@@ -123,7 +123,8 @@ def threads():
 
 def for_blocks(fn, n, work=None, align=1, chunk=None):
     """fn(rows) for contiguous slices `rows` covering range(n), one per thread, side by side, each
-    starting at a multiple of `align`; returns when every block is done (an error in any block is
+    starting at the multiple of `align` nearest to an even share (rounding every cut down gave the
+    last thread up to align - 1 rows more: 6% more of a 4,095-row GEMM, waited for); returns when every block is done (an error in any block is
     raised after all have finished). `work`, the elements the pass touches (default n), below
     MIN_WORK: one call fn(slice(0, n)) on this thread. chunk (rows, see cache_rows): each block, or
     the whole, is given to fn that many rows at a time, so that a fn of several sweeps over its rows
@@ -138,7 +139,7 @@ def for_blocks(fn, n, work=None, align=1, chunk=None):
     if k < 2 or (n if work is None else work) < MIN_WORK or getattr(_in_block, "on", False):
         fn(slice(0, n))
         return
-    cuts = [n * i // k // align * align for i in range(k)] + [n]
+    cuts = [(n * i // k + align // 2) // align * align for i in range(k)] + [n]   # nearest multiple of align
     futures = [_pool.submit(_block, fn, slice(cuts[i], cuts[i + 1])) for i in range(1, k)]
     try:
         _block(fn, slice(cuts[0], cuts[1]))

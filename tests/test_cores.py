@@ -88,6 +88,32 @@ def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk
         assert len(seen) >= max(blocks, -(-n // chunk))
 
 
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 5000), threads=st.integers(2, 4), align=st.sampled_from([1, 2, 64]))
+def test_for_blocks_cuts_at_the_aligned_even_share(n, threads, align):
+    # Cuts rounded down to 64 rows gave the second thread 2,111 of a 4,095-row GEMM and the first 1,984.
+    if cores.use(threads) != threads:
+        pytest.skip("the BLAS's threads cannot be set in this process")
+    old, cores.MIN_WORK = cores.MIN_WORK, 0
+    try:
+        seen, lock = [], threading.Lock()
+
+        def fn(rows):
+            with lock:
+                seen.append((rows.start, rows.stop))
+        cores.for_blocks(fn, n, align=align)
+    finally:
+        cores.MIN_WORK = old
+        cores.use(1)
+    seen.sort()
+    k = len(seen)
+    assert seen[0][0] == 0 and seen[-1][1] == n and all(a[1] == b[0] for a, b in zip(seen, seen[1:]))
+    assert all(start % align == 0 for start, _ in seen)
+    if k > 1:                                                          # every cut within align / 2 of i n / k
+        assert k == min(threads, n // align)
+        assert all(abs(start - i * n / k) <= align / 2 + 1 for i, (start, _) in enumerate(seen))
+
+
 def test_cache_rows_fill_chunk_bytes(monkeypatch):
     monkeypatch.setattr(cores, "CHUNK_BYTES", 1000)
     assert cores.cache_rows(np.zeros((50, 10), np.float32)) == 25     # 40 bytes a row
