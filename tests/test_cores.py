@@ -61,9 +61,8 @@ def test_the_gpu_and_the_blas_threads(two_threads, monkeypatch):
     assert cores.use(2) == 1 and cores.threads() == 1
 
 
-@settings(max_examples=60, deadline=None)
-@given(n=st.integers(0, 300), threads=st.integers(1, 5), chunk=st.one_of(st.none(), st.integers(1, 70)))
-def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk):
+def blocks_seen(n, threads, **kwargs):
+    """The (start, stop) of every slice for_blocks(fn, n, **kwargs) gives fn on `threads` threads, sorted."""
     if cores.use(threads) != threads:
         pytest.skip("the BLAS's threads cannot be set in this process")
     old, cores.MIN_WORK = cores.MIN_WORK, 0
@@ -73,11 +72,17 @@ def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk
         def fn(rows):
             with lock:
                 seen.append((rows.start, rows.stop))
-        cores.for_blocks(fn, n, chunk=chunk)
+        cores.for_blocks(fn, n, **kwargs)
     finally:
         cores.MIN_WORK = old
         cores.use(1)
-    seen.sort()
+    return sorted(seen)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), threads=st.integers(1, 5), chunk=st.one_of(st.none(), st.integers(1, 70)))
+def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk):
+    seen = blocks_seen(n, threads, chunk=chunk)
     blocks = max(1, min(threads, n))
     assert seen[0][0] == 0 and seen[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(seen, seen[1:]))         # contiguous, no overlap, no gap
@@ -92,20 +97,7 @@ def test_for_blocks_covers_every_row_once_in_contiguous_blocks(n, threads, chunk
 @given(n=st.integers(0, 5000), threads=st.integers(2, 4), align=st.sampled_from([1, 2, 64]))
 def test_for_blocks_cuts_at_the_aligned_even_share(n, threads, align):
     # Cuts rounded down to 64 rows gave the second thread 2,111 of a 4,095-row GEMM and the first 1,984.
-    if cores.use(threads) != threads:
-        pytest.skip("the BLAS's threads cannot be set in this process")
-    old, cores.MIN_WORK = cores.MIN_WORK, 0
-    try:
-        seen, lock = [], threading.Lock()
-
-        def fn(rows):
-            with lock:
-                seen.append((rows.start, rows.stop))
-        cores.for_blocks(fn, n, align=align)
-    finally:
-        cores.MIN_WORK = old
-        cores.use(1)
-    seen.sort()
+    seen = blocks_seen(n, threads, align=align)
     k = len(seen)
     assert seen[0][0] == 0 and seen[-1][1] == n and all(a[1] == b[0] for a, b in zip(seen, seen[1:]))
     assert all(start % align == 0 for start, _ in seen)
