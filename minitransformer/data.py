@@ -106,6 +106,12 @@ def _lengths(pairs):
     return src, tgt
 
 
+def count_over_budget(pairs, max_tokens):
+    """How many pairs are longer than max_tokens padded on either side: each becomes a batch of its own."""
+    src_len, tgt_len = _lengths(pairs)
+    return int((np.maximum(src_len, tgt_len) > max_tokens).sum())
+
+
 def _cut(order, src_len, tgt_len, max_tokens):
     """Cut `order` into consecutive runs where len(run) * max(padded length, either side) <= max_tokens.
 

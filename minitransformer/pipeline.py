@@ -13,6 +13,7 @@ from .bpe import BPE
 from .checks import FileError
 from .rundir import check_new_run, list_checkpoints, owning
 from .corpus import encode_pairs
+from .data import count_over_budget
 from .training import Trainer
 from .translation import encode_fitting
 from .transformer import Transformer
@@ -83,7 +84,7 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         log(f"training data: {report}")
         if not pairs:
             raise ValueError(f"no sentence pairs to train on in {train_names[0]} and {train_names[1]}: {report}")
-        over = sum(max(len(x), len(y)) + 1 > training_config.max_tokens for x, y in pairs)  # x </s>, <s> y
+        over = count_over_budget(pairs, training_config.max_tokens)
         if over:
             log(f"note: {over:,} pair(s) longer than max_tokens ({training_config.max_tokens:,}) padded: "
                 f"each is a batch of its own, over the budget")

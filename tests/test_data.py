@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minitransformer import backend
-from minitransformer.data import Batch, BatchIterator, batch_by_tokens, pad
+from minitransformer.data import Batch, BatchIterator, batch_by_tokens, count_over_budget, pad
 
 from conftest import BOS, EOS, PAD
 
@@ -144,3 +144,10 @@ def test_iterator_refuses_text_pairs_and_senseless_max_tokens():
     for max_tokens in (0, 2.5, None):                          # 2.5 was cut to 2 without a word
         with pytest.raises(ValueError, match="max_tokens must be an integer of at least 1"):
             BatchIterator([([5], [6])], max_tokens, PAD, BOS, EOS)
+
+
+def test_count_over_budget_counts_the_pairs_batched_alone():
+    # padded lengths: x </s> and <s> y, the longer side counts
+    pairs = [([5, 6], [7]), ([5], [7, 8, 9, 10]), ([5, 6, 7], [8, 9])]      # padded 3, 5, 4
+    assert [count_over_budget(pairs, m) for m in (2, 3, 4, 5)] == [3, 2, 1, 0]
+    assert sum(len(b) == 1 for b in batch_by_tokens(pairs, 3, shuffle=False)) >= count_over_budget(pairs, 3)
