@@ -77,15 +77,16 @@ def _check_mask(mask, scores):
                          f"(B, H, Tq, Tk) = {tuple(scores)}")
 
 
-def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
-    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention.
+def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v, out=(None, None, None)):
+    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed, each written into its array of `out`
+    where one is given (a GEMM writes its result there: no copy). See scaled_dot_product_attention.
     Its callers cut it over the batch as the forward pass is (cores.by_rows)."""
     xp = backend.xp
     inv_keep = 1.0 / (1.0 - dropout_p) if kept is not None else 1.0
     dq = dk = dv = None
     if need_v:
         pd = p if kept is None else (p * kept) * inv_keep  # the dropped P of the forward pass
-        dv = backend.matmul(xp.swapaxes(pd, -1, -2), g)     # dV = P_drop^T dO       (B, H, Tk, K)
+        dv = backend.matmul(xp.swapaxes(pd, -1, -2), g, out=out[2])  # dV = P_drop^T dO  (B, H, Tk, K)
     if need_q or need_k:
         ds = backend.matmul(g, xp.swapaxes(v, -1, -2))       # dP_drop = dO V^T      (B, H, Tq, Tk)
         if kept is not None:
@@ -98,9 +99,9 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v):
             ds *= p
         ds *= 1.0 / math.sqrt(q.shape[-1])                   # through S = q k^T / sqrt(d_k)
         if need_q:
-            dq = backend.matmul(ds, k)                       # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
+            dq = backend.matmul(ds, k, out=out[0])           # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
         if need_k:
-            dk = backend.matmul(xp.swapaxes(ds, -1, -2), q)  # dK = dS^T Q / sqrt(d_k)  (B, H, Tk, K)
+            dk = backend.matmul(xp.swapaxes(ds, -1, -2), q, out=out[1])  # dK = dS^T Q / sqrt(d_k)  (B, H, Tk, K)
     return dq, dk, dv
 
 

@@ -178,16 +178,21 @@ extern "C" __global__ void embedding_backward_rows(const T* g, const long long* 
         dw[id * d + c] = acc;
     }
 }
-""", "column_sum_parts": r"""
-// The column sums of an (n, d) matrix a (product = 0), or of a * b entry by entry (product = 1), part 1:
-// each block (32 x 8 threads) takes 32 columns (blockIdx.x) of one chunk of rows (blockIdx.y); each thread
-// adds every 8th row of the chunk down its column (a warp reads 32 neighbouring numbers: one memory line),
-// then thread row 0 adds the 8 partial sums in order: parts[chunk, column]. Fixed order: the same bits
-// every run. (A column read down on its own, by neighbouring threads, would read a line per number.)
-extern "C" __global__ void column_sum_parts(const T* a, const T* b, T* parts, const long long n,
-                                            const long long d, const long long chunk, const long long product) {
+""", "column_sum": r"""
+// The column sums of an (n, d) matrix a (product = 0), or of a * b entry by entry (product = 1), in one
+// launch. Each block (32 x 8 threads) takes 32 columns (first + 32 blockIdx.x ..) of one chunk of rows
+// (blockIdx.y); each thread adds every 8th row of the chunk down its column (a warp reads 32 neighbouring
+// numbers: one memory line), then thread row 0 adds the 8 partial sums in order: parts[chunk, column].
+// The block that finishes its column tile last (done[blockIdx.x] counts them; it sets the count back to 0
+// for the next launch) adds the chunks' sums in order: out[column]. Whichever block is last, the order of
+// the additions is fixed: the same bits every run. (A column read down on its own, by neighbouring threads,
+// would read a line per number; a second launch for the chunks' sums would cost a kernel's gap.)
+extern "C" __global__ void column_sum(const T* a, const T* b, T* parts, T* out, unsigned int* done,
+                                      const long long n, const long long d, const long long first,
+                                      const long long chunk, const long long product) {
     __shared__ T buf[8][32];
-    const long long c = blockIdx.x * 32LL + threadIdx.x, start = blockIdx.y * chunk;
+    __shared__ bool last;
+    const long long c = first + blockIdx.x * 32LL + threadIdx.x, start = blockIdx.y * chunk;
     const long long stop = start + chunk < n ? start + chunk : n;
     T acc = 0;
     if (c < d)
@@ -198,16 +203,20 @@ extern "C" __global__ void column_sum_parts(const T* a, const T* b, T* parts, co
     if (threadIdx.y == 0 && c < d) {
         for (int k = 1; k < 8; ++k) acc += buf[k][threadIdx.x];
         parts[blockIdx.y * d + c] = acc;
+        __threadfence();                      // this chunk's sums seen by every block before the count is
     }
-}
-""", "column_sum_total": r"""
-// Part 2: out[c] = the sum of parts[0..chunks, c], in order; one thread per column.
-extern "C" __global__ void column_sum_total(const T* parts, T* out, const long long chunks, const long long d) {
-    const long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (c >= d) return;
-    T acc = 0;
-    for (long long k = 0; k < chunks; ++k) acc += parts[k * d + c];
-    out[c] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+        last = atomicAdd(&done[blockIdx.x], 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (last && threadIdx.y == 0) {
+        if (c < d) {
+            T total = 0;
+            for (unsigned int k = 0; k < gridDim.y; ++k) total += __ldcg(&parts[k * d + c]);  // from L2
+            out[c] = total;
+        }
+        if (threadIdx.x == 0) done[blockIdx.x] = 0;
+    }
 }
 """}
 

@@ -173,9 +173,11 @@ def dropout(x, p):
 def column_sum(a, b=None):
     """The sums down the columns of a (N, D), or of a * b, as a (D,) array: the bias gradients (linear's,
     LayerNorm's beta) and LayerNorm's dgamma. CuPy's sum over axis 0 took 135 us a call, 23% of the small
-    step on an H200 (session 20; our reading: each column read down on its own, a memory line a number). Here 32
-    columns a block, over chunks of rows, then the chunks' sums added in order (column_sum_parts and
-    column_sum_total): no atomics, the same bits every run, launches set by N and D alone."""
+    step on an H200 (session 20; our reading: each column read down on its own, a memory line a number). Here
+    one launch: 32 columns a block, over chunks of rows, and the last block of each 32 columns adds the
+    chunks' sums in order (kernel_source's column_sum): no atomics in the sums, the same bits every run,
+    launches set by N and D alone. Its blocks count themselves in counters() (one launch at a time per
+    GPU, as every caller here runs: each on the stream of the work around it, in order)."""
     xp = backend.xp
     a = xp.ascontiguousarray(a)
     N, D = a.shape
@@ -186,10 +188,26 @@ def column_sum(a, b=None):
     parts, out = xp.empty((chunks, D), dtype=a.dtype), xp.empty(D, dtype=a.dtype)   # (chunks, D), (D,)
     product = b is not None
     b = xp.ascontiguousarray(b, dtype=a.dtype) if product else a         # (N, D); read only where product
-    _raw("column_sum_parts", a.dtype)((-(-D // 32), chunks), (32, 8),
-                                      (a, b, parts, np.int64(N), np.int64(D), np.int64(chunk), np.int64(product)))
-    _raw("column_sum_total", a.dtype)((-(-D // MAX_BLOCK),), (MAX_BLOCK,), (parts, out, np.int64(chunks), np.int64(D)))
+    tiles, done = -(-D // 32), counters()
+    for first in range(0, tiles, COUNTERS):                              # COUNTERS x 32 columns a launch
+        _raw("column_sum", a.dtype)((min(COUNTERS, tiles - first), chunks), (32, 8),
+                                    (a, b, parts, out, done, np.int64(N), np.int64(D), np.int64(32 * first),
+                                     np.int64(chunk), np.int64(product)))
     return out
+
+
+COUNTERS = 1 << 16      # column_sum's counters of finished blocks: 2,097,152 columns a launch (256 KB)
+_counters = {}          # GPU id -> its (COUNTERS,) uint32 counters, all 0 between launches
+
+
+def counters():
+    """This GPU's counters for column_sum, made once and kept for good: a CUDA graph that recorded a launch
+    holds their address."""
+    xp = backend.xp
+    key = xp.cuda.Device().id
+    if key not in _counters:
+        _counters[key] = xp.zeros(COUNTERS, dtype=xp.uint32)
+    return _counters[key]
 
 
 def column_chunk(n):

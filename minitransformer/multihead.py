@@ -15,12 +15,18 @@ from .tensor import Tensor, data_of, is_grad_enabled, make_node
 
 
 # -------------------------------------------------------------------- multi-head attention
-def _heads(x, n_parts, n_heads):
-    """(B, T, n_parts * D) array -> n_parts views (B, H, T, K), no copy: the head split is a reshape
-    (B, T, n, H, K) and a transpose (n, B, H, T, K)."""
+def _split(x, n_parts, n_heads):
+    """(B, T, n_parts * D) array -> a view (n_parts, B, H, T, K), no copy: the head split is a reshape
+    (B, T, n, H, K) and a transpose."""
     B, T, width = x.shape
-    K = width // (n_parts * n_heads)
-    return list(x.reshape(B, T, n_parts, n_heads, K).transpose(2, 0, 3, 1, 4))  # n x (B, H, T, K)
+    return x.reshape(B, T, n_parts, n_heads, width // (n_parts * n_heads)).transpose(2, 0, 3, 1, 4)
+
+
+def _heads(x, n_parts, n_heads, contiguous=False):
+    """(B, T, n_parts * D) array -> n_parts views (B, H, T, K) into it; contiguous=True: one copy of all
+    n_parts, each C-ordered (a GEMM on the GPU takes its batch one stride apart, which the views are not)."""
+    heads = _split(x, n_parts, n_heads)                                   # (n, B, H, T, K)
+    return list(backend.xp.ascontiguousarray(heads) if contiguous else heads)
 
 
 def _merge_heads(o):
@@ -36,9 +42,9 @@ SEPARATE = (1, 1, 1)    # q, k, v from three projections
 LAYOUT_OF = {len(layout): layout for layout in (FUSED_QKV, Q_AND_KV, SEPARATE)}  # by number of projections
 
 
-def _head_arrays(parts, n_heads):
+def _head_arrays(parts, n_heads, contiguous=False):
     """The arrays q, k, v (B, H, T, K) inside the projections `parts`, laid out as LAYOUT_OF[len(parts)]."""
-    return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads)]
+    return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads, contiguous)]
 
 
 @traced
@@ -55,34 +61,45 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
     nodes and no zero-filled gradients.
     """
     layout = LAYOUT_OF[len(parts)]
-    q, k, v = _head_arrays(parts, n_heads)                                  # (B, H, T, K) each
-    if backend.device == "gpu":   # a GEMM on the GPU takes its batch one stride apart, which the head views are
-        q, k, v = map(backend.xp.ascontiguousarray, (q, k, v))             # not: one copy each, kept for backward
+    gpu = contiguous_heads()
+    q, k, v = _head_arrays(parts, n_heads, contiguous=gpu)                 # (B, H, T, K) each; kept for backward
     mask = None if mask is None else backend.asarray(data_of(mask))
     out, p, kept = attention.attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
 
     def backward(g):
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
-        if backend.device == "gpu":                                        # read by two GEMMs: one copy
-            g = backend.xp.ascontiguousarray(g)
-        result, views = [], []                                            # each part's gradient; its head views
+        xp = backend.xp
+        if gpu:                                                           # read by two GEMMs: one copy
+            g = xp.ascontiguousarray(g)
+        result, views, stacks = [], [], []                                # each part's gradient; its head views
         for t, n in zip(parts, layout):
-            buf = backend.xp.empty(t.shape, dtype=t.dtype) if t.requires_grad else None  # (B, T, n*D)
+            buf = xp.empty(t.shape, dtype=t.dtype) if t.requires_grad else None  # (B, T, n*D)
+            heads = None if buf is None else _split(buf, n, n_heads)      # (n, B, H, T, K) views into buf
+            stack = xp.empty(heads.shape, buf.dtype) if gpu and buf is not None else None  # C-ordered for the GEMMs
             result.append(buf)
-            views += [None] * n if buf is None else _heads(buf, n, n_heads)  # n x (B, H, T, K)
-        cores.by_rows(_backward_into, g, q, k, v, p, kept, dropout_p, *views)  # dQ, dK, dV into their slots
+            stacks.append((heads, stack))
+            views += [None] * n if buf is None else list(heads if stack is None else stack)
+        cores.by_rows(_backward_into, g, q, k, v, p, kept, dropout_p, *views)  # dQ, dK, dV written by the GEMMs
+        for heads, stack in stacks:                                       # the GPU's: into buf, one copy a part
+            if stack is not None:
+                xp.copyto(heads, stack)
         return tuple(result)
     return make_node(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
+
+
+def contiguous_heads():
+    """Whether multi_head_attention copies its head views C-ordered (one copy per projection), and has the
+    GEMMs of its backward write into C-ordered arrays, copied into the gradients after (one copy per
+    projection): on the GPU, whose GEMMs take their batch one stride apart, which head views are not. On
+    the CPU the GEMMs read and write the views themselves."""
+    return backend.device == "gpu"
 
 
 def _backward_into(g, q, k, v, p, kept, dropout_p, *views):
     """attention_backward for all rows or a block of them, dQ, dK, dV written into their views (None: not
     needed), so that the blocks' results are never joined first (cores.by_rows)."""
-    grads = attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views))
-    for view, grad in zip(views, grads):
-        if view is not None:
-            view[...] = grad                                              # (B, H, T, K) into its slot
+    attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views), out=views)
 
 
 class MultiHeadAttention(nn.Module):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
-from minitransformer import backend, plain
+from minitransformer import backend, multihead, plain
 from minitransformer.attention import causal_mask, padding_mask, scaled_dot_product_attention
 from minitransformer.multihead import KVCache, MultiHeadAttention
 
@@ -247,6 +247,30 @@ def test_mha_matches_plain_in_float32(xp_backend, self_attention):
     for i, (fast, ref) in enumerate(zip(*results)):
         np.testing.assert_allclose(fast, ref, rtol=0, atol=f32_tol(n, max(1.0, np.abs(ref).max())),
                                    err_msg=f"output, then inputs, then parameters: {i}")
+
+
+@pytest.mark.parametrize("layout", ["qkv", "q_kv", "q_k_v"])
+def test_mha_with_the_gpus_layout_gives_the_same_bits(xp_backend, layout, monkeypatch):
+    """The GPU's way (head arrays copied C-ordered, the backward's GEMMs writing into C-ordered arrays
+    copied into the gradients after) against the CPU's (the GEMMs reading and writing head views): the
+    same numbers to the last bit, output and every gradient, for each layout of the projections."""
+    rng = np.random.default_rng(4)
+    B, T, S, D, H = 3, 5, 7, 16, 4
+    m = MultiHeadAttention(D, H, self_attention=layout != "q_kv")
+    x, memory, v = (mt.tensor(rng.standard_normal((B, n, D)).astype(np.float32), requires_grad=True)
+                    for n in (T, S, S))
+    args = {"qkv": (x,), "q_kv": (x, memory), "q_k_v": (x, memory, v)}[layout]
+    g = backend.asarray(rng.standard_normal((B, T, D)).astype(np.float32))
+    results = []
+    for gpu_way in (False, True):
+        monkeypatch.setattr(multihead, "contiguous_heads", lambda: gpu_way)
+        for t in args + tuple(m.parameters()):
+            t.grad = None
+        y = m(*args, mask=padding_mask(np.array([[1] * 4 + [0] * (len(args[-1][0]) - 4)] * B)))
+        y.backward(g)
+        results.append([y.numpy()] + [backend.to_numpy(t.grad) for t in args + tuple(m.parameters())])
+    for i, (cpu_way, gpu_way) in enumerate(zip(*results)):
+        np.testing.assert_array_equal(gpu_way, cpu_way, err_msg=f"output, then inputs, then parameters: {i}")
 
 
 @FAST

@@ -546,10 +546,11 @@ def test_layer_norm_matches_the_plain_path(shape, dtype, calls):
 @gpu
 @pytest.mark.parametrize("n, d", [(0, 5), (1, 1), (7, 33), (65, 31), (513, 64), (8192, 512), (8191, 2048), (20000, 3)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, dtype):
+def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, dtype, monkeypatch):
     """kernels.column_sum against float64 sums on the host (chunks of rows: ragged last chunks, columns
     past a multiple of 32, one row, none), with and without the product, and from a strided view; and
-    exactly against kernels.column_sum_order, its order of additions in NumPy."""
+    exactly against kernels.column_sum_order, its order of additions in NumPy, also cut into launches of
+    32 columns (COUNTERS 1), with the counters of finished blocks back at 0 after every launch."""
     mt.use("gpu")
     xp, rng = backend.xp, np.random.default_rng(n + d)
     a, b = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
@@ -564,6 +565,9 @@ def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, 
     np.testing.assert_array_equal(again[0], again[1])
     if n:                                 # the kernel's order of additions, in NumPy: the same numbers
         np.testing.assert_array_equal(backend.to_numpy(kernels.column_sum(xp.asarray(a))), kernels.column_sum_order(a))
+        monkeypatch.setattr(kernels, "COUNTERS", 1)                       # a launch per 32 columns
+        np.testing.assert_array_equal(backend.to_numpy(kernels.column_sum(xp.asarray(a))), kernels.column_sum_order(a))
+        assert not backend.to_numpy(kernels.counters()).any()
     mt.use(DEFAULT_DEVICE)
 
 

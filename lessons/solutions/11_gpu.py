@@ -56,7 +56,7 @@ def gemm_operand(shape, strides, itemsize):
 
 
 def column_sums(g):
-    """The order of kernels.column_sum (column_sum_parts, then column_sum_total), in NumPy: each row
+    """The order of kernels.column_sum (the chunks' sums, then the last block's total), in NumPy: each row
     addition below is one float32 addition per column, as each GPU thread makes it."""
     n, d = g.shape
     chunk = max(8, -(-n // 64))                                   # ceil(n / 64) rows, at least 8
@@ -69,7 +69,7 @@ def column_sums(g):
                 part[k] += g[row]
         for k in range(1, 8):                                     # thread row 0 adds the others, in order
             part[0] += part[k]
-        total += part[0]                                          # the second launch: chunk after chunk
+        total += part[0]                                          # the last block: chunk after chunk
     return total
 
 
