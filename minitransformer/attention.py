@@ -40,13 +40,13 @@ def causal_mask(T, offset=0):
 def attention_forward(q, k, v, mask, dropout_p, training):
     """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None).
     With cores on, cut over the batch (cores.by_rows: each block writes its rows of O and P; the dropout
-    mask is drawn first, by cores.uniform)."""
+    mask is drawn first, by cores.keep)."""
     xp = backend.xp
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])  # (B, H, Tq, Tk)
     if mask is not None:
         _check_mask(mask, scores)
     drop = training and dropout_p > 0
-    kept = cores.uniform(backend.rng(), scores) >= dropout_p if drop else None  # (B, H, Tq, Tk) bool
+    kept = cores.keep(backend.rng(), scores, dropout_p) if drop else None  # (B, H, Tq, Tk) bool
     dtype = xp.result_type(q, k, v)
     o, p = xp.empty(scores[:-1] + v.shape[-1:], dtype), xp.empty(scores, dtype)  # (B, H, Tq, K), (B, H, Tq, Tk)
     cores.by_rows(_attend, q, k, v, mask, kept, dropout_p, o, p)

@@ -14,8 +14,8 @@ cycles for the next one), and the pool would find that core taken (tried in sess
 
 The same bits as the whole pass: each block is the same NumPy call on fewer rows, so every row (an
 exp, a row's maximum or sum) is computed by the same code in the same order. Only passes whose rows
-are independent are cut, never a sum over the rows; a random draw only through `uniform`, which starts
-each block where the generator's stream would be. A GEMM's blocks go through the BLAS's kernels one
+are independent are cut, never a sum over the rows; a random draw only through `uniform` (and `keep`,
+dropout's comparison of it), which start each block where the generator's stream would be. A GEMM's blocks go through the BLAS's kernels one
 by one (see matmul): on the reference machine the same bits as the whole GEMM for the model's shapes,
 and elsewhere equal to float32 rounding at worst. The same number of threads gives the same bits on
 every run, as a BLAS's thread count does.
@@ -249,4 +249,39 @@ def uniform(rng, shape):
     for_blocks(block, n, align=2)
     if len(ends) > 1:
         rng.bit_generator.state = ends[n].bit_generator.state
+    return out.reshape(shape)
+
+
+
+def keep(rng, shape, p):
+    """uniform(rng, shape) >= p, the same booleans and rng left alike, without making the floats. NumPy
+    makes a float32 from 32 random bits r as (r >> 8) / 2^24 (a PCG64 64-bit step gives two r, its low
+    half first), so u >= p holds exactly when r >= K 2^8, K the least whole number with K / 2^24 >= p
+    (compared as u is, in float32 for a Python float p): the bits compared as whole numbers, at half the
+    time of rng.random's float32 draw. Any other generator, or one holding half a step: uniform(...) >= p."""
+    n, bits = int(np.prod(shape)), getattr(rng, "bit_generator", None)
+    if type(bits) is not np.random.PCG64 or bits.state["has_uint32"] or n == 0:
+        return uniform(rng, shape) >= p
+    K = next(k for k in range(max(int(float(p) * 2.0 ** 24) - 1, 0), 2 ** 24 + 1)   # two or three tries
+             if k == 2 ** 24 or np.array([k], np.float32) * np.float32(2.0 ** -24) >= p)
+    limit = np.uint32(min(K, 2 ** 24 - 1) << 8)     # K = 2^24 (p rounds to 1 in float32): none kept, below
+    out, start, ends = np.empty(n, bool), bits.state, {}
+
+    def block(rows):                                  # rows: a slice of the n numbers, starting even
+        gen = rng
+        if rows.start:                                # its own copy, moved to where this block begins
+            gen = np.random.Generator(np.random.PCG64())
+            gen.bit_generator.state = start
+            gen.bit_generator.advance(rows.start // 2)
+        r = gen.bit_generator.random_raw(-(-(rows.stop - rows.start) // 2)).view(np.uint32)  # low, high, ...
+        np.greater_equal(r[: rows.stop - rows.start], limit, out=out[rows])
+        ends[rows.stop] = (gen, r[-1])
+    for_blocks(block, n, align=2)
+    if K == 2 ** 24:
+        out[:] = False
+    gen, high = ends.get(n, (rng, None))
+    state = gen.bit_generator.state
+    if n % 2:                                         # an odd count: the last step's high half is kept
+        state["has_uint32"], state["uinteger"] = 1, int(high)
+    rng.bit_generator.state = state
     return out.reshape(shape)

@@ -240,9 +240,8 @@ def dropout(x, p, training=True):
         return x
     if kernels.active(x):
         return kernels.dropout(x, p)                                  # the fused CUDA kernel (GPU only)
-    # float32 uniforms: works for NumPy's and CuPy's generators alike, and costs half of float64
-    mask = (cores.uniform(backend.rng(), x.shape) >= p).astype(x.dtype)  # rng.random(x.shape, float32)
-    mask *= 1.0 / (1.0 - p)
+    keep = cores.keep(backend.rng(), x.shape, p)                      # rng.random(x.shape, float32) >= p
+    mask = cores.elementwise(np.multiply, keep, x.dtype.type(1.0 / (1.0 - p)))  # keep / (1 - p), in x's dtype
     return make_node(cores.elementwise(np.multiply, x.data, mask), (x,),
                      lambda g: (cores.elementwise(np.multiply, g, mask),), "dropout")
 

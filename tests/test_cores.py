@@ -208,6 +208,51 @@ def test_uniform_draws_the_numbers_of_one_call_and_leaves_the_generator_alike(tw
     assert np.array_equal(cut.random(9, dtype=np.float32), whole.random(9, dtype=np.float32))
 
 
+KEEP_P = [0.1, 0.5, np.float64(0.3), np.float32(0.7), 3 * 2.0 ** -24, 5e-8, 1 - 2.0 ** -25, 0.99999997]
+
+
+def _keep_matches_uniform(shape, bits, p):
+    """cores.keep against uniform(...) >= p on two generators alike, and the generators alike after."""
+    make = lambda: np.random.Generator(np.random.Philox(3) if bits == "Philox" else np.random.PCG64(3))
+    cut, whole = make(), make()
+    if bits == "PCG64 holding half a step":                       # one float32 drawn: half a 64-bit step kept
+        cut.random(dtype=np.float32), whole.random(dtype=np.float32)
+    got = cores.keep(cut, shape, p)
+    assert got.shape == shape and got.dtype == bool
+    assert np.array_equal(got, whole.random(shape, dtype=np.float32) >= p), (shape, bits, p)
+    assert np.array_equal(cut.random(9, dtype=np.float32), whole.random(9, dtype=np.float32))
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (1001,), (3, 5, 7), (64, 129)])
+@pytest.mark.parametrize("bits", ["PCG64", "PCG64 holding half a step", "Philox"])
+@pytest.mark.parametrize("p", KEEP_P)
+def test_keep_is_a_uniform_draw_at_least_p_on_one_thread_and_on_two(request, shape, bits, p):
+    """cores.keep (the bits of each float32 compared as whole numbers) gives uniform(...) >= p exactly:
+    odd and even counts, a generator holding half a step, another generator, p of every kind (a Python
+    float, NumPy's float64 and float32, one just above a multiple of 2^-24, one that rounds to 1 in float32)."""
+    _keep_matches_uniform(shape, bits, p)
+    request.getfixturevalue("two_threads")                              # then cut in blocks (skips where it cannot)
+    _keep_matches_uniform(shape, bits, p)
+
+
+def test_keep_at_a_drawn_value_compares_as_the_floats_do():
+    """p at one of the drawn numbers u, and a hair either side of it: as a float32, a Python float (which
+    NumPy compares in float32: u + 1e-12 rounds to u, kept) and NumPy's float64 (compared in float64).
+    u is one whose 32 random bits end in 8 zeros: its bits equal the threshold keep compares with."""
+    bits = np.random.Generator(np.random.PCG64(3)).bit_generator.random_raw(501).view(np.uint32)[:1001]
+    i = int(np.flatnonzero(bits % 256 == 0)[0])
+    u = float(np.random.Generator(np.random.PCG64(3)).random(1001, dtype=np.float32)[i])
+    up, down = np.nextafter(np.float32(u), np.float32(1)), np.nextafter(np.float32(u), np.float32(0))
+    for p in (np.float32(u), u, up, down, float(up), u + 1e-12, u - 1e-12, np.float64(u) + 1e-12, np.float64(u) - 1e-12):
+        _keep_matches_uniform((1001,), "PCG64", p)
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.floats(0.0, 1.0, exclude_max=True), n=st.integers(1, 300))
+def test_keep_holds_for_any_probability(p, n):
+    _keep_matches_uniform((n,), "PCG64", p)
+
+
 def _op_results(op):
     """(outputs, gradients) of op() as host arrays: op builds its graph from fresh leaves."""
     out, leaves = op()
