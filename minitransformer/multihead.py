@@ -103,9 +103,9 @@ def _backward_into(g, q, k, v, p, kept, dropout_p, *views):
     took 1.3x the time of a GEMM and a copy on the small preset's shapes)."""
     outs = [w if w is not None and w.flags.c_contiguous else None for w in views]
     grads = attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views), out=outs)
-    for view, out, grad in zip(views, outs, grads):
-        if view is not None and out is None:
-            view[...] = grad                                              # (B, H, T, K) into its slot
+    for view, grad in zip(views, grads):
+        if view is not None and grad is not view:                         # a head view (the CPU's), or not
+            view[...] = grad                                              # written in place: (B, H, T, K) in
 
 
 class MultiHeadAttention(nn.Module):
