@@ -2,7 +2,8 @@
 # The whole GPU run inside one device call of under 10 minutes (session 14's, 15 minutes of device time):
 #   phase 1, alone: versions, the fused-kernel tests, fused ops, the small step's profile, the CUDA-graph
 #   probe, train_step against PyTorch (gpu_run.py --stages env kernels fused profile graph train_step), then
-#   the replayed small step's kernels on the GPU's clock (gpu_kernel_profile.py);
+#   the replayed small step's kernels on the GPU's clock (gpu_kernel_profile.py) and the replayed small step
+#   against PyTorch in 3 alternating rounds (train_step.py --rounds 3);
 #   phase 2: the whole suite on CuPy (pytest-xdist) beside Multi30k on the GPU recipe (with --cuda-graphs
 #   where phase 1's graph stage found the replayed steps giving the eager steps' bits).
 # Results in results/gpu-run-$KIND (README: copy Multi30k into data/multi30k, carry "data"); packed into
@@ -19,6 +20,10 @@ pack
 # the replayed small step kernel by kernel on the GPU's clock, beside PyTorch's (PyTorch's profiler)
 timeout 60 python3 benchmarks/gpu_kernel_profile.py --data-dir data/multi30k --preset small --cuda-graphs --top 40 \
     --json "$R/kernel_profile.json" > "$R/kernel_profile.md" 2>&1; grep "^## " "$R/kernel_profile.md"; pack
+# the replayed small step against PyTorch eager in alternating rounds: one run's pair moves with either side's luck
+timeout 120 python3 benchmarks/train_step.py --torch --device gpu --data-dir data/multi30k --max-tokens 8192 --preset small \
+    --cuda-graphs --rounds 3 --steps 20 --json "$R/small-graphs-rounds.json" > "$R/small-graphs-rounds.log" 2>&1
+tail -3 "$R/small-graphs-rounds.log"; pack
 left=$(( END - 15 - ($(date +%s) - T0) )); echo "phase 2: $left s"
 mkdir -p "$R/m30k"
 # Multi30k with --cuda-graphs where the graph stage found the replayed steps equal to the eager ones
