@@ -15,10 +15,10 @@ cycles for the next one), and the pool would find that core taken (tried in sess
 The same bits as the whole pass: each block is the same NumPy call on fewer rows, so every row (an
 exp, a row's maximum or sum) is computed by the same code in the same order. Only passes whose rows
 are independent are cut, never a sum over the rows; a random draw only through `uniform` (and `keep`,
-dropout's comparison of it), which start each block where the generator's stream would be. A GEMM's blocks go through the BLAS's kernels one
-by one (see matmul): on the reference machine the same bits as the whole GEMM for the model's shapes,
-and elsewhere equal to float32 rounding at worst. The same number of threads gives the same bits on
-every run, as a BLAS's thread count does.
+dropout's comparison of it), which start each block where the generator's stream would be. A GEMM's
+blocks go through the BLAS's kernels one by one (see matmul): on the reference machine the same bits
+as the whole GEMM for the model's shapes, and elsewhere equal to float32 rounding at worst. The same
+number of threads gives the same bits on every run, as a BLAS's thread count does.
 
 Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
 one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
@@ -250,7 +250,6 @@ def uniform(rng, shape):
     if len(ends) > 1:
         rng.bit_generator.state = ends[n].bit_generator.state
     return out.reshape(shape)
-
 
 
 def keep(rng, shape, p):

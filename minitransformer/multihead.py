@@ -92,7 +92,7 @@ def contiguous_heads():
     """Whether multi_head_attention copies its head views C-ordered (one copy per projection), and has the
     GEMMs of its backward write into C-ordered arrays, copied into the gradients after (one copy per
     projection): on the GPU, whose GEMMs take their batch one stride apart, which head views are not. On
-    the CPU the GEMMs read and write the views themselves."""
+    the CPU the GEMMs read the head views, and their results are copied into the gradients' head views."""
     return backend.device == "gpu"
 
 
@@ -104,8 +104,8 @@ def _backward_into(g, q, k, v, p, kept, dropout_p, *views):
     outs = [w if w is not None and w.flags.c_contiguous else None for w in views]
     grads = attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views), out=outs)
     for view, grad in zip(views, grads):
-        if view is not None and grad is not view:                         # a head view (the CPU's), or not
-            view[...] = grad                                              # written in place: (B, H, T, K) in
+        if view is not None and grad is not view:                         # not written in place (a head
+            view[...] = grad                                              # view: the CPU's): (B, H, T, K)
 
 
 class MultiHeadAttention(nn.Module):

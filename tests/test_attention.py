@@ -252,8 +252,9 @@ def test_mha_matches_plain_in_float32(xp_backend, self_attention):
 @pytest.mark.parametrize("layout", ["qkv", "q_kv", "q_k_v"])
 def test_mha_with_the_gpus_layout_gives_the_same_bits(xp_backend, layout, monkeypatch):
     """The GPU's way (head arrays copied C-ordered, the backward's GEMMs writing into C-ordered arrays
-    copied into the gradients after) against the CPU's (the GEMMs reading and writing head views): the
-    same numbers to the last bit, output and every gradient, for each layout of the projections."""
+    copied into the gradients after) against the CPU's (the GEMMs reading head views, their results copied
+    into the gradients' head views): the same numbers to the last bit, output and every gradient, for each
+    layout of the projections."""
     rng = np.random.default_rng(4)
     B, T, S, D, H = 3, 5, 7, 16, 4
     m = MultiHeadAttention(D, H, self_attention=layout != "q_kv")
@@ -266,7 +267,7 @@ def test_mha_with_the_gpus_layout_gives_the_same_bits(xp_backend, layout, monkey
         monkeypatch.setattr(multihead, "contiguous_heads", lambda: gpu_way)
         for t in args + tuple(m.parameters()):
             t.grad = None
-        y = m(*args, mask=padding_mask(np.array([[1] * 4 + [0] * (len(args[-1][0]) - 4)] * B)))
+        y = m(*args, mask=padding_mask(np.array([[1] * 4 + [0] * (args[-1].shape[1] - 4)] * B)))
         y.backward(g)
         results.append([y.numpy()] + [backend.to_numpy(t.grad) for t in args + tuple(m.parameters())])
     for i, (cpu_way, gpu_way) in enumerate(zip(*results)):
