@@ -61,8 +61,8 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
     nodes and no zero-filled gradients.
     """
     layout = LAYOUT_OF[len(parts)]
-    gpu = contiguous_heads()
-    q, k, v = _head_arrays(parts, n_heads, contiguous=gpu)                 # (B, H, T, K) each; kept for backward
+    contiguous = contiguous_heads()                                         # the GPU's way
+    q, k, v = _head_arrays(parts, n_heads, contiguous=contiguous)                 # (B, H, T, K) each; kept for backward
     mask = None if mask is None else backend.asarray(data_of(mask))
     out, p, kept = attention.attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
 
@@ -70,13 +70,13 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         xp = backend.xp
-        if gpu:                                                           # read by two GEMMs: one copy
+        if contiguous:                                                    # read by two GEMMs: one copy
             g = xp.ascontiguousarray(g)
         result, views, stacks = [], [], []                                # each part's gradient; its head views
         for t, n in zip(parts, layout):
             buf = xp.empty(t.shape, dtype=t.dtype) if t.requires_grad else None  # (B, T, n*D)
             heads = None if buf is None else _split(buf, n, n_heads)      # (n, B, H, T, K) views into buf
-            stack = xp.empty(heads.shape, buf.dtype) if gpu and buf is not None else None  # C-ordered for the GEMMs
+            stack = xp.empty(heads.shape, buf.dtype) if contiguous and buf is not None else None  # C-ordered, GEMMs'
             result.append(buf)
             stacks.append((heads, stack))
             views += [None] * n if buf is None else list(heads if stack is None else stack)
