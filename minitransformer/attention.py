@@ -57,9 +57,12 @@ def _attend(q, k, v, mask, kept, dropout_p, o, p):
     """O and P of eq. (1), for all rows or a block of them, written into o and p."""
     xp = backend.xp
     s = backend.matmul(q, xp.swapaxes(k, -1, -2), out=p)  # (B, H, Tq, Tk): the scores, in P's array
-    s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
-    if mask is not None:
-        xp.copyto(s, s.dtype.type(NEG), where=~mask)             # masked scores -> -1e9 (in place, broadcast)
+    if mask is not None and kernels.active(s):
+        kernels.scale_and_mask(s, mask, 1.0 / math.sqrt(q.shape[-1]), NEG)  # the two lines below, one launch
+    else:
+        s *= 1.0 / math.sqrt(q.shape[-1])            # eq. (1): scale by 1/sqrt(d_k)
+        if mask is not None:
+            xp.copyto(s, s.dtype.type(NEG), where=~mask)         # masked scores -> -1e9 (in place, broadcast)
     p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) in place: s becomes P
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
@@ -93,11 +96,11 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v, o
             ds *= kept                                       # dP = dP_drop * M / (1 - p)
             ds *= inv_keep
         if kernels.active(ds, p) and ds.flags.c_contiguous and p.flags.c_contiguous:
-            kernels.backward_rows("softmax", p, ds, out=ds)  # on a GPU the two lines below, one launch
-        else:
+            kernels.backward_rows("softmax", p, ds, out=ds, scale=1.0 / math.sqrt(q.shape[-1]))  # the GPU: the
+        else:                                                # three lines below, one launch
             ds -= (ds * p).sum(axis=-1, keepdims=True)       # dS = P * (dP - rowsum(dP * P))
             ds *= p
-        ds *= 1.0 / math.sqrt(q.shape[-1])                   # through S = q k^T / sqrt(d_k)
+            ds *= 1.0 / math.sqrt(q.shape[-1])               # through S = q k^T / sqrt(d_k)
         if need_q:
             dq = backend.matmul(ds, k, out=out[0])           # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
         if need_k:

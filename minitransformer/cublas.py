@@ -111,41 +111,45 @@ class _Cublas:
         if status != 0:
             raise RuntimeError(f"{what}: cuBLAS status {status}")
 
-    def gemm(self, p, a, b, c):
-        """C = A B for plan p, on the current stream: alpha 1, beta 0, host scalars (captured by value)."""
+    def gemm(self, p, a, b, c, beta=0.0):
+        """C = A B + beta C for plan p, on the current stream: alpha 1, host scalars (captured by value)."""
         real, name = ((ctypes.c_float, "cublasSgemmStridedBatched") if a.dtype == np.float32
                       else (ctypes.c_double, "cublasDgemmStridedBatched"))
         stream = self.xp.cuda.get_current_stream().ptr
         self._check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream)), "cublasSetStream")
-        one, zero = real(1.0), real(0.0)
+        one, beta = real(1.0), real(beta)
         self._check(getattr(self.lib, name)(
             self.handle, p["opB"], p["opA"], p["m"], p["n"], p["k"], ctypes.byref(one),
             ctypes.c_void_p(b.data.ptr), p["ldb"], p["strideB"], ctypes.c_void_p(a.data.ptr), p["lda"], p["strideA"],
-            ctypes.byref(zero), ctypes.c_void_p(c.data.ptr), p["ldc"], p["strideC"], p["batch"]), name)
+            ctypes.byref(beta), ctypes.c_void_p(c.data.ptr), p["ldc"], p["strideC"], p["batch"]), name)
 
 
 _cublas = None                               # the _Cublas of this process, made on first use
 
 
-def matmul(a, b, out=None):
+def matmul(a, b, out=None, add=False):
     """backend.xp.matmul(a, b, out=out) through cuBLAS by ctypes (capturable); float32/float64 GEMMs of the
-    layouts plan() reads (others copied C-ordered first); anything else goes to CuPy's own matmul."""
+    layouts plan() reads (others copied C-ordered first); anything else goes to CuPy's own matmul.
+    add=True: out += a @ b, added by the GEMM itself (beta 1) where out is C-ordered and of a's dtype."""
     global _cublas
-    xp = backend.xp
-    if a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or 0 in a.shape + b.shape:
-        return xp.matmul(a, b, out=out)
-    p = plan(a, b)
-    if p is None:
-        a, b = xp.ascontiguousarray(a), xp.ascontiguousarray(b)
+    xp, p = backend.xp, None
+    if a.dtype == b.dtype and a.dtype in (np.float32, np.float64) and 0 not in a.shape + b.shape:
         p = plan(a, b)
-        if p is None:                       # batch axes that broadcast otherwise
-            return xp.matmul(a, b, out=out)
-    if _cublas is None:
-        _cublas = _Cublas(xp)
-    c = out if out is not None and out.flags.c_contiguous and out.shape == p["out_shape"] else \
-        xp.empty(p["out_shape"], dtype=a.dtype)
-    _cublas.gemm(p, a, b, c)
-    if out is not None and c is not out:
+        if p is None:
+            a, b = xp.ascontiguousarray(a), xp.ascontiguousarray(b)
+            p = plan(a, b)
+    if p is None:                           # another dtype, an empty operand, batch axes that broadcast otherwise
+        c = xp.matmul(a, b, out=None if add else out)
+    else:
+        if _cublas is None:
+            _cublas = _Cublas(xp)
+        direct = out is not None and out.flags.c_contiguous and out.shape == p["out_shape"] and out.dtype == a.dtype
+        c = out if direct else xp.empty(p["out_shape"], dtype=a.dtype)
+        _cublas.gemm(p, a, b, c, beta=1.0 if add and direct else 0.0)
+    if out is None or c is out:
+        return c
+    if add:
+        out += c
+    else:
         out[...] = c
-        return out
-    return c
+    return out

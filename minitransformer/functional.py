@@ -16,7 +16,7 @@ from . import backend, cores, kernels
 from .checks import check_ids, check_real, check_target
 from .ops import transpose_matmul
 from .profiler import traced
-from .tensor import Tensor, data_of, make_node
+from .tensor import Tensor, data_of, grad_into, make_node
 
 
 def _check_input(x, op, axis=None, name="input"):
@@ -291,11 +291,22 @@ def embedding(weight, ids):
 
 
 @traced
+def _column_sum(g, into=None):
+    """The sums down the columns of g (N, D): (D,); added into `into` where given, and then None."""
+    if kernels.active(g):
+        return kernels.column_sum(g, into=into)
+    if into is None:
+        return g.sum(axis=0)
+    into += g.sum(axis=0)
+    return None
+
+
 def linear(x, weight, bias=None):
     """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
 
     One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a batched
     one), and the bias gradient is a column sum (kernels.column_sum on the GPU), with no broadcast to undo.
+    Where W and b already hold gradient buffers (tensor.grad_into), dW and db are added into them here.
 
     Backward: dx = dy W^T, dW = x^T dy, db = sum(dy) over the rows (y is linear in each of x, W, b).
     """
@@ -311,9 +322,9 @@ def linear(x, weight, bias=None):
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
         dx = cores.matmul(g, weight.data.T).reshape(x.shape) if x.requires_grad else None
-        dw = transpose_matmul(x2, g) if weight.requires_grad else None           # (d_in, d_out)
+        dw = transpose_matmul(x2, g, into=grad_into(weight)) if weight.requires_grad else None  # (d_in, d_out)
         if bias is None:
             return dx, dw
-        return dx, dw, (kernels.column_sum(g) if kernels.active(g) else g.sum(axis=0)) if bias.requires_grad else None
+        return dx, dw, _column_sum(g, into=grad_into(bias)) if bias.requires_grad else None  # (d_out,)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

@@ -70,24 +70,26 @@ extern "C" __global__ void log_softmax_rows(const T* x, T* y, const long long n)
     for (long long j = threadIdx.x; j < n; j += blockDim.x) yr[j] -= lse;
 }
 """, "softmax_backward_rows": r"""
-// dx = y * (dy - sum(dy * y)) per row (softmax's backward): one block per row.
-extern "C" __global__ void softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n) {
+// dx = y * (dy - sum(dy * y)) * scale per row (softmax's backward; scale 1, or attention's 1/sqrt(d_k)):
+// one block per row.
+extern "C" __global__ void softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n, const T scale) {
     __shared__ T buf[MAX_BLOCK];
     const long long row = blockIdx.x * n;
     T s = 0;
     for (long long j = threadIdx.x; j < n; j += blockDim.x) s += dy[row + j] * y[row + j];
     s = block_sum(s, buf);
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = (dy[row + j] - s) * y[row + j];
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = (dy[row + j] - s) * y[row + j] * scale;
 }
 """, "log_softmax_backward_rows": r"""
-// dx = dy - exp(y) * sum(dy) per row (log_softmax's backward): one block per row.
-extern "C" __global__ void log_softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n) {
+// dx = (dy - exp(y) * sum(dy)) * scale per row (log_softmax's backward): one block per row.
+extern "C" __global__ void log_softmax_backward_rows(const T* y, const T* dy, T* dx, const long long n,
+                                                     const T scale) {
     __shared__ T buf[MAX_BLOCK];
     const long long row = blockIdx.x * n;
     T s = 0;
     for (long long j = threadIdx.x; j < n; j += blockDim.x) s += dy[row + j];
     s = block_sum(s, buf);
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = dy[row + j] - exp(y[row + j]) * s;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[row + j] = (dy[row + j] - exp(y[row + j]) * s) * scale;
 }
 """, "layer_norm_rows": r"""
 // Per row of d: mean, then xhat = (x - mean) * rstd with rstd = 1 / sqrt(sum((x - mean)^2) / d + eps),
@@ -186,10 +188,11 @@ extern "C" __global__ void embedding_backward_rows(const T* g, const long long* 
 // The block that finishes its column tile last (done[blockIdx.x] counts them; it sets the count back to 0
 // for the next launch) adds the chunks' sums in order: out[column]. Whichever block is last, the order of
 // the additions is fixed: the same bits every run. (A column read down on its own, by neighbouring threads,
-// would read a line per number; a second launch for the chunks' sums would cost a kernel's gap.)
+// would read a line per number; a second launch for the chunks' sums would cost a kernel's gap.) With add = 1
+// the total is added to what out holds (a leaf's gradient buffer: tensor.grad_into), else it replaces it.
 extern "C" __global__ void column_sum(const T* a, const T* b, T* parts, T* out, unsigned int* done,
                                       const long long n, const long long d, const long long first,
-                                      const long long chunk, const long long product) {
+                                      const long long chunk, const long long product, const long long add) {
     __shared__ T buf[8][32];
     __shared__ bool last;
     const long long c = first + blockIdx.x * 32LL + threadIdx.x, start = blockIdx.y * chunk;
@@ -213,7 +216,7 @@ extern "C" __global__ void column_sum(const T* a, const T* b, T* parts, T* out, 
         if (c < d) {
             T total = 0;
             for (unsigned int k = 0; k < gridDim.y; ++k) total += __ldcg(&parts[k * d + c]);  // from L2
-            out[c] = total;
+            out[c] = add ? out[c] + total : total;
         }
         if (threadIdx.x == 0) done[blockIdx.x] = 0;
     }

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend
 from .kernel_source import CTYPES, MAX_BLOCK, source
-from .tensor import data_of, make_node
+from .tensor import data_of, grad_into, make_node
 
 _cache = {}                               # name or (name, dtype) -> a compiled CuPy kernel
 
@@ -54,6 +54,12 @@ _BUILD = {
     "dropout": lambda xp: xp.ElementwiseKernel(
         "float32 u, T x, float32 p, T scale", "T y, T mask",
         "mask = u >= p ? scale : (T)0; y = x * mask;", "mt_dropout"),
+    # attention's scores scaled, and masked where the (broadcast) mask is False: s = s * scale, then NEG
+    "scale_and_mask": lambda xp: xp.ElementwiseKernel(
+        "bool allowed, T scale, T fill", "T s", "s = allowed ? s * scale : fill;", "mt_scale_and_mask"),
+    # ReLU's backward from its output: dx = dy * (y > 0), the product with 1 or 0 as NumPy's with a bool
+    "relu_backward": lambda xp: xp.ElementwiseKernel(
+        "T dy, T y", "T dx", "dx = dy * (T)(y > (T)0);", "mt_relu_backward"),
     # Adam in place, the operations of optim.Adam._update in its order; --fmad=false keeps each
     # multiply and add rounded on its own, as NumPy's separate in-place operations are
     "adam": lambda xp: xp.ElementwiseKernel(
@@ -89,14 +95,27 @@ def forward_rows(name, x, out=None):
     return y if out is None else out
 
 
-def backward_rows(name, y, dy, out=None):
+def backward_rows(name, y, dy, out=None, scale=1.0):
     """Row kernel `name`_backward_rows (softmax, log_softmax) over the last axis: dx from the output y and
     its gradient dy, contiguous arrays (..., n), no graph, into a new array or `out` (out=dy is safe:
-    each thread reads its entries of dy before it writes them)."""
+    each thread reads its entries of dy before it writes them); times `scale` after (attention's 1/sqrt(d_k):
+    the multiplication NumPy does after, in the same launch)."""
     n = y.shape[-1]
     dx = backend.xp.empty_like(y) if out is None else out                # (..., n)
-    _launch(name + "_backward_rows", y.size // n, n, y, dy, dx, np.int64(n))
+    _launch(name + "_backward_rows", y.size // n, n, y, dy, dx, np.int64(n), y.dtype.type(scale))
     return dx
+
+
+def scale_and_mask(s, allowed, scale, fill):
+    """Attention's scores in place, one launch: s * scale where `allowed` (a boolean mask that broadcasts to
+    s), else fill; NumPy's two passes (s *= scale; s = fill where not allowed) give the same numbers."""
+    _kernel("scale_and_mask")(allowed, s.dtype.type(scale), s.dtype.type(fill), s)
+    return s
+
+
+def relu_backward(dy, y):
+    """ReLU's dx = dy * (y > 0) in one launch (CuPy's comparison and product: two)."""
+    return _kernel("relu_backward")(dy, y)
 
 
 def _row_op(x, name):
@@ -150,16 +169,21 @@ def layer_norm(x, gamma, beta, eps):
     def backward(gy):
         dx = dgamma = dbeta = None
         gy = xp.ascontiguousarray(gy, dtype=x.dtype).reshape(-1, D)      # (N, D)
-        if gamma.requires_grad:
-            dgamma = column_sum(gy, xhat).reshape(gamma.shape)           # (D,) sum of dy * xhat
-        if beta.requires_grad:
-            dbeta = column_sum(gy).reshape(beta.shape)                    # (D,)
+        if gamma.requires_grad:                                           # (D,) sum of dy * xhat
+            dgamma = _shaped(column_sum(gy, xhat, into=grad_into(gamma)), gamma.shape)
+        if beta.requires_grad:                                            # (D,) sum of dy
+            dbeta = _shaped(column_sum(gy, into=grad_into(beta)), beta.shape)
         if x.requires_grad:
             dx = xp.empty_like(gy)                                        # (N, D)
             _launch("layer_norm_backward_rows", N, D, gy, xhat, rstd, g1, np.int64(D), dt(1.0 / D), dx)
             dx = dx.reshape(x.shape)
         return dx, dgamma, dbeta
     return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
+
+
+def _shaped(a, shape):
+    """a reshaped, or None where a column sum went into a gradient buffer."""
+    return None if a is None else a.reshape(shape)
 
 
 def dropout(x, p):
@@ -170,9 +194,10 @@ def dropout(x, p):
     return make_node(y, (x,), lambda g: (g * mask,), "dropout")
 
 
-def column_sum(a, b=None):
+def column_sum(a, b=None, into=None):
     """The sums down the columns of a (N, D), or of a * b, as a (D,) array: the bias gradients (linear's,
-    LayerNorm's beta) and LayerNorm's dgamma. CuPy's sum over axis 0 took 135 us a call, 23% of the small
+    LayerNorm's beta) and LayerNorm's dgamma; added into `into` (a contiguous (D,) array) where given, and
+    then None (a leaf's gradient buffer, tensor.grad_into: the engine's add, done by the last block). CuPy's sum over axis 0 took 135 us a call, 23% of the small
     step on an H200 (session 20; our reading: each column read down on its own, a memory line a number). Here
     one launch: 32 columns a block, over chunks of rows, and the last block of each 32 columns adds the
     chunks' sums in order (kernel_source's column_sum): no atomics in the sums, the same bits every run,
@@ -182,18 +207,19 @@ def column_sum(a, b=None):
     a = xp.ascontiguousarray(a)
     N, D = a.shape
     if N == 0:
-        return xp.zeros(D, dtype=a.dtype)
+        return xp.zeros(D, dtype=a.dtype) if into is None else None
     chunk = column_chunk(N)
     chunks = -(-N // chunk)
-    parts, out = xp.empty((chunks, D), dtype=a.dtype), xp.empty(D, dtype=a.dtype)   # (chunks, D), (D,)
+    parts = xp.empty((chunks, D), dtype=a.dtype)                         # (chunks, D)
+    out = xp.empty(D, dtype=a.dtype) if into is None else into.reshape(D)  # (D,)
     product = b is not None
     b = xp.ascontiguousarray(b, dtype=a.dtype) if product else a         # (N, D); read only where product
     tiles, done = -(-D // 32), counters()
     for first in range(0, tiles, COUNTERS):                              # COUNTERS x 32 columns a launch
         _raw("column_sum", a.dtype)((min(COUNTERS, tiles - first), chunks), (32, 8),
                                     (a, b, parts, out, done, np.int64(N), np.int64(D), np.int64(32 * first),
-                                     np.int64(chunk), np.int64(product)))
-    return out
+                                     np.int64(chunk), np.int64(product), np.int64(into is not None)))
+    return out if into is None else None
 
 
 COUNTERS = 1 << 16      # column_sum's counters of finished blocks: 2,097,152 columns a launch (256 KB)

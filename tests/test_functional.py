@@ -287,6 +287,51 @@ def test_linear_matches_plain_and_gradcheck(xp_backend, lead, d_in, d_out, seed)
     assert mt.gradcheck(lambda a, m: F.linear(a, m), x, w)
 
 
+def _grads(fn, arrays, start, gemm=None):
+    """The leaves' .grad after fn(*leaves).backward(dy), leaf i holding start[i] as its .grad before (None:
+    none), with backend.gemm set to `gemm` (cuBLAS's GEMM that adds, on the GPU) during the backward."""
+    leaves = [mt.tensor(a, requires_grad=True) for a in arrays]
+    for t, s in zip(leaves, start):
+        t.grad = None if s is None else backend.asarray(s.copy())
+    y = fn(*leaves)
+    dy = backend.asarray(np.random.default_rng(3).standard_normal(y.shape).astype(y.dtype))
+    backend.gemm, before = gemm, backend.gemm
+    try:
+        y.backward(dy)
+    finally:
+        backend.gemm = before
+    return [backend.to_numpy(t.grad) for t in leaves]
+
+
+BUFFER_CASES = {"linear": (F.linear, [(2, 9, 6), (6, 5), (5,)]),
+                "linear, its weight twice": (lambda x, w, b: F.linear(F.linear(x, w, b), w, b), [(2, 9, 6), (6, 6), (6,)]),
+                "layer_norm": (F.layer_norm, [(2, 9, 6), (6,), (6,)])}
+
+
+@pytest.mark.parametrize("case", BUFFER_CASES)
+def test_gradients_added_into_the_leaves_buffers_are_the_engines(xp_backend, case):
+    """Leaves that hold a .grad already (gradient buffers: tensor.grad_into) have their share added there once,
+    by the op itself where it can (linear's GEMM and column sum; LayerNorm's on the GPU): zero buffers give a
+    fresh backward's bits; other numbers `start + fresh`, to the bit where the leaf has one consumer (one
+    addition either way), else within rounding (start + a + b in the consumers' order, not start + (a + b))."""
+    fn, shapes = BUFFER_CASES[case]
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    start = [None] + [rng.standard_normal(s).astype(np.float32) for s in shapes[1:]]
+    from minitransformer import cublas
+    for gemm in [None] + [cublas.matmul] * (backend.device == "gpu"):    # the GPU: CuPy's GEMM, then cuBLAS's
+        fresh = _grads(fn, arrays, [None] * 3, gemm)
+        zeros = _grads(fn, arrays, [None] + [np.zeros(s, np.float32) for s in shapes[1:]], gemm)
+        added = _grads(fn, arrays, start, gemm)
+        for f, z, a, s in zip(fresh[1:], zeros[1:], added[1:], start[1:]):
+            np.testing.assert_array_equal(z, f)
+            if "twice" in case:
+                np.testing.assert_allclose(a, s + f, rtol=0, atol=f32_tol(2, np.abs(s).max() + np.abs(f).max()))
+            else:
+                np.testing.assert_array_equal(a, s + f)
+        np.testing.assert_array_equal(zeros[0], fresh[0])
+
+
 def test_float32_stays_float32(xp_backend):
     """Training runs in float32: no op may upcast its output or its gradients to float64."""
     rng = np.random.default_rng(0)

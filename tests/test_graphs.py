@@ -270,5 +270,13 @@ def test_cublas_matmul_equals_cupys(a_shape, b_shape, how):
     if how == "sliced":                                         # rows further apart than their length
         a = xp.asarray(rng.standard_normal((64, 60)).astype(np.float32))[:, 5:53]
     got, want = cublas.matmul(a, b), xp.matmul(a, b)
-    np.testing.assert_allclose(backend.to_numpy(got), backend.to_numpy(want), rtol=0,
-                               atol=f32_tol(a.shape[-1], float(xp.abs(want).max())))
+    atol = f32_tol(a.shape[-1], float(xp.abs(want).max()))
+    np.testing.assert_allclose(backend.to_numpy(got), backend.to_numpy(want), rtol=0, atol=atol)
+    zeros = xp.zeros_like(got)                                  # add=True: the GEMM adds into out (beta 1)
+    assert cublas.matmul(a, b, zeros, add=True) is zeros
+    np.testing.assert_array_equal(backend.to_numpy(zeros), backend.to_numpy(got))   # into zeros: the same bits
+    start = xp.asarray(rng.standard_normal(got.shape).astype(np.float32))
+    for out in (start.copy(), xp.asfortranarray(start)):        # C-ordered (cuBLAS adds), or not (added after)
+        cublas.matmul(a, b, out, add=True)
+        np.testing.assert_allclose(backend.to_numpy(out), backend.to_numpy(start + want), rtol=0,
+                                   atol=atol + f32_tol(1, float(xp.abs(start).max() + xp.abs(want).max())))

@@ -32,7 +32,7 @@ from minitransformer.optim import Adam
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
 FUSED_OPS = ("softmax", "log_softmax", "cross_entropy", "layer_norm", "dropout", "adam", "adam_from", "embedding_backward",
-             "column_sum")
+             "column_sum", "scale_and_mask", "relu_backward")
 HAVE_GPU = backend.gpu_available()
 
 
@@ -215,7 +215,7 @@ def elementwise_as_cuda(in_params, out_params, operation, name):
     """An ElementwiseKernel's operation as the body of a __device__ function, the way CuPy's generated
     loop sees it: inputs by value, outputs by reference, raw inputs as pointers (CuPy's CArray indexes
     the same way), CuPy's type names in C."""
-    ctype = {"float32": "float", "float64": "double", "int64": "long long", "T": "T"}
+    ctype = {"float32": "float", "float64": "double", "int64": "long long", "bool": "bool", "T": "T"}
     params = [f"const {ctype[w[1]]}* {w[2]}" if w[0] == "raw" else f"{ctype[w[0]]} {w[1]}"
               for w in (p.split() for p in in_params.split(","))]
     params += [f"{ctype[t]}& {v}" for t, v in (p.split() for p in out_params.split(","))]
@@ -430,16 +430,20 @@ def test_the_softmax_core_runs_the_row_kernel_in_place_and_into_a_strided_out(op
 
 def test_attention_backward_hands_the_kernel_p_then_dp_and_takes_ds_in_place(monkeypatch):
     """Everywhere: with kernels.active patched on and softmax_backward_rows modelled in NumPy (its C, in its
-    argument order y, dy, dx), attention's gradients equal the plain lines'."""
-    def kernel_model(name, y, dy, out=None):
+    argument order y, dy, dx, then the scale 1/sqrt(d_k)), attention's gradients equal the plain lines'."""
+    def kernel_model(name, y, dy, out=None, scale=1.0):
         assert name == "softmax" and out is dy
-        out[...] = (dy - (dy * y).sum(axis=-1, keepdims=True)) * y      # dx = (dy - sum(dy * y)) * y
+        out[...] = (dy - (dy * y).sum(axis=-1, keepdims=True)) * y * np.float32(scale)  # (dy - sum(dy * y)) * y * c
         return out
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
     fn = lambda *t: scaled_dot_product_attention(*t, mask=np.tril(np.ones((5, 5), bool)))
     plain = forward_backward("cpu", fn, [q, k, v])[1]
-    monkeypatch.setattr(attention, "kernels", SimpleNamespace(active=lambda *arrays: True, backward_rows=kernel_model))
+    def scale_and_mask_model(s, allowed, scale, fill):                   # its C: s = allowed ? s * scale : fill
+        s[...] = np.where(allowed, s * np.float32(scale), np.float32(fill))
+        return s
+    monkeypatch.setattr(attention, "kernels", SimpleNamespace(active=lambda *arrays: True, backward_rows=kernel_model,
+                                                              scale_and_mask=scale_and_mask_model))
     for a, b in zip(forward_backward("cpu", fn, [q, k, v])[1], plain):
         np.testing.assert_allclose(a, b, rtol=0, atol=tol(5 * 8) * (1 + np.abs(b).max()))
 
@@ -467,6 +471,26 @@ def test_attention_backward_runs_softmaxs_backward_row_kernel(dropout_p, monkeyp
     assert ran == ["softmax"]
     for what, a, b in zip("qkv", fused, plain):
         assert_close(a, b, tol(5 * 8) * (1 + np.abs(b).max()), f"d{what}")
+    mt.use(DEFAULT_DEVICE)
+
+
+@gpu
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 7), (7, 7), (2, 3, 7, 7)], ids=str)
+def test_scale_and_mask_and_relu_backward_give_the_plain_lines_bits(mask_shape, calls):
+    """attention's scores scaled and masked in one launch, and ReLU's backward in one: NumPy's lines' numbers
+    (s *= c; s[~mask] = -1e9 with the mask broadcast; dy * (y > 0), zeros and negative zeros in y)."""
+    rng = np.random.default_rng(8)
+    s = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)                     # (B, H, Tq, Tk)
+    mask = rng.random(mask_shape) < 0.6
+    want = s * np.float32(1 / math.sqrt(8))
+    want[~np.broadcast_to(mask, s.shape)] = np.float32(attention.NEG)
+    got = kernels.scale_and_mask(backend.asarray(s), backend.asarray(mask), 1 / math.sqrt(8), attention.NEG)
+    np.testing.assert_array_equal(backend.to_numpy(got), want)
+    dy, y = rng.standard_normal((2, 2, 64)).astype(np.float32), np.maximum(rng.standard_normal((2, 2, 64)), 0).astype(np.float32)
+    y[0, 0, :4] = (0.0, -0.0, 1e-30, 3.0)
+    np.testing.assert_array_equal(backend.to_numpy(kernels.relu_backward(backend.asarray(dy), backend.asarray(y))),
+                                  dy * (y > 0))
+    assert calls == ["scale_and_mask", "relu_backward"]
     mt.use(DEFAULT_DEVICE)
 
 
@@ -550,7 +574,8 @@ def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, 
     """kernels.column_sum against float64 sums on the host (chunks of rows: ragged last chunks, columns
     past a multiple of 32, one row, none), with and without the product, and from a strided view; and
     exactly against kernels.column_sum_order, its order of additions in NumPy, also cut into launches of
-    32 columns (COUNTERS 1), with the counters of finished blocks back at 0 after every launch."""
+    32 columns (COUNTERS 1), with the counters of finished blocks back at 0 after every launch; `into` adds
+    the sums to what a buffer holds."""
     mt.use("gpu")
     xp, rng = backend.xp, np.random.default_rng(n + d)
     a, b = (rng.standard_normal((n, d)).astype(dtype) for _ in range(2))
@@ -563,6 +588,10 @@ def test_column_sums_add_every_row_of_every_column_the_same_way_every_run(n, d, 
         assert_close(backend.to_numpy(got), want, tol(n, dtype) * (1 + size), f"{n}x{d} column sums")
     again = [backend.to_numpy(kernels.column_sum(xp.asarray(a), xp.asarray(b))) for _ in range(2)]
     np.testing.assert_array_equal(again[0], again[1])
+    start = rng.standard_normal(d).astype(dtype)                      # into a gradient buffer: added there
+    into = xp.asarray(start)
+    assert kernels.column_sum(xp.asarray(a), into=into) is None
+    np.testing.assert_array_equal(backend.to_numpy(into), start + (kernels.column_sum_order(a) if n else 0))
     if n:                                 # the kernel's order of additions, in NumPy: the same numbers
         np.testing.assert_array_equal(backend.to_numpy(kernels.column_sum(xp.asarray(a))), kernels.column_sum_order(a))
         monkeypatch.setattr(kernels, "COUNTERS", 1)                       # a launch per 32 columns
