@@ -46,13 +46,23 @@ def profile(runner, preset, batches, device, steps):
         prof.export_chrome_trace(os.path.join(tmp, "trace.json"))
         events = json.loads(Path(tmp, "trace.json").read_text())["traceEvents"]
     by_name = collections.defaultdict(lambda: [0, 0.0])      # name -> [calls, microseconds]
+    timed = []                                                # (start, end, name) of the GPU's events
     for e in events:
         if e.get("ph") == "X" and (e.get("cat") in GPU_EVENTS if gpu else e.get("cat") == "cpu_op"):
             by_name[e["name"]][0] += 1
             by_name[e["name"]][1] += e.get("dur", 0)
+            timed.append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
     busy = sum(us for _, us in by_name.values())
-    return {"wall_ms": wall * 1e3 / steps, "busy_ms": busy / 1e3 / steps, "device": device,
-            "by_name": {name: (calls / steps, us / 1e3 / steps) for name, (calls, us) in by_name.items()}}
+    result = {"wall_ms": wall * 1e3 / steps, "busy_ms": busy / 1e3 / steps, "device": device,
+              "by_name": {name: (calls / steps, us / 1e3 / steps) for name, (calls, us) in by_name.items()}}
+    if gpu:                                                   # the idle time between events, and where it falls
+        timed.sort()
+        gaps = sorted(((b[0] - a[1], a[2]) for a, b in zip(timed, timed[1:])), reverse=True)
+        idle = sum(max(g, 0.0) for g, _ in gaps)
+        result["gaps"] = {"events a step": len(timed) / steps, "idle ms a step": idle / 1e3 / steps,
+                          "median gap us": gaps[len(gaps) // 2][0] if gaps else 0.0,
+                          "largest (us, after)": [(round(g, 1), n[:60]) for g, n in gaps[:8]]}
+    return result
 
 
 def table(label, result, top):
@@ -67,6 +77,8 @@ def table(label, result, top):
     if rest:
         lines.append(f"| ({len(rest)} more) | {sum(c for _, (c, _) in rest):g} | "
                      f"{sum(m for _, (_, m) in rest):.3f} | |")
+    if "gaps" in result:
+        lines += ["", "Idle GPU between events: " + json.dumps(result["gaps"])]
     return "\n".join(lines) + "\n"
 
 
