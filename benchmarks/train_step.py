@@ -18,6 +18,9 @@ same batches for both frameworks. --tf32 lets float32 matmuls use TF32 tensor co
 Model FLOPs count 3 x the forward pass's matmul FLOPs (2mnk each) on padded shapes: per encoder layer
 2BS(3D^2 + D^2 + 2DF) + 4BS^2 D; per decoder layer 2BT(3D^2 + 2D^2 + 2DF) + 4BT^2 D + 4BSD^2 + 4BTSD;
 the output projection 2BTDV. The ceiling is a large float32 matmul measured by this script.
+The step time is the median of steps timed one by one (a sync after each); on a GPU the same steps are
+then run again queued back to back, one sync at the end, as the Trainer runs them (it reads the losses a
+few steps at a time): "pipelined", where the host's launching of step i + 1 hides under the GPU's step i.
 Each framework runs in its own subprocess (with --rounds R, R of each, alternating), so peak memory
 (the growth of RSS from before the first step to its peak, the warm-up included, so Adam's moments and the
 memory an allocator keeps for the next step count; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
@@ -290,6 +293,13 @@ def worker(args):
         times.append(time.perf_counter() - start)
         flops.append(3 * forward_flops(cfg, src.shape[0], src.shape[1], tgt_in.shape[1]))
         tokens.append(int((tgt_in != 0).sum()))
+    pipelined = None            # the GPU: the same steps again, one sync at the end, as the Trainer runs them
+    if args.device == "gpu":    # (the host queues step i + 1 while the GPU runs step i)
+        start = time.perf_counter()
+        for b in data[args.warmup:]:
+            loss = step(b)
+        sync()
+        pipelined = (time.perf_counter() - start) / len(times)
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     grown = world.sum_(np.array([max(maxrss - rss0, 0), maxrss], dtype=np.float64))  # every rank's memory
     loss = float(loss.item())
@@ -308,6 +318,7 @@ def worker(args):
     gpu_peak = peak()       # on a GPU: one rank's (--ranks is for the CPU)
     print(json.dumps({
         "framework": args.worker, "preset": args.preset, "ms_per_step": med * 1e3,
+        "ms_per_step_pipelined": pipelined and pipelined * 1e3,
         "tokens_per_s": sum(tokens) / sum(times), "flops_per_s": sum(flops) / sum(times),
         "ceiling": ceiling, "peak_mem_mb": None if args.cuda_graphs and args.worker == "ours" else
         (gpu_peak if gpu_peak is not None else grown[0]) / 2 ** 20,           # graphs: MemoryAsyncPool, not counted
@@ -420,7 +431,8 @@ def main(argv=None):
         print(f"{r['framework']:6s} {r['preset']:6s} x{r['ranks']} {r['ms_per_step']:9.1f} ms/step "
               f"{r['tokens_per_s']:9.0f} tgt tok/s {r['flops_per_s'] / 1e9:7.1f} GFLOP/s "
               f"({r['flops_per_s'] / r['ceiling']:5.1%} of {r['ceiling'] / 1e9:.0f}) "
-              f"peak step memory {r['peak_mem_mb'] or float('nan'):7.0f} MB  loss {r['loss']:.3f}")
+              f"peak step memory {r['peak_mem_mb'] or float('nan'):7.0f} MB  loss {r['loss']:.3f}"
+              + (f"  pipelined {r['ms_per_step_pipelined']:.1f} ms/step" if r.get("ms_per_step_pipelined") else ""))
     for preset, ranks in itertools.product(args.preset, args.ranks):
         ours, torch = ([r for r in results if (r["framework"], r["preset"], r["ranks"]) == (fw, preset, ranks)]
                        for fw in ("ours", "torch"))
@@ -431,6 +443,11 @@ def main(argv=None):
             spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
             print(f"{preset}, {ranks} rank{'s' * (ranks > 1)} each: step time ours / PyTorch = "
                   f"{statistics.median(ratios):.2f}x{spread}, memory ours / PyTorch = {memory:.2f}x")
+            if all(r.get("ms_per_step_pipelined") for r in ours + torch):    # the GPU: steps queued back to back
+                ratios = sorted(o["ms_per_step_pipelined"] / t["ms_per_step_pipelined"] for o, t in zip(ours, torch))
+                spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
+                print(f"{preset}, pipelined (one sync at the end, as the Trainer runs): step time ours / PyTorch = "
+                      f"{statistics.median(ratios):.2f}x{spread}")
     if results:
         print(f"lengths: {results[0]['lengths']}; {results[0]['avg_tgt_tokens']:.0f} real / "
               f"{results[0]['avg_padded_tgt']:.0f} padded target tokens per batch; device {args.device}"
