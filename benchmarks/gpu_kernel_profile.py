@@ -26,13 +26,13 @@ GPU_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def profile(runner, preset, batches, device, steps):
-    """Run `steps` profiled steps after the batches twice round unprofiled (compiles, warms, records the
-    graphs); the events of the GPU (or, on the CPU, the ops) summed by name, per step."""
+    """Run `steps` profiled steps after the batches 3 times round unprofiled (compiles, warms, records the
+    graphs, replays them once); the events of the GPU (or, on the CPU, the ops) summed by name, per step."""
     import torch
     from torch.profiler import ProfilerActivity
     cfg, step, data, sync, *_ = runner(preset, batches, steps, device)
-    for b in data * 2:                           # twice round: a graph is recorded on a shape's second step
-        step(b)
+    for b in data * 3:                           # 3 times round: a graph is recorded on a shape's second step
+        step(b)                                  # and uploaded at its first replay (once)
     sync()
     gpu = device == "gpu"
     activities = [ProfilerActivity.CUDA] if gpu else [ProfilerActivity.CPU]

@@ -13,7 +13,7 @@ suite 22% (every test file in its own pytest on CuPy; a test past --test-timeout
 a traceback), fused 4%, profile 4% (the small step op by op, mt.profile(sync=True), and the host's Python by
 cProfile: profile.txt), graph 4% (the small step replayed as CUDA graphs, graphs.StepGraphs, against eager
 steps: time and bits), train_step 24% (tiny, small, base in FP32 and TF32, small and base with
---cuda-graphs; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu on the GPU
+--cuda-graphs in both; --torch if PyTorch imports), multi30k the rest (examples/multi30k.py --device gpu on the GPU
 recipe, stopped by --minutes with a checkpoint; a checkpoint in --run-dir is resumed).
 A stage that fails or runs out of time is recorded and the next one runs; without a usable GPU the GPU
 stages are skipped with that reason. Data comes from --data-dir alone (Multi30k's train, val and
@@ -330,7 +330,8 @@ def stage_graph(args, out, seconds):
 def stage_train_step(args, out, seconds):
     sizes = (["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256"] if args.dry_run else
              ["--preset", "tiny", "small", "base", "--steps", "10", "--warmup", "2", "--max-tokens", "8192"])
-    modes = {"fp32": [], "tf32": ["--tf32"], "fp32, CUDA graphs": ["--cuda-graphs", "--preset", "small", "base"]}
+    modes = {"fp32": [], "tf32": ["--tf32"], "fp32, CUDA graphs": ["--cuda-graphs", "--preset", "small", "base"],
+             "tf32, CUDA graphs": ["--tf32", "--cuda-graphs", "--preset", "small", "base"]}
     result, log = {}, out / "train_step.log"
     for mode in list(modes)[:1 if args.device != "gpu" else None]:   # TF32 and graphs: the GPU alone
         json_file = args.run_dir / f"train_step_{mode.split(',')[0]}{'_graphs' * ('graphs' in mode)}.json"
@@ -422,9 +423,10 @@ def summary_markdown(results):
                                  f"{r['losses equal']}, weights equal: {r['weights equal']}, counts {r['counts']}"
                                  if "graph_ms" in r else r.get("error") or r.get("reason", ""))]
     if "result" in stages.get("train_step", {}):
-        lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | target tokens/s | peak MB |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {mode} | {r['framework']} | {r['preset']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | "
+        lines += ["", "## Training step", "", "| mode | framework | preset | ms/step | pipelined ms/step | "
+                  "target tokens/s | peak MB |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {mode} | {r['framework']} | {r['preset']} | {r['ms_per_step']:.1f} | "
+                  f"{r.get('ms_per_step_pipelined') or float('nan'):.1f} | {r['tokens_per_s']:.0f} | "
                   f"{r['peak_mem_mb'] or float('nan'):.0f} |" for mode, m in stages["train_step"]["result"].items()
                   for r in m.get("results", [])]
     if "result" in stages.get("multi30k", {}):

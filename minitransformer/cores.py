@@ -209,6 +209,34 @@ def matmul(a, b, plus=None):
     return out
 
 
+def transpose_matmul(a, b, into=None):
+    """a^T b for 2-D a (N, m), b (N, n); added into `into` (m, n) where given (a leaf's gradient buffer,
+    tensor.grad_into), and then None. On the CPU as (b^T a)^T when m < n.
+
+    Note: the same product, but OpenBLAS (2 threads, this project's reference CPU) runs a^T b up to
+    10x slower when the result is wider than tall: 131 ms vs 28 ms for (4096, 256)^T (4096, 512);
+    see benchmarks/README.md. The result is then a transposed (Fortran-ordered) view, which is fine.
+    On the GPU with CUDA graphs on (backend.gemm set), cuBLAS adds the product into `into` itself (beta 1).
+    """
+    if into is not None and backend.gemm is not None:
+        backend.gemm(a.T, b, into, add=True)
+        return None
+    ab = matmul(b.T, a).T if backend.xp is np and a.shape[1] < b.shape[1] else matmul(a.T, b)
+    if into is None:
+        return ab
+    into += ab
+    return None
+
+
+def column_sum(g, into=None):
+    """The sums down the columns of g (N, D): (D,); added into `into` where given, and then None (the CPU's
+    and fused-off GPU's bias gradient: kernels.column_sum does both in one launch on the GPU)."""
+    if into is None:
+        return g.sum(axis=0)
+    into += g.sum(axis=0)
+    return None
+
+
 def _matmul(a, b, plus, out=None):
     """a @ b (+ plus) whole, into out where given."""
     out = backend.matmul(a, b, out=out)

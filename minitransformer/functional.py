@@ -1,11 +1,11 @@
 """Fused ops: each one graph node whose backward was derived by hand (derivations in lessons/04).
 
-softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, dropout, embedding
+softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, relu, dropout, embedding
 and linear. Fusing saves graph nodes, temporaries and time; the tests check every op against the same
-computation composed of elementary Tensor ops, their plain forms in plain.py. Each docstring says
-what the op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs
-unchanged on CuPy; on the GPU with backend.fused on, the softmax core and the first five ops hand over
-to the CUDA kernels of kernels.py, which must give these numbers (`if kernels.active(...)`).
+computation composed of elementary Tensor ops, their plain forms in plain.py. Each docstring says what the
+op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs unchanged on
+CuPy; on the GPU with backend.fused on, the softmax core and the first six ops hand over to the CUDA
+kernels of kernels.py, which must give these numbers (`if kernels.active(...)`).
 Left out: fused CuPy kernels for embedding's and linear's forward (a gather, a GEMM cuBLAS does whole;
 their backward's scatter and column sum have them), and gradients of integer inputs (targets, ids).
 """
@@ -14,7 +14,6 @@ import numpy as np
 
 from . import backend, cores, kernels
 from .checks import check_ids, check_real, check_target
-from .ops import transpose_matmul
 from .profiler import traced
 from .tensor import Tensor, data_of, grad_into, make_node
 
@@ -199,12 +198,10 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     cores.for_blocks(forward_rows, len(x2), x2.size)
 
     def backward(gy):
-        dx = dgamma = dbeta = None
+        dx = None
         gyx = gy * xhat.reshape(gy.shape)                             # (..., D)
-        if gamma.requires_grad:
-            dgamma = gyx.reshape(-1, D).sum(axis=0)                   # (D,)
-        if beta.requires_grad:
-            dbeta = gy.reshape(-1, D).sum(axis=0)                     # (D,)
+        dgamma = gyx.reshape(-1, D).sum(axis=0) if gamma.requires_grad else None  # (D,)
+        dbeta = gy.reshape(-1, D).sum(axis=0) if beta.requires_grad else None     # (D,)
         if x.requires_grad:
             # mean(g) and mean(g * xhat) with g = gy * gamma, as matrix-vector products: no (..., D) g
             mean_g = (gy @ gamma.data).reshape(-1, 1) * (1.0 / D)     # (N, 1)
@@ -223,8 +220,13 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
 
 
-# -------------------------------------------------------------------- dropout
+# -------------------------------------------------------------------- relu and dropout
 @traced
+def relu(x):
+    """max(x, 0): Tensor.relu (ops.relu); on the GPU kernels.relu, its backward in one launch (CuPy's two)."""
+    return kernels.relu(x) if kernels.active(x) else x.relu()
+
+
 def dropout(x, p, training=True):
     """y = x * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p) drawn from backend.rng().
 
@@ -248,14 +250,10 @@ def dropout(x, p, training=True):
 
 # -------------------------------------------------------------------- embedding and linear
 def _scatter_rows(shape, ids, g):
-    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up.
-
-    On the CPU, np.add.at over the flattened matrix (element index id*D + column) takes NumPy's fast
-    1-D path: 2-4x faster than np.add.at on rows, exact, and simpler than sorting plus reduceat,
-    which measured slower here. On the GPU kernels.embedding_backward adds them in the same order (the
-    CPU's bits), else (fused off) backend.scatter_add; both give the same bits on every run (atomic adds
-    would land in the hardware's order).
-    """
+    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the CPU by
+    np.add.at over the flattened matrix (NumPy's fast 1-D path: 2-4x faster than on rows; sorting plus reduceat
+    measured slower); on the GPU kernels.embedding_backward in the same order (the CPU's bits), else (fused
+    off) backend.scatter_add: the same bits every run, where atomic adds would land in the hardware's order."""
     if kernels.active(g):
         return kernels.embedding_backward(shape, backend.xp.asarray(ids), g)
     out = backend.xp.zeros(shape, dtype=g.dtype)                      # (V, D)
@@ -291,16 +289,6 @@ def embedding(weight, ids):
 
 
 @traced
-def _column_sum(g, into=None):
-    """The sums down the columns of g (N, D): (D,); added into `into` where given, and then None."""
-    if kernels.active(g):
-        return kernels.column_sum(g, into=into)
-    if into is None:
-        return g.sum(axis=0)
-    into += g.sum(axis=0)
-    return None
-
-
 def linear(x, weight, bias=None):
     """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
 
@@ -322,9 +310,11 @@ def linear(x, weight, bias=None):
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
         dx = cores.matmul(g, weight.data.T).reshape(x.shape) if x.requires_grad else None
-        dw = transpose_matmul(x2, g, into=grad_into(weight)) if weight.requires_grad else None  # (d_in, d_out)
-        if bias is None:
-            return dx, dw
-        return dx, dw, _column_sum(g, into=grad_into(bias)) if bias.requires_grad else None  # (d_out,)
+        dw = cores.transpose_matmul(x2, g, into=grad_into(weight)) if weight.requires_grad else None  # (d_in, d_out)
+        db = None
+        if bias is not None and bias.requires_grad:                   # (d_out,)
+            sums = kernels.column_sum if kernels.active(g) else cores.column_sum
+            db = sums(g, into=grad_into(bias))
+        return (dx, dw) if bias is None else (dx, dw, db)
     parents = (x, weight) if bias is None else (x, weight, bias)
     return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")

@@ -113,6 +113,12 @@ def scale_and_mask(s, allowed, scale, fill):
     return s
 
 
+def relu(x):
+    """Fuses functional.relu's backward (ops.relu: dy * (y > 0), a comparison and a product) into one launch."""
+    y = backend.xp.maximum(x.data, 0)
+    return make_node(y, (x,), lambda g: (relu_backward(g, y),), "relu")
+
+
 def relu_backward(dy, y):
     """ReLU's dx = dy * (y > 0) in one launch (CuPy's comparison and product: two)."""
     return _kernel("relu_backward")(dy, y)

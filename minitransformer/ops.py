@@ -8,7 +8,7 @@ functional.py and attention.py.
 """
 import numpy as np
 
-from . import backend, cores, kernels
+from . import backend, cores
 from .profiler import traced
 from .tensor import Tensor, as_tensor, make_node
 
@@ -103,25 +103,6 @@ def neg(a):
     return make_node(-a.data, (a,), lambda g: (-g,), "neg")
 
 
-def transpose_matmul(a, b, into=None):
-    """a^T b for 2-D a (N, m), b (N, n); added into `into` (m, n) where given (a leaf's gradient buffer,
-    tensor.grad_into), and then None. On the CPU as (b^T a)^T when m < n.
-
-    Note: the same product, but OpenBLAS (2 threads, this project's reference CPU) runs a^T b up to
-    10x slower when the result is wider than tall: 131 ms vs 28 ms for (4096, 256)^T (4096, 512);
-    see benchmarks/README.md. The result is then a transposed (Fortran-ordered) view, which is fine.
-    On the GPU with CUDA graphs on (backend.gemm set), cuBLAS adds the product into `into` itself (beta 1).
-    """
-    if into is not None and backend.gemm is not None:
-        backend.gemm(a.T, b, into, add=True)
-        return None
-    ab = cores.matmul(b.T, a).T if backend.xp is np and a.shape[1] < b.shape[1] else cores.matmul(a.T, b)
-    if into is None:
-        return ab
-    into += ab
-    return None
-
-
 @traced
 def matmul(a, b):
     """C = A B, batched and broadcast over the leading axes (a vector is lifted to a matrix and back).
@@ -145,9 +126,9 @@ def matmul(a, b):
 
 
 def _matmul_grad_b(A, g):
-    """dB = A^T dC, batched; one transpose_matmul GEMM when both are plain matrices."""
+    """dB = A^T dC, batched; one cores.transpose_matmul GEMM when both are plain matrices."""
     if A.ndim == 2 and g.ndim == 2:
-        return transpose_matmul(A, g)
+        return cores.transpose_matmul(A, g)
     return cores.matmul(backend.xp.swapaxes(A, -1, -2), g)
 
 
@@ -180,12 +161,7 @@ def relu(a):
     """relu(a) = max(a, 0), elementwise.
     Backward: da = dy where a > 0, else 0."""
     out = cores.elementwise(backend.xp.maximum, a.data, 0)
-
-    def backward(g):
-        if kernels.active(g, out):
-            return (kernels.relu_backward(g, out),)                       # the GPU: the line below, one launch
-        return (cores.elementwise(backend.xp.multiply, g, out > 0),)
-    return make_node(out, (a,), backward, "relu")
+    return make_node(out, (a,), lambda g: (cores.elementwise(backend.xp.multiply, g, out > 0),), "relu")
 
 
 @traced

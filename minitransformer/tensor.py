@@ -1,12 +1,12 @@
 """Tensor: an array plus the graph that made it, and reverse-mode autodiff over that graph.
 
 The elementary ops are in ops.py: each computes its output with `backend.xp` and attaches a `backward(g)` closure
-returning one gradient array per parent; the engine alone unbroadcasts and adds them up (but for `grad_into`:
-an op may add a leaf's share into the leaf's existing .grad itself, in its last kernel). Saved inputs must not
-change before backward: `version` ticks one clock at a tensor's making and at each write the package sees
-(`t.data = ...`, `+=`, Adam's step, `assign`), so a parent newer than its node makes backward name the op, and a
-node keeps its leaf parents' NumPy arrays read-only until freed, so `w.data[...] = x` fails at once. Left out on
-purpose: higher-order gradients, retain_graph (backward frees the graph), a guard on CuPy arrays and op outputs.
+returning one gradient array per parent; the engine alone unbroadcasts and adds them up (an op may add a leaf's
+share into its existing .grad itself: grad_into). Saved inputs must not change before backward: `version` ticks
+one clock at a tensor's making and at each write the package sees (`t.data = ...`, `+=`, Adam's step, `assign`),
+so a parent newer than its node makes backward name the op, and a node keeps its leaf parents' NumPy arrays
+read-only until freed, so `w.data[...] = x` fails at once. Left out on purpose: higher-order gradients,
+retain_graph (backward frees the graph), a guard on CuPy arrays and op outputs.
 """
 import contextlib
 import itertools
@@ -217,11 +217,9 @@ def _free(node):
 
 
 def grad_into(t):
-    """t's .grad where an op's backward may add its share of dL/dt there itself, and then return None for t:
-    t a leaf that needs a gradient and already holds one (Adam.gradient_buffers, as CUDA graphs and data
-    parallelism use, or an earlier backward). The engine would add it there (node.grad += g); an op that
-    fuses the add into its own last kernel (a GEMM with beta 1, a column sum that adds) saves a launch and
-    a pass over the gradient, as llm.c's backward kernels do. None otherwise: the op returns its share."""
+    """t's .grad where an op's backward may add its share of dL/dt there itself, returning None for t: a leaf
+    holding a gradient already (Adam.gradient_buffers, an earlier backward). In the op's last kernel (a GEMM with
+    beta 1, a column sum that adds: llm.c's way) the engine's add costs no launch. Else None."""
     return t.grad if t._backward is None and t.requires_grad and t.grad is not None else None
 
 

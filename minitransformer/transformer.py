@@ -80,7 +80,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(relu_dropout)
 
     def forward(self, x):
-        return self.w_2(self.dropout(self.w_1(x).relu()))                 # (B, T, D) -> (B, T, F) -> (B, T, D)
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))                # (B, T, D) -> (B, T, F) -> (B, T, D)
 
 
 def _sublayer(x, norm, dropout, fn, norm_first):

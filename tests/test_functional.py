@@ -287,6 +287,14 @@ def test_linear_matches_plain_and_gradcheck(xp_backend, lead, d_in, d_out, seed)
     assert mt.gradcheck(lambda a, m: F.linear(a, m), x, w)
 
 
+def test_relu_is_tensor_relu_and_gradchecks(xp_backend):
+    x = np.array([[-2.0, -0.0, 0.0, 0.5, 3.0]])
+    y = F.relu(mt.tensor(x))
+    np.testing.assert_array_equal(y.numpy(), mt.tensor(x).relu().numpy())
+    np.testing.assert_array_equal(y.numpy(), [[0.0, 0.0, 0.0, 0.5, 3.0]])
+    assert mt.gradcheck(F.relu, randn(3, 4, seed=1))
+
+
 def _grads(fn, arrays, start, gemm=None):
     """The leaves' .grad after fn(*leaves).backward(dy), leaf i holding start[i] as its .grad before (None:
     none), with backend.gemm set to `gemm` (cuBLAS's GEMM that adds, on the GPU) during the backward."""

@@ -479,6 +479,7 @@ def test_attention_backward_runs_softmaxs_backward_row_kernel(dropout_p, monkeyp
 def test_scale_and_mask_and_relu_backward_give_the_plain_lines_bits(mask_shape, calls):
     """attention's scores scaled and masked in one launch, and ReLU's backward in one: NumPy's lines' numbers
     (s *= c; s[~mask] = -1e9 with the mask broadcast; dy * (y > 0), zeros and negative zeros in y)."""
+    mt.use("gpu")
     rng = np.random.default_rng(8)
     s = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)                     # (B, H, Tq, Tk)
     mask = rng.random(mask_shape) < 0.6
@@ -490,7 +491,12 @@ def test_scale_and_mask_and_relu_backward_give_the_plain_lines_bits(mask_shape, 
     y[0, 0, :4] = (0.0, -0.0, 1e-30, 3.0)
     np.testing.assert_array_equal(backend.to_numpy(kernels.relu_backward(backend.asarray(dy), backend.asarray(y))),
                                   dy * (y > 0))
-    assert calls == ["scale_and_mask", "relu_backward"]
+    x = mt.tensor(np.concatenate([y, -y]), requires_grad=True)               # F.relu: Tensor.relu's numbers
+    out = F.relu(x)
+    out.backward(backend.asarray(np.concatenate([dy, dy])))
+    np.testing.assert_array_equal(out.numpy(), np.maximum(np.concatenate([y, -y]), 0))
+    np.testing.assert_array_equal(backend.to_numpy(x.grad), np.concatenate([dy, dy]) * (np.concatenate([y, -y]) > 0))
+    assert calls == ["scale_and_mask", "relu_backward", "relu_backward"]
     mt.use(DEFAULT_DEVICE)
 
 
