@@ -7,7 +7,7 @@ trained on the GPU recipe and scored on test_2016_flickr. One results folder, sm
     python benchmarks/gpu_run.py --dry-run --out /tmp/gpu-dry      # the CPU, tiny sizes, in seconds
 
 Stages, in order, each within its share of --minutes (what one leaves goes to the next; multi30k takes what
-is left, 2.5 minutes of it kept for translating and scoring): env 2% (GPU, driver, CUDA, CuPy, NumPy,
+is left, 2.5 minutes of it kept for translating and scoring): env 2%, at least 30 s (GPU, driver, CUDA, CuPy, NumPy,
 PyTorch, the package; run every time, named in --stages or not), kernels 6% (tests/test_kernels.py -m gpu),
 suite 22% (every test file in its own pytest on CuPy; a test past --test-timeout seconds ends its file with
 a traceback), fused 4%, profile 4% (the small step op by op, mt.profile(sync=True), and the host's Python by
@@ -490,7 +490,8 @@ def main(argv=None):
             results["stages"].setdefault(name, {"status": "skipped", "reason": "not in --stages"})
             continue
         budget = deadline - time.monotonic()
-        budget = budget if share is None else min(budget, share * 60 * args.minutes)
+        floor = 30 if name == "env" else 0                    # every GPU stage waits on env's verdict
+        budget = budget if share is None else min(budget, max(share * 60 * args.minutes, floor))
         no_gpu = name != "env" and args.device == "gpu" and not results["stages"].get("env", {}).get(
             "result", {}).get("gpu usable", False)
         print(f"== {name}: at most {budget:.0f} s", flush=True)

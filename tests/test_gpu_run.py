@@ -104,6 +104,17 @@ def test_one_stage_alone_in_a_new_folder_finds_the_gpu_first(monkeypatch, tmp_pa
     assert {stages[n]["reason"] for n in gpu_run.STAGES if n not in ("env", "multi30k")} == {"not in --stages"}
 
 
+def test_env_gets_half_a_minute_however_short_the_run(monkeypatch, tmp_path):
+    """--minutes 2.5 gives env 3 s by its share: session 24's Multi30k call skipped env for want of time, and
+    multi30k with it; env's budget has a floor of 30 s."""
+    fake_stages(monkeypatch, gpu_usable=True, broken=None)
+    data = gpu_run.dry_corpus(tmp_path / "data", n=3)
+    assert gpu_run.main(["--data-dir", str(data), "--out", str(tmp_path / "r"), "--run-dir", str(tmp_path / "run"),
+                         "--stages", "multi30k", "--minutes", "2.5"]) == 0
+    stages = json.loads((tmp_path / "r" / "results.json").read_text())["stages"]
+    assert stages["env"]["status"] == stages["multi30k"]["status"] == "ran" and stages["env"]["budget_s"] == 30
+
+
 def test_without_a_gpu_the_gpu_stages_are_skipped_with_the_reason(monkeypatch, tmp_path):
     fake_stages(monkeypatch, gpu_usable=False, broken=None)
     data = gpu_run.dry_corpus(tmp_path / "data", n=3)
