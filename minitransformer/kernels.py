@@ -203,12 +203,13 @@ def dropout(x, p):
 def column_sum(a, b=None, into=None):
     """The sums down the columns of a (N, D), or of a * b, as a (D,) array: the bias gradients (linear's,
     LayerNorm's beta) and LayerNorm's dgamma; added into `into` (a contiguous (D,) array) where given, and
-    then None (a leaf's gradient buffer, tensor.grad_into: the engine's add, done by the last block). CuPy's sum over axis 0 took 135 us a call, 23% of the small
-    step on an H200 (session 20; our reading: each column read down on its own, a memory line a number). Here
-    one launch: 32 columns a block, over chunks of rows, and the last block of each 32 columns adds the
-    chunks' sums in order (kernel_source's column_sum): no atomics in the sums, the same bits every run,
-    launches set by N and D alone. Its blocks count themselves in counters() (one launch at a time per
-    GPU, as every caller here runs: each on the stream of the work around it, in order)."""
+    then None (a leaf's gradient buffer, tensor.grad_into: the engine's add, done by the last block).
+    CuPy's sum over axis 0 took 135 us a call, 23% of the small step on an H200 (session 20; our reading:
+    each column read down on its own, a memory line a number). Here one launch: 32 columns a block, over
+    chunks of rows, and the last block of each 32 columns adds the chunks' sums in order (kernel_source's
+    column_sum): no atomics in the sums, the same bits every run, launches set by N and D alone. Its blocks
+    count themselves in counters() (one launch at a time per GPU, as every caller here runs: each on the
+    stream of the work around it, in order)."""
     xp = backend.xp
     a = xp.ascontiguousarray(a)
     N, D = a.shape
