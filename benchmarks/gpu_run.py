@@ -332,13 +332,14 @@ def stage_train_step(args, out, seconds):
              ["--preset", "tiny", "small", "base", "--steps", "10", "--warmup", "2", "--max-tokens", "8192"])
     modes = {"fp32": [], "tf32": ["--tf32"], "fp32, CUDA graphs": ["--cuda-graphs", "--preset", "small", "base"],
              "tf32, CUDA graphs": ["--tf32", "--cuda-graphs", "--preset", "small", "base"]}
+    share = {"fp32": 0.3, "tf32": 0.3, "fp32, CUDA graphs": 0.2, "tf32, CUDA graphs": 0.2}  # eager: 3 presets
     result, log = {}, out / "train_step.log"
     for mode in list(modes)[:1 if args.device != "gpu" else None]:   # TF32 and graphs: the GPU alone
         json_file = args.run_dir / f"train_step_{mode.split(',')[0]}{'_graphs' * ('graphs' in mode)}.json"
         json_file.unlink(missing_ok=True)
         cmd = [sys.executable, "benchmarks/train_step.py", *sizes, "--torch", "--device", args.device,
                "--data-dir", args.data_dir, "--json", json_file, *modes[mode]]
-        code, output = run_command(cmd, seconds / len(modes))
+        code, output = run_command(cmd, seconds * share[mode])
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n")
         result[mode] = {"exit": code, **(json.loads(json_file.read_text()) if json_file.exists() else {})}
