@@ -28,7 +28,7 @@ _cupy = None               # the cupy module once use("gpu") has imported it
 _seed = 0
 _rng = None                # the generator of the current backend, made lazily by rng()
 _host_rng = None           # the NumPy generator for initialisation, made lazily by host_rng()
-gemm = None                # matmul(a, b, out) replacing xp.matmul while set: graphs.py sets cublas.matmul
+gemm = None                # matmul(a, b, out, add=False) replacing xp.matmul while set: graphs.py sets cublas.matmul
 
 INSTALL_HINT = ('pip install -e ".[gpu-cuda12]" for a CUDA 12 driver, or -e ".[gpu-cuda13]" for CUDA 13 '
                 "(nvidia-smi shows the driver's CUDA version)")
