@@ -125,10 +125,11 @@ def for_blocks(fn, n, work=None, align=1, chunk=None):
     """fn(rows) for contiguous slices `rows` covering range(n), one per thread, side by side, each
     starting at the multiple of `align` nearest to an even share (rounding every cut down gave the
     last thread up to align - 1 rows more: 6% more of a 4,095-row GEMM, waited for); returns when
-    every block is done (an error in any block is raised after all have finished). `work`, the elements the pass touches (default n), below
-    MIN_WORK: one call fn(slice(0, n)) on this thread. chunk (rows, see cache_rows): each block, or
-    the whole, is given to fn that many rows at a time, so that a fn of several sweeps over its rows
-    finds them in the cache after the first (threads or not: the same bits, rows being independent)."""
+    every block is done (an error in any block is raised after all have finished). `work`, the
+    elements the pass touches (default n), below MIN_WORK: one call fn(slice(0, n)) on this thread.
+    chunk (rows, see cache_rows): each block, or the whole, is given to fn that many rows at a time, so
+    that a fn of several sweeps over its rows finds them in the cache after the first (threads or not:
+    the same bits, rows being independent)."""
     if chunk and chunk < n:
         whole = fn
 

@@ -176,20 +176,15 @@ def layer_norm(x, gamma, beta, eps):
         dx = dgamma = dbeta = None
         gy = xp.ascontiguousarray(gy, dtype=x.dtype).reshape(-1, D)      # (N, D)
         if gamma.requires_grad:                                           # (D,) sum of dy * xhat
-            dgamma = _shaped(column_sum(gy, xhat, into=grad_into(gamma)), gamma.shape)
+            dgamma = column_sum(gy, xhat, into=grad_into(gamma))
         if beta.requires_grad:                                            # (D,) sum of dy
-            dbeta = _shaped(column_sum(gy, into=grad_into(beta)), beta.shape)
+            dbeta = column_sum(gy, into=grad_into(beta))
         if x.requires_grad:
             dx = xp.empty_like(gy)                                        # (N, D)
             _launch("layer_norm_backward_rows", N, D, gy, xhat, rstd, g1, np.int64(D), dt(1.0 / D), dx)
             dx = dx.reshape(x.shape)
         return dx, dgamma, dbeta
     return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
-
-
-def _shaped(a, shape):
-    """a reshaped, or None where a column sum went into a gradient buffer."""
-    return None if a is None else a.reshape(shape)
 
 
 def dropout(x, p):
@@ -218,7 +213,7 @@ def column_sum(a, b=None, into=None):
     chunk = column_chunk(N)
     chunks = -(-N // chunk)
     parts = xp.empty((chunks, D), dtype=a.dtype)                         # (chunks, D)
-    out = xp.empty(D, dtype=a.dtype) if into is None else into.reshape(D)  # (D,)
+    out = xp.empty(D, dtype=a.dtype) if into is None else into           # (D,)
     product = b is not None
     b = xp.ascontiguousarray(b, dtype=a.dtype) if product else a         # (N, D); read only where product
     tiles, done = -(-D // 32), counters()
