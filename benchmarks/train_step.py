@@ -5,7 +5,7 @@ Multi30k's, for the tiny, small and base presets; side by side with an equivalen
     python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
     python benchmarks/train_step.py --preset tiny small base --torch --steps 10
     python benchmarks/train_step.py --preset tiny --torch --rounds 5   # alternating: a ratio a noisy machine keeps
-    python benchmarks/train_step.py --preset tiny small --torch --ranks 2  # 2 ranks of 1 thread (mpiexec), both
+    python benchmarks/train_step.py --preset tiny small --torch --ranks 1  # one process each, no mpiexec
     python benchmarks/train_step.py --device gpu --data-dir data/multi30k        # on CuPy
     python benchmarks/train_step.py --device gpu --torch --tf32 --json tf32.json  # TF32 matmuls, both sides
 
@@ -30,6 +30,10 @@ distributed.py, PyTorch through DistributedDataParallel on gloo), as `examples/m
 on a CPU: each rank takes rows r, r + N, ... of every batch, the gradients are summed over the ranks, and
 the step's time is rank 0's (the Allreduce makes every rank wait for the slowest); memory is the sum over
 the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
+By default on a CPU both frameworks run in one process and in the ranks ours trains with by default
+(distributed.default_ranks(): 2 where mpiexec and mpi4py are installed), and the summary gives three
+ratios a preset: one process each, 2 ranks each, and each as it trains by default (ours in 2 ranks,
+PyTorch eager in one process, as a PyTorch training loop runs unless started by torchrun).
 Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
 page faults after the first step) and cores.use() (the process's cores on its elementwise passes too, the
 BLAS on one thread: cores.py); --torch-keep-freed gives PyTorch the same glibc settings through its
@@ -364,6 +368,15 @@ def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
     return env
 
 
+def ratio_pairs(ranks, default):
+    """(ours' ranks, PyTorch's ranks, label) of each ratio the summary gives: like for like at every value of
+    --ranks, then each as it trains by default (ours in `default` ranks, PyTorch eager in one process)."""
+    pairs = [(n, n, f"{n} rank{'s' * (n > 1)} each") for n in ranks]
+    if default > 1 and {1, default} <= set(ranks):
+        pairs.append((default, 1, f"ours as it trains by default ({default} ranks) against PyTorch eager in one process"))
+    return pairs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", nargs="+", default=["small"], choices=["tiny", "small", "base", "big"])
@@ -380,8 +393,10 @@ def main(argv=None):
     p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
     p.add_argument("--cuda-graphs", action="store_true", help="ours: each batch shape's update replayed as a CUDA "
                    "graph (--device gpu); both frameworks take --steps batches four times round, timing the fourth")
-    p.add_argument("--ranks", type=int, nargs="+", default=[1], help="data-parallel processes per framework "
-                   "(mpiexec, cores / N threads each); several values alternate, e.g. 1 2 (default: 1)")
+    p.add_argument("--ranks", type=int, nargs="+", help="data-parallel processes per framework (mpiexec, cores / N "
+                   "threads each); several values alternate, e.g. 1 2 (default on a CPU: 1 and the ranks ours "
+                   "trains with by default, distributed.default_ranks(): 2 where mpiexec and mpi4py are installed "
+                   "and there are 2 cores or more; on a GPU: 1)")
     p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
                    "(backend.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
@@ -390,6 +405,8 @@ def main(argv=None):
     if args.worker:
         args.preset = args.preset[0]
         return worker(args)
+    default = distributed.default_ranks() if args.device == "cpu" else 1   # how ours trains by default
+    args.ranks = args.ranks or sorted({1, default})
     for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                                ("--max-tokens", args.max_tokens, 1), ("--rounds", args.rounds, 1),
                                ("--ranks", min(args.ranks), 1)):
@@ -434,15 +451,15 @@ def main(argv=None):
               f"({r['flops_per_s'] / r['ceiling']:5.1%} of {r['ceiling'] / 1e9:.0f}) "
               f"peak step memory {r['peak_mem_mb'] or float('nan'):7.0f} MB  loss {r['loss']:.3f}"
               + (f"  pipelined {r['ms_per_step_pipelined']:.1f} ms/step" if r.get("ms_per_step_pipelined") else ""))
-    for preset, ranks in itertools.product(args.preset, args.ranks):
-        ours, torch = ([r for r in results if (r["framework"], r["preset"], r["ranks"]) == (fw, preset, ranks)]
-                       for fw in ("ours", "torch"))
+    for preset, (ranks, torch_ranks, label) in itertools.product(args.preset, ratio_pairs(args.ranks, default)):
+        ours, torch = ([r for r in results if (r["framework"], r["preset"], r["ranks"]) == (fw, preset, n)]
+                       for fw, n in (("ours", ranks), ("torch", torch_ranks)))
         if ours and len(ours) == len(torch):             # round i of ours against round i of PyTorch
             ratios = sorted(o["ms_per_step"] / t["ms_per_step"] for o, t in zip(ours, torch))
             memory = statistics.median(o["peak_mem_mb"] / max(t["peak_mem_mb"], 1e-9) if o["peak_mem_mb"] else math.nan
                                        for o, t in zip(ours, torch))
             spread = f" (rounds: {ratios[0]:.2f}-{ratios[-1]:.2f})" if len(ratios) > 1 else ""
-            print(f"{preset}, {ranks} rank{'s' * (ranks > 1)} each: step time ours / PyTorch = "
+            print(f"{preset}, {label}: step time ours / PyTorch = "
                   f"{statistics.median(ratios):.2f}x{spread}, memory ours / PyTorch = {memory:.2f}x")
             if all(r.get("ms_per_step_pipelined") for r in ours + torch):    # the GPU: steps queued back to back
                 ratios = sorted(o["ms_per_step_pipelined"] / t["ms_per_step_pipelined"] for o, t in zip(ours, torch))

@@ -201,8 +201,8 @@ def ranks_to_start(args):
             raise UsageError(f"--ranks {args.ranks} starts mpiexec itself: run without mpiexec, or leave --ranks out")
         return 1
     if args.ranks is None:
-        alone = args.quick or args.minutes is not None or args.device == "gpu" or (os.cpu_count() or 1) < 2
-        return 1 if alone or not distributed.can_launch() else 2
+        alone = args.quick or args.minutes is not None or args.device == "gpu"
+        return 1 if alone else distributed.default_ranks()
     if args.ranks < 1:
         raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
     if args.ranks > 1 and args.minutes is not None:

@@ -91,7 +91,7 @@ def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
 def test_train_step_rounds_alternate_and_pair(tmp_path):
     """--rounds R runs each framework R times; the JSON holds every round; PyTorch missing is said once."""
     out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "64",
-                                           "--rounds", "2", "--torch", "--json", str(tmp_path / "r.json")])
+                                           "--rounds", "2", "--torch", "--ranks", "1", "--json", str(tmp_path / "r.json")])
     assert out.returncode == 0, out.stderr
     rows = json.loads((tmp_path / "r.json").read_text())["results"]
     assert [(r["framework"], r["preset"]) for r in rows if r["framework"] == "ours"] == [("ours", "tiny")] * 2
@@ -141,6 +141,27 @@ def test_train_step_gives_the_kept_heap_to_pytorch_alone_with_or_without_ranks()
         assert torch_env["MINITRANSFORMER_DEVICE"] == ours_env["MINITRANSFORMER_DEVICE"] == "cpu"
         assert ("OMP_NUM_THREADS" in torch_env) == ("OMP_NUM_THREADS" in ours_env) == (ranks > 1)
     assert "MALLOC_MMAP_MAX_" not in bench.worker_env({}, "torch", 2, False)
+
+
+def test_train_step_pairs_like_with_like_then_each_as_it_trains_by_default():
+    """The summary's ratios: one process each, N ranks each, and ours' default ranks against PyTorch's one
+    process only where both ran (a PyTorch training loop is one process unless torchrun starts it)."""
+    bench = load_train_step()
+    assert [p[:2] for p in bench.ratio_pairs([1, 2], 2)] == [(1, 1), (2, 2), (2, 1)]
+    assert "by default (2 ranks)" in bench.ratio_pairs([1, 2], 2)[-1][2]
+    assert [p[:2] for p in bench.ratio_pairs([1], 2)] == [(1, 1)]          # --ranks 1: no cross pair
+    assert [p[:2] for p in bench.ratio_pairs([2], 2)] == [(2, 2)]          # PyTorch's one process not run
+    assert [p[:2] for p in bench.ratio_pairs([1], 1)] == [(1, 1)]          # no mpiexec: ours trains in one
+
+
+@pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
+def test_train_step_runs_one_process_and_the_default_ranks_unless_told(tmp_path):
+    """With mpiexec and 2 cores, no --ranks runs ours in one process and in distributed.default_ranks()."""
+    out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256",
+                                           "--json", str(tmp_path / "r.json")])
+    assert out.returncode == 0, out.stdout + out.stderr
+    ranks = [r["ranks"] for r in json.loads((tmp_path / "r.json").read_text())["results"]]
+    assert ranks == sorted({1, distributed.default_ranks()})
 
 
 @pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
