@@ -32,8 +32,9 @@ the step's time is rank 0's (the Allreduce makes every rank wait for the slowest
 the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
 By default on a CPU both frameworks run in one process and in the ranks ours trains with by default
 (distributed.default_ranks(): 2 where mpiexec and mpi4py are installed), and the summary gives three
-ratios a preset: one process each, 2 ranks each, and each as it trains by default (ours in 2 ranks,
-PyTorch eager in one process, as a PyTorch training loop runs unless started by torchrun).
+ratios a preset: one process each, 2 ranks each, and each as it trains by default (ours in 2 ranks, as
+examples/multi30k.py starts them; PyTorch eager in one process, as a training loop runs unless torchrun
+starts it).
 Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
 page faults after the first step) and cores.use() (the process's cores on its elementwise passes too, the
 BLAS on one thread: cores.py); --torch-keep-freed gives PyTorch the same glibc settings through its
@@ -373,7 +374,8 @@ def ratio_pairs(ranks, default):
     --ranks, then each as it trains by default (ours in `default` ranks, PyTorch eager in one process)."""
     pairs = [(n, n, f"{n} rank{'s' * (n > 1)} each") for n in ranks]
     if default > 1 and {1, default} <= set(ranks):
-        pairs.append((default, 1, f"ours as it trains by default ({default} ranks) against PyTorch eager in one process"))
+        pairs.append((default, 1, f"ours in {default} ranks (examples/multi30k.py's default) against PyTorch eager "
+                                  f"in one process"))
     return pairs
 
 

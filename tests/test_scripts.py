@@ -148,7 +148,7 @@ def test_train_step_pairs_like_with_like_then_each_as_it_trains_by_default():
     process only where both ran (a PyTorch training loop is one process unless torchrun starts it)."""
     bench = load_train_step()
     assert [p[:2] for p in bench.ratio_pairs([1, 2], 2)] == [(1, 1), (2, 2), (2, 1)]
-    assert "by default (2 ranks)" in bench.ratio_pairs([1, 2], 2)[-1][2]
+    assert "in 2 ranks (examples/multi30k.py's default)" in bench.ratio_pairs([1, 2], 2)[-1][2]
     assert [p[:2] for p in bench.ratio_pairs([1], 2)] == [(1, 1)]          # --ranks 1: no cross pair
     assert [p[:2] for p in bench.ratio_pairs([2], 2)] == [(2, 2)]          # PyTorch's one process not run
     assert [p[:2] for p in bench.ratio_pairs([1], 1)] == [(1, 1)]          # no mpiexec: ours trains in one
