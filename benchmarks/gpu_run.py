@@ -338,7 +338,7 @@ def stage_train_step(args, out, seconds):
         json_file = args.run_dir / f"train_step_{mode.split(',')[0]}{'_graphs' * ('graphs' in mode)}.json"
         json_file.unlink(missing_ok=True)
         cmd = [sys.executable, "benchmarks/train_step.py", *sizes, "--torch", "--device", args.device,
-               "--data-dir", args.data_dir, "--json", json_file, *modes[mode]]
+               "--data-dir", args.data_dir, "--json", json_file, "--ranks", "1", *modes[mode]]
         code, output = run_command(cmd, seconds * share[mode])
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"$ {' '.join(map(str, cmd))}\n# exit {code}\n{output}\n")

@@ -47,6 +47,15 @@ def test_launched_size_reads_the_launchers_variables():
     assert distributed.launched_size({"PMI_SIZE": "oops"}) == 1
 
 
+@pytest.mark.parametrize("cores, can_launch, ranks", [(2, True, 2), (16, True, 2), (1, True, 1), (2, False, 1),
+                                                     (None, True, 1)])
+def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, can_launch, ranks):
+    """2 ranks on 2 cores or more with mpiexec and mpi4py (the recipe's and train_step.py's rule), else 1."""
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(distributed, "can_launch", lambda: can_launch)
+    assert distributed.default_ranks() == ranks
+
+
 def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
     world = distributed.LocalWorld()
     a = np.arange(5, dtype=np.float32)
