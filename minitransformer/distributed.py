@@ -148,8 +148,8 @@ def default_ranks():
     """The ranks a CPU training run starts by default here (examples/multi30k.py; benchmarks/train_step.py
     times it so): 2 where mpiexec and mpi4py are installed and the machine has 2 cores or more, else 1.
     Two processes of one thread each train faster than one process of two threads (small preset, 4,096
-    tokens an update: 0.77x its step time, the median of six paired runs; benchmarks/README.md): the engine's Python, every pass
-    and every hand-off run on both cores, and no thread waits for another inside a step."""
+    tokens an update: 0.77x its step time, the median of six paired runs; benchmarks/README.md): each
+    rank runs its own Python and all its passes on its own core, and no thread waits for another."""
     return 2 if (os.cpu_count() or 1) >= 2 and can_launch() else 1
 
 
