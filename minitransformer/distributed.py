@@ -148,7 +148,7 @@ def default_ranks():
     """The ranks a CPU training run starts by default here (examples/multi30k.py; benchmarks/train_step.py
     times it so): 2 where mpiexec and mpi4py are installed and the machine has 2 cores or more, else 1.
     Two processes of one thread each train faster than one process of two threads (small preset, 4,096
-    tokens an update: 0.77x its step time, the median of six paired runs; benchmarks/README.md): each
+    tokens an update: 0.78x its step time, the median of seven paired runs; benchmarks/README.md): each
     rank runs its own Python and all its passes on its own core, and no thread waits for another."""
     return 2 if (os.cpu_count() or 1) >= 2 and can_launch() else 1
 
