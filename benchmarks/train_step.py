@@ -5,7 +5,7 @@ Multi30k's, for the tiny, small and base presets; side by side with an equivalen
     python benchmarks/train_step.py --preset small --torch    # ours and PyTorch (if installed), one run
     python benchmarks/train_step.py --preset tiny small base --torch --steps 10
     python benchmarks/train_step.py --preset tiny --torch --rounds 5   # alternating: a ratio a noisy machine keeps
-    python benchmarks/train_step.py --preset tiny small --torch --ranks 1  # one process each, no mpiexec
+    python benchmarks/train_step.py --preset tiny small --torch --ranks 1  # one rank each
     python benchmarks/train_step.py --device gpu --data-dir data/multi30k        # on CuPy
     python benchmarks/train_step.py --device gpu --torch --tf32 --json tf32.json  # TF32 matmuls, both sides
 
@@ -25,14 +25,15 @@ Each framework runs in its own subprocess (with --rounds R, R of each, alternati
 (the growth of RSS from before the first step to its peak, the warm-up included, so Adam's moments and the
 memory an allocator keeps for the next step count; on a GPU the most bytes lent to live arrays at once, by CuPy's pool or
 PyTorch's allocator) belongs to one framework alone.
---ranks N runs each framework as N data-parallel processes of cores / N threads each (mpiexec; ours through
-distributed.py, PyTorch through DistributedDataParallel on gloo), as `examples/multi30k.py` trains by default
-on a CPU: each rank takes rows r, r + N, ... of every batch, the gradients are summed over the ranks, and
-the step's time is rank 0's (the Allreduce makes every rank wait for the slowest); memory is the sum over
-the ranks. Its rounds alternate with the one-process runs of the same preset when --ranks is 1 N.
-By default on a CPU both frameworks run in one process and in the ranks ours trains with by default
-(distributed.default_ranks(): 2 where mpiexec and mpi4py are installed), and the summary gives three
-ratios a preset: one process each, 2 ranks each, and each as it trains by default (ours in 2 ranks, as
+--ranks N runs each framework as N data-parallel ranks: ours as N threads of one process, a core each
+(distributed.run_threads, as `examples/multi30k.py` trains by default on a CPU), PyTorch as N processes of
+cores / N threads each (mpiexec, DistributedDataParallel on gloo; skipped where mpiexec and mpi4py are not
+installed). Each rank takes rows r, r + N, ... of every batch, the gradients are summed over the ranks, and
+the step's time is rank 0's (the sum makes every rank wait for the slowest); memory is the process's, or
+the sum over PyTorch's processes. Its rounds alternate with the one-rank runs of the same preset when
+--ranks is 1 N. By default on a CPU both frameworks run one rank and the ranks ours trains with by default
+(distributed.default_ranks(): 2 on 2 cores or more), and the summary gives three ratios a preset: one rank
+each, 2 ranks each, and one process each as it trains by default (ours as 2 thread ranks, as
 examples/multi30k.py starts them; PyTorch eager in one process, as a training loop runs unless torchrun
 starts it).
 Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
@@ -307,7 +308,9 @@ def worker(args):
         sync()
         pipelined = (time.perf_counter() - start) / len(times)
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    grown = world.sum_(np.array([max(maxrss - rss0, 0), maxrss], dtype=np.float64))  # every rank's memory
+    grown = np.array([max(maxrss - rss0, 0), maxrss], dtype=np.float64)
+    if not isinstance(world, distributed.ThreadWorld):   # processes: every rank's memory (threads: the process's)
+        grown = world.sum_(grown)
     loss = float(loss.item())
     if args.worker == "torch":  # each rank's loss is its part x N (DDP averages): their mean is the batch's
         loss = world.sum_(np.array([loss]))[0] / world.size
@@ -364,7 +367,7 @@ def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
     env = dict(env, MINITRANSFORMER_DEVICE=device)
     if framework == "torch" and torch_keep_freed:
         env.update(MALLOC_MMAP_MAX_="0", MALLOC_TOP_PAD_=str(1 << 30))
-    if ranks > 1:
+    if ranks > 1 and framework == "torch":
         env.update(OMP_NUM_THREADS=str(distributed.threads_per_rank(ranks)), TRAIN_STEP_PORT=str(free_port()))
     return env
 
@@ -374,8 +377,8 @@ def ratio_pairs(ranks, default):
     --ranks, then each as it trains by default (ours in `default` ranks, PyTorch eager in one process)."""
     pairs = [(n, n, f"{n} rank{'s' * (n > 1)} each") for n in ranks]
     if default > 1 and {1, default} <= set(ranks):
-        pairs.append((default, 1, f"ours in {default} ranks (examples/multi30k.py's default) against PyTorch eager "
-                                  f"in one process"))
+        pairs.append((default, 1, f"one process each as it trains by default: ours as {default} thread ranks "
+                                  f"(examples/multi30k.py's default) against PyTorch eager"))
     return pairs
 
 
@@ -395,18 +398,18 @@ def main(argv=None):
     p.add_argument("--tf32", action="store_true", help="float32 matmuls on TF32 tensor cores, both frameworks")
     p.add_argument("--cuda-graphs", action="store_true", help="ours: each batch shape's update replayed as a CUDA "
                    "graph (--device gpu); both frameworks take --steps batches four times round, timing the fourth")
-    p.add_argument("--ranks", type=int, nargs="+", help="data-parallel processes per framework (mpiexec, cores / N "
-                   "threads each); several values alternate, e.g. 1 2 (default on a CPU: 1 and the ranks ours "
-                   "trains with by default, distributed.default_ranks(): 2 where mpiexec and mpi4py are installed "
-                   "and there are 2 cores or more; on a GPU: 1)")
+    p.add_argument("--ranks", type=int, nargs="+", help="data-parallel ranks per framework (ours: threads of one "
+                   "process; PyTorch: processes under mpiexec, cores / N threads each); several values alternate, "
+                   "e.g. 1 2 (default on a CPU: 1 and the ranks ours trains with by default, "
+                   "distributed.default_ranks(): 2 where there are 2 cores or more; on a GPU: 1)")
     p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
                    "(backend.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        args.preset = args.preset[0]
-        return worker(args)
+        args.preset, ranks = args.preset[0], args.ranks[0] if args.ranks else 1
+        return distributed.run_threads(worker, (args,), ranks) if ranks > 1 else worker(args)
     default = distributed.default_ranks() if args.device == "cpu" else 1   # how ours trains by default
     args.ranks = args.ranks or sorted({1, default})
     for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
@@ -420,20 +423,24 @@ def main(argv=None):
         p.error("--ranks is for the CPU (one GPU here: its ranks would share it)")
     if args.cuda_graphs and args.device != "gpu":
         p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
-    if max(args.ranks) > 1 and not distributed.can_launch():
-        p.error(f"--ranks {max(args.ranks)} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
+    mpi = distributed.can_launch()
+    if max(args.ranks) > 1 and args.torch and not mpi:
+        print(f"PyTorch runs {max(args.ranks)} ranks as processes under mpiexec, not installed here "
+              f"({distributed.INSTALL_HINT}): PyTorch in one process only")
     args.data_dir = lengths_folder(p, args.data_dir)
     results, failed = [], []
     env = {**os.environ, "CUPY_TF32": "1" if args.tf32 else "0"}
     for preset, _, ranks, fw in itertools.product(args.preset, range(args.rounds), args.ranks,
                                                   ["ours"] + ["torch"] * args.torch):
-        if fw == "torch" and not args.torch:             # found missing in an earlier round: said once
+        if fw == "torch" and (not args.torch or ranks > 1 and not mpi):   # missing (said once)
             continue
         cmd = [sys.executable, __file__, "--worker", fw, "--preset", preset, "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--max-tokens", str(args.max_tokens), "--device", args.device]
         cmd += ["--cuda-graphs"] if args.cuda_graphs else []
         cmd += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-        if ranks > 1:
+        if ranks > 1 and fw == "ours":                   # as it trains: the ranks as threads of one process
+            cmd += ["--ranks", str(ranks)]
+        elif ranks > 1:                                  # PyTorch: DistributedDataParallel, a process a rank
             cmd = distributed.mpiexec_command(ranks) + cmd
         run_env = worker_env(env, fw, ranks, args.torch_keep_freed, args.device)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)

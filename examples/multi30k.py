@@ -1,19 +1,19 @@
 """German -> English on Multi30k (Elliott et al., 2016): learn a joint BPE, train, average the last
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
-    python examples/multi30k.py                      # the recipe: 2 ranks, 34 minutes on 2 cores, BLEU 41.4
+    python examples/multi30k.py                      # the recipe: 2 ranks (threads), 30-34 minutes on 2 cores, BLEU 41.4
     python examples/multi30k.py --ranks 1            # one process, both cores: 37 minutes, BLEU 40.5 (other batches)
     python examples/multi30k.py --steps 6000 --dropout 0.3 --ranks 1   # the previous recipe: 67-106 min, 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset: about 8 minutes, BLEU 38.4-38.9
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300   # the paper's post-LN
     python examples/multi30k.py --device gpu         # the GPU recipe: one H200, 2 minutes, BLEU 41.6
     python examples/multi30k.py --out runs/m30k --resume       # continue the latest checkpoint
-    mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py --max-tokens 1024   # what --ranks 2 starts
+    mpiexec -n 2 -genv OMP_NUM_THREADS 1 python examples/multi30k.py --max-tokens 1024   # the same ranks as processes
 
 The defaults (small preset with pre-LN, dropout 0.2, label smoothing 0.2, 3,200 updates of 2,048 tokens
 at 1.0 x eq. (3), warmup 400, seed 0, about 14 epochs, the last 5 checkpoints averaged, beam 4, alpha 1.0;
-chosen on the validation set) run as 2 ranks of 1,024 tokens where mpiexec and mpi4py are installed
-(--ranks): test_2016_flickr sacreBLEU 41.39 (lowercased 41.58, chrF 60.22) in 34.4 minutes from start to
+chosen on the validation set) run as 2 ranks of 1,024 tokens, threads of this process, a core each
+(--ranks; under mpiexec, processes, with the same bits): test_2016_flickr sacreBLEU 41.39 (lowercased 41.58, chrF 60.22) in 34.4 minutes from start to
 score on 2 CPU cores (results/multi30k-default-session16/). The previous recipe, 6,000 updates at dropout
 0.3 in one process (about 25 epochs): test_2016_flickr sacreBLEU 41.33
 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), lowercased 41.56, chrF 60.37, in 106.3 minutes
@@ -195,20 +195,21 @@ def fill_defaults(args):
 
 
 def ranks_to_start(args):
-    """How many ranks this process should start under mpiexec: 1 (train here) or more (see --ranks)."""
+    """How many ranks this process should start as its threads: 1 (train here) or more (see --ranks)."""
     if distributed.launched_size() > 1:  # started by mpiexec: this process is one of the ranks
         if args.ranks not in (None, 1):
-            raise UsageError(f"--ranks {args.ranks} starts mpiexec itself: run without mpiexec, or leave --ranks out")
+            raise UsageError(f"--ranks {args.ranks} starts ranks itself (threads): run without mpiexec, or leave --ranks out")
         return 1
     if args.ranks is None:
         alone = args.quick or args.minutes is not None or args.device == "gpu"
         return 1 if alone else distributed.default_ranks()
     if args.ranks < 1:
         raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
+    if args.ranks > 1 and args.device == "gpu":
+        raise UsageError(f"--ranks {args.ranks} starts threads that share the CPU's cores: for several GPUs, start "
+                         f"one process per GPU under mpiexec (lesson 12)")
     if args.ranks > 1 and args.minutes is not None:
         raise UsageError("--minutes works in one process only: give --ranks 1, or --steps instead")
-    if args.ranks > 1 and not distributed.can_launch():
-        raise UsageError(f"--ranks {args.ranks} needs mpiexec and mpi4py: {distributed.INSTALL_HINT}")
     if args.max_tokens // args.ranks < 1:
         raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among --ranks {args.ranks}")
     return args.ranks
@@ -234,9 +235,8 @@ def main(argv=None):
                    f"--device gpu: {GPU['steps']})")
     p.add_argument("--max-tokens", type=int, help=f"tokens per update and side, split among --ranks (default: "
                    f"{RECIPE['max_tokens']}; --device gpu: {GPU['max_tokens']}); under your own mpiexec, per rank")
-    p.add_argument("--ranks", type=int, help="processes that train together (data parallel, lesson 12), "
-                   "started under mpiexec with one BLAS thread per core each (default: 2 for the recipe on a "
-                   "CPU of 2 or more cores where mpiexec and mpi4py are installed, pip install -e \".[mpi]\"; "
+    p.add_argument("--ranks", type=int, help="ranks that train together (data parallel, lesson 12), each a thread "
+                   "of this process on a core of its own (default: 2 for the recipe on a CPU of 2 or more cores; "
                    "else 1, and 1 with --quick, --minutes or --device gpu)")
     p.add_argument("--accum", type=int, default=1, help="batches per update (default: 1)")
     p.add_argument("--warmup", type=int, default=400, help="warmup steps (default: 400; Note: the paper's "
@@ -274,11 +274,11 @@ def main(argv=None):
         p.error(str(e))
     except RuntimeError as e:  # --device gpu without a usable GPU
         raise SystemExit(f"{p.prog}: error: --device {args.device}: {e}") from None
-    if ranks > 1:  # this process starts the ranks and waits: each update's batch is split among them
+    if ranks > 1:  # the ranks as threads of this process (the same bits as mpiexec's): each update's batch split
         argv = list(sys.argv[1:] if argv is None else argv) + ["--ranks", "1", "--max-tokens", str(args.max_tokens // ranks)]
-        print(f"starting {ranks} ranks of {args.max_tokens // ranks:,} tokens under mpiexec (--ranks 1: one process)",
-              flush=True)
-        return distributed.launch(__file__, argv, ranks)
+        print(f"training as {ranks} ranks of {args.max_tokens // ranks:,} tokens, one thread each "
+              f"(--ranks 1: one rank, its passes cut over the cores)", flush=True)
+        return distributed.run_threads(main, (argv,), ranks)
     try:
         return run(args, training_config, search)
     except (UsageError, ckpt.CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:

@@ -16,6 +16,7 @@ It leaves out mixed precision on purpose: float32 is the training dtype, float64
 """
 import ctypes
 import os
+import threading
 
 import numpy as np
 
@@ -25,9 +26,9 @@ DEFAULT_DTYPE = np.float32  # the training dtype
 fused = os.environ.get("MINITRANSFORMER_FUSED", "1") != "0"  # fused CuPy kernels on the GPU (kernels.py)
 
 _cupy = None               # the cupy module once use("gpu") has imported it
-_seed = 0
-_rng = None                # the generator of the current backend, made lazily by rng()
-_host_rng = None           # the NumPy generator for initialisation, made lazily by host_rng()
+_seeds = threading.local()  # per thread (each rank of distributed.run_threads draws its own): .seed (0
+#                             unless set), .rng (the current backend's generator) and .host (the NumPy one for
+#                             initialisation), both made lazily by rng() and host_rng()
 gemm = None                # matmul(a, b, out, add=False) replacing xp.matmul while set: graphs.py sets cublas.matmul
 
 INSTALL_HINT = ('pip install -e ".[gpu-cuda12]" for a CUDA 12 driver, or -e ".[gpu-cuda13]" for CUDA 13 '
@@ -70,7 +71,7 @@ def use(name):
 
     Tensors made before the switch keep their arrays; mixing them with new ones raises an error.
     """
-    global xp, device, _rng
+    global xp, device
     name = str(name).lower()
     if name in ("cpu", "numpy"):
         xp, device = np, "cpu"
@@ -78,7 +79,7 @@ def use(name):
         xp, device = _import_cupy(), "gpu"
     else:
         raise ValueError(f"unknown device {name!r}: expected 'cpu' or 'gpu'")
-    _rng = None
+    _seeds.rng = None
     return xp
 
 
@@ -221,9 +222,9 @@ def keep_freed_memory(nbytes=1 << 30):
 
 
 def seed(n):
-    """Seed the generators used for initialisation, dropout and batching."""
-    global _seed, _rng, _host_rng
-    _seed, _rng, _host_rng = int(n), None, None
+    """Seed the generators used for initialisation, dropout and batching: this thread's (each rank of
+    distributed.run_threads has its own; a new thread starts from seed 0)."""
+    _seeds.seed, _seeds.rng, _seeds.host = int(n), None, None
 
 
 def rng():
@@ -235,10 +236,10 @@ def rng():
     states are just (key, counter), and _gpu_rng re-initialises the same 16 MB of them in place at each
     seed instead of allocating new ones.
     """
-    global _rng
-    if _rng is None:
-        _rng = _gpu_rng(_seed) if device == "gpu" else np.random.default_rng(_seed)
-    return _rng
+    if getattr(_seeds, "rng", None) is None:
+        seed = getattr(_seeds, "seed", 0)
+        _seeds.rng = _gpu_rng(seed) if device == "gpu" else np.random.default_rng(seed)
+    return _seeds.rng
 
 
 GPU_RNG_STATES = 1 << 18   # Philox states on the GPU: about an H100's 132 multiprocessors x 2048 threads
@@ -263,10 +264,9 @@ def _gpu_rng(n):
 def host_rng():
     """The seeded NumPy generator for initialisation, the same on both backends, so that a model
     built after mt.seed(n) starts from the same weights on the CPU and on the GPU."""
-    global _host_rng
-    if _host_rng is None:
-        _host_rng = np.random.default_rng(_seed)
-    return _host_rng
+    if getattr(_seeds, "host", None) is None:
+        _seeds.host = np.random.default_rng(getattr(_seeds, "seed", 0))
+    return _seeds.host
 
 
 def select_gpu(local_rank):

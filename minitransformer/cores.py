@@ -1,12 +1,12 @@
 """Both cores in one process: the big array passes of a step cut into blocks of rows, one per thread.
 
-NumPy runs an elementwise pass (exp, LayerNorm, a softmax) on one core, however many the machine
-has; only the BLAS runs its GEMMs on several. On a machine of two cores about a third of a training
-step is such passes, with the second core idle. Here a pool of threads takes them too: NumPy lets go
-of Python's lock inside its loops, so `for_blocks(fn, n)` runs fn(rows) on contiguous blocks of rows
-side by side, the first block on the calling thread, and returns when all are done. A pass of several
-sweeps over big rows (cross-entropy's) takes its rows a chunk at a time (`cache_rows`: about the size
-of a core's cache), so that its later sweeps find them there: threads or not.
+NumPy runs an elementwise pass (exp, LayerNorm, a softmax) on one core, however many the machine has;
+only the BLAS runs its GEMMs on several. Here a pool of threads takes the passes too: NumPy lets go of
+Python's lock inside its loops, so `for_blocks(fn, n)` runs fn(rows) on contiguous blocks of rows side
+by side, the first block on the calling thread, and returns when all are done. A pass of several sweeps
+over big rows (cross-entropy's) takes its rows a chunk at a time (`cache_rows`: about a core's cache),
+so that its later sweeps find them there: threads or not. (Training runs faster still as two ranks,
+each a thread on a core of its own: distributed.run_threads; this is the one-rank path.)
 
 The BLAS then runs on one thread, and the GEMMs are cut the same way (`matmul`): a BLAS left with its
 own threads would keep one spinning on the second core after every GEMM (OpenBLAS waits up to 2^28
@@ -20,12 +20,10 @@ blocks go through the BLAS's kernels one by one (see matmul): on the reference m
 as the whole GEMM for the model's shapes, and elsewhere equal to float32 rounding at worst. The same
 number of threads gives the same bits on every run, as a BLAS's thread count does.
 
-Off (one thread, every pass whole: the plain path) until `use()` turns it on: the Trainer does, with
-one thread per core given to the process (OMP_NUM_THREADS where set, as under `mpiexec`, whose ranks
-take one core each). It needs a BLAS whose threads it can set: OpenBLAS, which NumPy's wheels carry
-(every OpenBLAS loaded is given one thread: SciPy's too); elsewhere `use()` leaves it off. CPU only:
-on the GPU every pass is whole. Measured on 2 cores only, so the default takes at most MAX_THREADS; a
-hand-off costs some 50-70 us on the reference machine. Search turns it off while it decodes.
+Off (every pass whole: the plain path) until `use()` turns it on: the Trainer does, a thread per core
+(OMP_NUM_THREADS where set, as under `mpiexec`; at most MAX_THREADS, measured on 2 cores only). It needs
+OpenBLAS, which NumPy's wheels carry (every one loaded gets one thread); elsewhere `use()` leaves it off.
+CPU only; a hand-off costs 50-130 us. Search turns it off; a rank thread runs its passes whole (one_thread).
 """
 import contextlib
 import ctypes
@@ -38,17 +36,15 @@ import numpy as np
 
 from . import backend
 
-MIN_WORK = 1 << 16       # elements below which a pass is not cut (a hand-off to another thread costs
-#                          50-70 us here; 4x and 16x this timed the same on the tiny step)
+MIN_WORK = 1 << 16       # elements below which a pass is not cut (4x and 16x timed the same: tiny step)
 GEMM_COST = 32           # multiply-adds of a GEMM that take as long as one element of a pass
-GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows, and only if its result is as
-#                          wide (see matmul)
+GEMM_ALIGN = 64          # a matrix is cut at multiples of this many rows, if its result is as wide (matmul)
 MAX_THREADS = 8          # the most threads use() takes by default
 CHUNK_BYTES = 1 << 21    # a pass of several sweeps goes over rows of about this size at a time (this
 #                          machine's L2 cache: cross-entropy's forward 28.3 -> 21.8 ms on (4096, 8000))
 _threads = 1             # threads a pass is cut over; 1: the plain path
 _pool = None             # ThreadPoolExecutor of _threads - 1 workers (the calling thread takes a block too)
-_in_block = threading.local()  # set inside a block: a nested cut runs whole (the pool may be busy)
+_in_block = threading.local()  # set inside a block or rank thread (one_thread): a cut there runs whole
 _blas = None             # [(set_num_threads, threads it had)] per OpenBLAS loaded, once looked for
 
 
@@ -74,8 +70,8 @@ def _openblas():
 
 
 def default_threads():
-    """The cores this process may use: OMP_NUM_THREADS where set (as distributed.launch sets it for
-    each rank), else the cores it may run on, at most MAX_THREADS."""
+    """The cores this process may use: OMP_NUM_THREADS where set (as for mpiexec's ranks), else the cores it
+    may run on, at most MAX_THREADS."""
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
@@ -91,6 +87,8 @@ def use(threads=None):
     threads = default_threads() if threads is None else threads
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"cores.use: threads must be a whole number >= 1, got {threads!r}")
+    if getattr(_in_block, "on", False):               # a rank thread's (one_thread): the pool is the process's
+        return 1
     if _blas is None:
         _blas = [(set_n, get_n()) for set_n, get_n in _openblas()]
     if backend.device != "cpu" or not _blas:
@@ -121,15 +119,25 @@ def threads():
     return _threads
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Inside the block the calling thread runs every pass whole, and use() there changes nothing: a rank of
+    distributed.run_threads, whose other ranks have the other cores (the BLAS on one thread: use())."""
+    _in_block.on = True
+    try:
+        yield
+    finally:
+        _in_block.on = False
+
+
 def for_blocks(fn, n, work=None, align=1, chunk=None):
-    """fn(rows) for contiguous slices `rows` covering range(n), one per thread, side by side, each
-    starting at the multiple of `align` nearest to an even share (rounding every cut down gave the
-    last thread up to align - 1 rows more: 6% more of a 4,095-row GEMM, waited for); returns when
-    every block is done (an error in any block is raised after all have finished). `work`, the
-    elements the pass touches (default n), below MIN_WORK: one call fn(slice(0, n)) on this thread.
-    chunk (rows, see cache_rows): each block, or the whole, is given to fn that many rows at a time, so
-    that a fn of several sweeps over its rows finds them in the cache after the first (threads or not:
-    the same bits, rows being independent)."""
+    """fn(rows) for contiguous slices `rows` covering range(n), one per thread, side by side, each starting
+    at the multiple of `align` nearest to an even share (rounding every cut down gave the last thread up to
+    align - 1 rows more: 6% more of a 4,095-row GEMM); returns when every block is done (an error in any
+    block is raised after all have finished). `work`, the elements the pass touches (default n), below
+    MIN_WORK: one call fn(slice(0, n)) on this thread. chunk (rows, see cache_rows): each block, or the
+    whole, is given to fn that many rows at a time, so that a fn of several sweeps over its rows finds
+    them in the cache after the first (the same bits, rows being independent)."""
     if chunk and chunk < n:
         whole = fn
 
@@ -161,8 +169,8 @@ def by_rows(fn, first, *args):
     argument of its dimensions and first axis are cut, other arguments (numbers, None, an array that
     broadcasts over the rows) passed whole; fn returns a tuple of arrays of those rows (or None), each
     joined again, or None when it writes its results into arguments cut like the others (no join: no
-    copy). For passes whose rows are independent: the same bits as fn(first, *args). Not cut
-    when the arrays cut hold fewer than MIN_WORK elements in all."""
+    copy). For passes whose rows are independent: the same bits as fn(first, *args). Not cut when the
+    arrays cut hold fewer than MIN_WORK elements in all."""
     n, ndim = len(first), first.ndim
     cut = [isinstance(a, np.ndarray) and a.ndim == ndim and len(a) == n for a in args]
     work = first.size + sum(a.size for a, c in zip(args, cut) if c)
@@ -212,11 +220,8 @@ def matmul(a, b, plus=None):
 
 def transpose_matmul(a, b, into=None):
     """a^T b for 2-D a (N, m), b (N, n); added into `into` (m, n) where given (a leaf's gradient buffer,
-    tensor.grad_into), and then None. On the CPU as (b^T a)^T when m < n.
-
-    Note: the same product, but OpenBLAS (2 threads, this project's reference CPU) runs a^T b up to
-    10x slower when the result is wider than tall: 131 ms vs 28 ms for (4096, 256)^T (4096, 512);
-    see benchmarks/README.md. The result is then a transposed (Fortran-ordered) view, which is fine.
+    tensor.grad_into), and then None. On the CPU as (b^T a)^T (a transposed view) when m < n: OpenBLAS ran
+    a^T b up to 10x slower when wider than tall (131 vs 28 ms for (4096, 256)^T (4096, 512); benchmarks/).
     On the GPU with CUDA graphs on (backend.gemm set), cuBLAS adds the product into `into` itself (beta 1).
     """
     if into is not None and backend.gemm is not None:

@@ -1,37 +1,39 @@
-"""Data parallelism: N processes (ranks) train one model together. Every update, each rank runs
-forward and backward on its own share of the update's batches, the ranks sum their gradients with
-an Allreduce, and every rank then takes the very same Adam step, so the N copies of the model never
-drift apart.
+"""Data parallelism: N ranks train one model together. Every update, each rank runs forward and
+backward on its own share of the update's batches, the ranks sum their gradients with an Allreduce,
+and every rank then takes the very same Adam step, so the N copies of the model never drift apart.
 
-    mpiexec -n 2 python -m minitransformer train ...   # the world is read from mpiexec's environment
-    launch("examples/multi30k.py", [...], 2)           # the same, started from a program (mpiexec found)
+    mpiexec -n 2 python -m minitransformer train ...   # processes: the world read from mpiexec's environment
+    run_threads(main, (argv,), 2)                      # threads of one process (examples/multi30k.py)
 
-world() is this process's World: a LocalWorld (rank 0 of 1, every collective a no-op) unless the
-process was started by mpiexec with more than one rank, else an MPIWorld over mpi4py's COMM_WORLD.
-On the GPU backend the array sums go through NCCL (cupy.cuda.nccl, one process per GPU); MPI still
-carries the few Python objects (a checkpoint's path, a tokenizer). run_main() ends every rank when
-one fails (MPI_Abort): no rank is left waiting in a collective for a rank that is gone.
+world() is this process's World: a LocalWorld (rank 0 of 1, every collective a no-op) unless mpiexec
+started it as one of several (an MPIWorld over mpi4py's COMM_WORLD) or it runs in a rank thread of
+run_threads (a ThreadWorld: a core each, the same bits as MPI's ranks). On the GPU backend the array
+sums go through NCCL (cupy.cuda.nccl, one process per GPU); MPI still carries the few Python objects
+(a checkpoint's path, a tokenizer). run_main() ends every rank when one fails (MPI_Abort, or the
+threads' barrier broken): no rank is left waiting in a collective for a rank that is gone.
 Why the sum of the ranks' gradients is the big batch's gradient, and where it is not: lesson 12.
 Left out on purpose: model and pipeline parallelism, gradient compression, elastic worlds, and
 overlapping the Allreduce with backward (docs/data_parallel.md measures what it could save).
 """
+import copy
+import functools
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import traceback
 
 import numpy as np
 
-from . import backend
+from . import backend, cores
 
 # what launchers tell a process about the size of its world: MPICH / Intel MPI / Slurm's PMI, Open MPI, MVAPICH
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 BUCKET_BYTES = 25 * 2**20   # gradient bytes per Allreduce call (PyTorch DDP's default bucket)
 INSTALL_HINT = 'pip install -e ".[mpi]" (mpi4py and MPICH from wheels; a system MPI works too)'
-NCCL_HINT = ('pip install -e ".[gpu-cuda12]" (or ".[gpu-cuda13]"), which brings NCCL as the nvidia-nccl-cu12 '
-             '(nvidia-nccl-cu13) wheel')
+NCCL_HINT = 'pip install -e ".[gpu-cuda12]" (or ".[gpu-cuda13]"): NCCL comes as the nvidia-nccl-cu12 (-cu13) wheel'
 
 
 class LocalWorld:
@@ -130,6 +132,74 @@ class MPIWorld(LocalWorld):
         return {np.float32: lib.NCCL_FLOAT32, np.float64: lib.NCCL_FLOAT64}[array.dtype.type]
 
 
+class ThreadWorld(LocalWorld):
+    """Rank `rank` of `size` threads of one process (run_threads): each runs its own model on its own
+    core, and the collectives meet at a barrier. A sum adds the ranks' arrays in rank order, each rank
+    summing its 1/size of the elements into every rank's array: the same bits on every rank, and for 2
+    ranks MPI's (a + b is b + a)."""
+
+    def __init__(self, rank, size, shared):
+        self.rank, self.size, self.local_rank, self._shared = rank, size, rank, shared
+
+    def _gather(self, value):                    # every rank's value, in rank order, until the next barrier
+        self._shared["slots"][self.rank] = value
+        self.barrier()
+        return self._shared["slots"]
+
+    def sum_(self, array, bucket_bytes=BUCKET_BYTES):
+        flats = [a.reshape(-1) for a in self._gather(array)]   # views: the arrays must be contiguous
+        part = slice(array.size * self.rank // self.size, array.size * (self.rank + 1) // self.size)
+        total = functools.reduce(np.add, (flat[part] for flat in flats))   # (a0 + a1) + a2 ...
+        for flat in flats:
+            flat[part] = total
+        self.barrier()                                           # every part written before any rank goes on
+        return array
+
+    def broadcast_(self, array):
+        first = self._gather(array)[0]
+        if self.rank:
+            array[...] = first
+        self.barrier()
+        return array
+
+    def broadcast_object(self, obj):
+        first = self._gather(obj)[0]
+        self.barrier()
+        return copy.deepcopy(first) if self.rank else first       # each rank its own, as MPI's copies
+
+    def barrier(self):
+        try:
+            self._shared["barrier"].wait()
+        except threading.BrokenBarrierError:                     # another rank failed (abort): end this one
+            raise SystemExit(1) from None
+
+    def abort(self, code):                       # the ranks at a barrier, or the next to reach one, exit
+        self._shared["barrier"].abort()
+
+
+def run_threads(main, args, ranks):
+    """main(*args) as `ranks` ranks of one process, one thread each (rank 0 on this thread, for the
+    signals), every pass whole and the BLAS on one thread (cores.one_thread): data parallel without
+    mpiexec. Returns the exit code: 0, or the first failing rank's (run_main; a failure ends every rank)."""
+    shared, codes = {"barrier": threading.Barrier(ranks), "slots": [None] * ranks}, [0] * ranks
+
+    def rank(r):
+        _here.world = ThreadWorld(r, ranks, shared)
+        try:
+            with cores.one_thread():
+                codes[r] = run_main(main, *args)
+        finally:
+            _here.world = None
+    with cores.using(ranks):
+        others = [threading.Thread(target=rank, args=(r,), name=f"rank {r}") for r in range(1, ranks)]
+        for thread in others:
+            thread.start()
+        rank(0)
+        for thread in others:
+            thread.join()
+    return next((code for code in codes if code), 0)
+
+
 def nccl():
     """CuPy's NCCL bindings (backend.nccl()), checked: CuPy imports them even where no NCCL library is
     installed, then without NcclCommunicator; a RuntimeError says what to install."""
@@ -145,12 +215,12 @@ def can_launch():
 
 
 def default_ranks():
-    """The ranks a CPU training run starts by default here (examples/multi30k.py; benchmarks/train_step.py
-    times it so): 2 where mpiexec and mpi4py are installed and the machine has 2 cores or more, else 1.
-    Two processes of one thread each train faster than one process of two threads (small preset, 4,096
-    tokens an update: 0.78x its step time, the median of seven paired runs; benchmarks/README.md): each
-    rank runs its own Python and all its passes on its own core, and no thread waits for another."""
-    return 2 if (os.cpu_count() or 1) >= 2 and can_launch() else 1
+    """The ranks a CPU training run starts by default here, as threads (run_threads; examples/multi30k.py,
+    benchmarks/train_step.py): 2 where the machine has 2 cores or more, else 1. Two ranks of one core each
+    train faster than one rank whose passes are cut over both (small preset, 4,096 tokens an update: 0.79x
+    its step time; benchmarks/README.md): each rank runs all its passes on its own core, and no core waits
+    for a hand-off from the other."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
 def threads_per_rank(ranks):
@@ -167,19 +237,6 @@ def mpiexec_command(ranks):
     return [mpiexec, *["--allow-run-as-root"] * (open_mpi and os.geteuid() == 0), "-n", str(ranks)]
 
 
-def launch(script, argv, ranks):
-    """Run `python script *argv` as `ranks` processes under mpiexec, OMP_NUM_THREADS = cores / ranks (one
-    BLAS thread per core); the exit code. A Ctrl-C reaches mpiexec too, which passes it to the ranks: they
-    stop after the same update, with a checkpoint, while this process waits for them."""
-    proc = subprocess.Popen([*mpiexec_command(ranks), sys.executable, str(script), *argv],
-                            env={**os.environ, "OMP_NUM_THREADS": str(threads_per_rank(ranks))})
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue
-
-
 def launched_size(environ=None):
     """How many processes the launcher started (1 when none did), read from its environment."""
     environ = os.environ if environ is None else environ
@@ -190,12 +247,15 @@ def launched_size(environ=None):
 
 
 _world = None
+_here = threading.local()   # .world: this thread's ThreadWorld, in a rank of run_threads
 
 
 def world():
-    """This process's World, made on the first call: an MPIWorld when mpiexec started more than one
-    process (mpi4py is imported then, and only then), else a LocalWorld."""
+    """In a rank thread of run_threads, its ThreadWorld; else this process's World, made on the first call:
+    an MPIWorld when mpiexec started several processes (mpi4py imported then, and only then), else a LocalWorld."""
     global _world
+    if getattr(_here, "world", None) is not None:
+        return _here.world
     if _world is None:
         size = launched_size()
         if size > 1:
@@ -222,10 +282,10 @@ def sum_over_ranks(world, optimizer, loss, stops):
 
 
 def thread_warning():
-    """A warning when several ranks share a machine and BLAS may start a thread per core in each
-    (2 ranks x 2 threads on 2 cores slows both down), else None."""
+    """A warning when several processes share a machine and BLAS may start a thread per core in each
+    (2 ranks x 2 threads on 2 cores slows both down), else None (rank threads: run_threads sets the BLAS)."""
     threads = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    if world().size == 1 or any(os.environ.get(v) for v in threads):
+    if world().size == 1 or isinstance(world(), ThreadWorld) or any(os.environ.get(v) for v in threads):
         return None
     return (f"{world().size} ranks and no OMP_NUM_THREADS: each rank's BLAS may use every core; set it to "
             f"cores / ranks per machine, e.g. mpiexec -n 2 -genv OMP_NUM_THREADS 1 ...")
@@ -247,6 +307,10 @@ def run_main(main, *args):
         traceback.print_exc()
         code = 1
     code = code or 0
+    if getattr(_here, "world", None) is not None:              # a rank thread: the barrier ends the others
+        if code and not _here.world.stopped_together:
+            _here.world.abort(code)
+        return code
     if code and launched_size() > 1 and not (_world is not None and _world.stopped_together):
         try:
             here = world()

@@ -11,12 +11,14 @@ retain_graph (backward frees the graph), a guard on CuPy arrays and op outputs.
 import contextlib
 import itertools
 import operator
+import threading
 
 import numpy as np
 
 from . import backend
 
-_grad_enabled = True
+_mode = threading.local()   # grad mode per thread (.on, True unless set): a rank thread records its graph
+#                             while rank 0 evaluates under no_grad (distributed.run_threads)
 _clock = itertools.count()  # versions: a tensor's is the tick of its making or of its latest write
 
 
@@ -24,16 +26,14 @@ class no_grad(contextlib.ContextDecorator):
     """Build no graph inside `with no_grad():` (or a function decorated with @no_grad())."""
 
     def __enter__(self):
-        global _grad_enabled
-        self._prev, _grad_enabled = _grad_enabled, False
+        self._prev, _mode.on = is_grad_enabled(), False
 
     def __exit__(self, *exc):
-        global _grad_enabled
-        _grad_enabled = self._prev
+        _mode.on = self._prev
 
 
 def is_grad_enabled():
-    return _grad_enabled
+    return getattr(_mode, "on", True)
 
 
 def unbroadcast(g, shape):
@@ -303,7 +303,7 @@ def _bad_backward(node, pgrads):
 
 def make_node(data, parents, backward, op):
     """Wrap an op's output; record `backward` only when grad mode is on and a parent needs it."""
-    if _grad_enabled:
+    if getattr(_mode, "on", True):
         for p in parents:
             if p.requires_grad:
                 node = Tensor(data, True, parents, backward, op)

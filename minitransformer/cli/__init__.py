@@ -4,20 +4,18 @@ build_parser() gathers every subcommand's parser (one module each, over common.p
 runs one subcommand and maps its errors to exit codes: what the user gave is wrong (UsageError) ->
 2, the work itself fails -> 1, Ctrl-C -> 130, each as one line on stderr without a traceback (a
 training run stopped by Ctrl-C or SIGTERM saves a checkpoint and returns 130 or 143 itself).
-Left out on purpose: config files other than TransformerConfig JSON, serving. Data parallel: run it
-under mpiexec (distributed.py).
+Left out on purpose: config files other than TransformerConfig JSON, serving. Data parallel: `train
+--ranks N` (threads of one process), or under mpiexec (distributed.py).
 """
 import argparse
 import signal
-import sys
 import threading
 
-from minitransformer.checkpoint import CheckpointError
 from minitransformer.distributed import run_main
-from minitransformer.training import Terminated, TrainingError
+from minitransformer.training import Terminated
 
 from . import bpe, demo, evaluate, train, translate
-from .common import PROG, UsageError, examples, help_formatter
+from .common import PROG, examples, help_formatter, run_command
 
 SUBCOMMANDS = (demo, bpe, train, translate, evaluate)  # the order of --help; evaluate holds bleu and average
 
@@ -46,17 +44,7 @@ def main(argv=None):
     catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     previous = signal.signal(signal.SIGTERM, _terminate) if catch else None
     try:
-        return args.func(args) or 0
-    except UsageError as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as e:
-        terminated = isinstance(e, Terminated)
-        print(f"{PROG} {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
-        return 143 if terminated else 130
+        return run_command(args)
     finally:
         if catch:
             signal.signal(signal.SIGTERM, previous)

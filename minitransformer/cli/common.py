@@ -13,9 +13,11 @@ import os
 import sys
 
 from minitransformer import backend, distributed
+from minitransformer.checkpoint import CheckpointError
 from minitransformer.checks import SettingError
 from minitransformer.fileio import check_creatable, check_name, check_writable_dir
 from minitransformer.rundir import check_new_run
+from minitransformer.training import Terminated, TrainingError
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -23,6 +25,23 @@ PRESETS = ("tiny", "small", "base", "big")
 
 class UsageError(Exception):
     """A bad argument or input file: exit code 2."""
+
+
+def run_command(args):
+    """args.func(args), the subcommand parsed into args, -> its exit code, each error as one line on stderr:
+    a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each rank of train --ranks)."""
+    try:
+        return args.func(args) or 0
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
+        print(f"{PROG} {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
 
 
 def help_formatter(prog):

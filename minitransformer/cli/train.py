@@ -4,9 +4,11 @@ Checks every option first (the training settings, the model config, --max-len ag
 positions, the files, --out), reads the corpus, then leaves the rest to pipeline.prepare_training and the
 Trainer: the tokenizer (given, or learned and saved as OUT/tokenizer.json), the model from a preset
 or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, --resume.
-Data parallel with no other flag: `mpiexec -n 2 python -m minitransformer train ...` (lesson 12).
+Data parallel: `--ranks 2` (threads of this process, a core each), or with no other flag under
+`mpiexec -n 2 python -m minitransformer train ...` (processes; lesson 12).
 Left out on purpose: config files other than TransformerConfig JSON.
 """
+import argparse
 import contextlib
 import dataclasses
 import json
@@ -30,6 +32,7 @@ from .common import (
     no_earlier_run,
     report_stop,
     option_error,
+    run_command,
     prints,
     use_device,
     writable_dir,
@@ -49,7 +52,8 @@ def add_parser(subparsers):
             "      --valid-src val.de --valid-tgt val.en --vocab-size 8000 --out runs/de-en --steps 20000",
             "train --config my_config.json ... --tokenizer bpe.json --max-tokens 4096 --accum 6",
             "train ... --out runs/de-en --resume auto      # continue the latest checkpoint in --out")
-        + "\n  mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks, data parallel"
+        + "\n  python -m minitransformer train ... --ranks 2   # 2 ranks (threads), data parallel: faster on 2 cores"
+        + "\n  mpiexec -n 2 -genv OMP_NUM_THREADS 1 python -m minitransformer train ...   # 2 ranks as processes"
         + "\n  OMP_NUM_THREADS=1 python -m minitransformer train ...   # one core (default: every core, cores.py)")
     p.add_argument("--config", default="small", help="a preset (tiny, small, base, big) or a JSON file of "
                    "TransformerConfig fields (default: small)")
@@ -64,6 +68,9 @@ def add_parser(subparsers):
     p.add_argument("--resume", metavar="CKPT", help="a checkpoint to continue from, or 'auto' for the latest in --out")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch and side (default: 4096)")
     p.add_argument("--accum", type=int, default=1, help="batches per update (default: 1)")
+    p.add_argument("--ranks", type=int, default=1, help="ranks that train together as threads of this process, a "
+                   "core each, --max-tokens split among them (data parallel, lesson 12; default: 1, one rank with "
+                   "its passes cut over the cores; under mpiexec leave it out: the processes are the ranks)")
     p.add_argument("--steps", type=int, help="training updates")
     p.add_argument("--epochs", type=float, help="passes over the data (instead of --steps)")
     p.add_argument("--warmup", type=int, default=4000, help="warmup steps of eq. (3) (default: 4000)")
@@ -162,6 +169,13 @@ def check_args(args):
     if args.cuda_graphs and args.device != "gpu":
         raise UsageError("--cuda-graphs replays CUDA graphs: give --device gpu")
     training_config = training_config_of(args)
+    if args.ranks < 1:
+        raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
+    if args.ranks > 1 and (args.device == "gpu" or distributed.world().size > 1):
+        raise UsageError(f"--ranks {args.ranks} starts threads that share the CPU's cores: for GPUs, or under "
+                         f"mpiexec, leave it out and start one process per rank (lesson 12)")
+    if args.max_tokens // args.ranks < 1:
+        raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among --ranks {args.ranks}")
     # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists; a damaged
     # tokenizer file is named now too (exit 1), before the corpus is read
     config = model_config(args.config, args.vocab_size or BPE.load(args.tokenizer).vocab_size)
@@ -179,6 +193,9 @@ def run_train(args):
     """Check the options, read the corpus, prepare and run the training; the exit code (130 when
     interrupted by Ctrl-C, 143 when terminated by SIGTERM, a checkpoint saved in both cases)."""
     training_config, max_len = check_args(args)
+    if args.ranks > 1:  # the ranks as threads of this process, each a share of every update's tokens
+        share = argparse.Namespace(**{**vars(args), "ranks": 1, "max_tokens": args.max_tokens // args.ranks})
+        return distributed.run_threads(run_command, (share,), args.ranks)
     # one run writes in --out (rank 0 for all): a live run there is named at once, before any reading
     with owning(args.out) if distributed.world().is_main else contextlib.nullcontext():
         if args.resume is None:
