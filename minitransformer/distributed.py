@@ -217,9 +217,9 @@ def can_launch():
 def default_ranks():
     """The ranks a CPU training run starts by default here, as threads (run_threads; examples/multi30k.py,
     benchmarks/train_step.py): 2 where the machine has 2 cores or more, else 1. Two ranks of one core each
-    train faster than one rank whose passes are cut over both (small preset, 4,096 tokens an update: 0.79x
-    its step time; benchmarks/README.md): each rank runs all its passes on its own core, and no core waits
-    for a hand-off from the other."""
+    train faster than one rank whose passes are cut over both (small preset, 4,096 tokens an update:
+    0.78-0.88x its step time; benchmarks/README.md): each rank runs all its passes on its own core, and no
+    core waits for a hand-off from the other."""
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 

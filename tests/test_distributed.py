@@ -280,8 +280,8 @@ def test_train_ranks_2_runs_two_thread_ranks_as_mpiexec_runs_two_processes(corpu
     alone writes, evaluates and reports, and where MPI is installed every logged loss is the same bits. No
     warning about OMP_NUM_THREADS: the threads share one BLAS, set to one thread."""
     env = {k: v for k, v in rank_env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    run = subprocess.run([sys.executable, *train_args("dpt", 6, "--max-tokens", 512, "--ranks", 2, "--valid-src",
-                                                      "val.src", "--valid-tgt", "val.tgt", "--eval-every", 3)],
+    run = subprocess.run([sys.executable, *map(str, train_args("dpt", 6, "--max-tokens", 512, "--ranks", 2, "--valid-src",
+                                                               "val.src", "--valid-tgt", "val.tgt", "--eval-every", 3))],
                          cwd=corpus, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert run.returncode == 0 and "OMP_NUM_THREADS" not in run.stdout + run.stderr, run.stdout + run.stderr
     assert run.stdout.count("done at step 6") == 1 and "512 tokens per update (2 ranks of 256)" in run.stdout
