@@ -296,6 +296,24 @@ def test_train_ranks_2_runs_two_thread_ranks_as_mpiexec_runs_two_processes(corpu
         assert len(losses[0]) == 6 and losses[0] == losses[1]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="sends SIGTERM")
+def test_sigterm_stops_both_thread_ranks_after_the_same_update_with_a_checkpoint(corpus):
+    """SIGTERM reaches rank 0, the main thread; the stop is summed with the next update's gradients, so both
+    ranks stop after it: exit 143, one message, a checkpoint a resumed run continues from."""
+    args = [sys.executable, *map(str, train_args("dpt_sig", 100000, "--save-every", 100000, "--max-tokens", 512,
+                                                 "--ranks", 2))]
+    proc = subprocess.Popen(args, cwd=corpus, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = corpus / "dpt_sig" / "log.jsonl"
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and not (log.exists() and '"loss"' in log.read_text()):
+        time.sleep(0.2)                                  # until the ranks train (a polling wait, not a timed assert)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 143, err
+    saved = sorted((corpus / "dpt_sig").glob("checkpoint_*.npz"))
+    assert len(saved) == 1 and err.count("terminated (SIGTERM) at step") == 1 and saved[0].name in err
+
+
 def rank_pid(marker, rank, timeout=60):
     """The pid of the rank `rank` process whose command line holds `marker` (read from /proc)."""
     deadline = time.monotonic() + timeout
