@@ -26,10 +26,16 @@ DEFAULT_DTYPE = np.float32  # the training dtype
 fused = os.environ.get("MINITRANSFORMER_FUSED", "1") != "0"  # fused CuPy kernels on the GPU (kernels.py)
 
 _cupy = None               # the cupy module once use("gpu") has imported it
-_seeds = threading.local()  # per thread (each rank of distributed.run_threads draws its own): .seed (0
-#                             unless set), .rng (the current backend's generator) and .host (the NumPy one for
-#                             initialisation), both made lazily by rng() and host_rng()
 gemm = None                # matmul(a, b, out, add=False) replacing xp.matmul while set: graphs.py sets cublas.matmul
+
+
+class _Seeds(threading.local):
+    """The seed and generators of one thread (each rank of distributed.run_threads draws its own): rng, the
+    current backend's, and host, the NumPy one for initialisation, made lazily by rng() and host_rng()."""
+    seed, rng, host = 0, None, None
+
+
+_seeds = _Seeds()
 
 INSTALL_HINT = ('pip install -e ".[gpu-cuda12]" for a CUDA 12 driver, or -e ".[gpu-cuda13]" for CUDA 13 '
                 "(nvidia-smi shows the driver's CUDA version)")
@@ -236,9 +242,8 @@ def rng():
     states are just (key, counter), and _gpu_rng re-initialises the same 16 MB of them in place at each
     seed instead of allocating new ones.
     """
-    if getattr(_seeds, "rng", None) is None:
-        seed = getattr(_seeds, "seed", 0)
-        _seeds.rng = _gpu_rng(seed) if device == "gpu" else np.random.default_rng(seed)
+    if _seeds.rng is None:
+        _seeds.rng = _gpu_rng(_seeds.seed) if device == "gpu" else np.random.default_rng(_seeds.seed)
     return _seeds.rng
 
 
@@ -264,8 +269,8 @@ def _gpu_rng(n):
 def host_rng():
     """The seeded NumPy generator for initialisation, the same on both backends, so that a model
     built after mt.seed(n) starts from the same weights on the CPU and on the GPU."""
-    if getattr(_seeds, "host", None) is None:
-        _seeds.host = np.random.default_rng(getattr(_seeds, "seed", 0))
+    if _seeds.host is None:
+        _seeds.host = np.random.default_rng(_seeds.seed)
     return _seeds.host
 
 
