@@ -203,6 +203,7 @@ class Trainer(TrainerCheckpoints):
         bar = tqdm(total=total, initial=self.step, disable=not (training_config.progress and self.world.is_main),
                    unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0
+        self._stops = [0, 0]  # a signal noted in an earlier train() is spent
         self._started, self._window_start, self._window_tokens = start, start, 0
         if self.run_dir is not None:  # before anything is written there
             self.run_dir.check_start(self.step)
@@ -263,10 +264,11 @@ class Trainer(TrainerCheckpoints):
 
     def _on_signal(self, signum, frame):
         """Ctrl-C or SIGTERM alone: stop now, or after the update being applied. Data parallel: note it; all
-        ranks stop after this update."""
+        ranks stop after this update. Always noted: an exception raised inside a finalizer (`__del__`) is
+        printed and dropped by Python, and the note still stops the run after this update."""
+        self._stops[signum == signal.SIGTERM] += 1
         if self.world.size == 1 and not self._updating:
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-        self._stops[signum == signal.SIGTERM] += 1
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self):

@@ -151,6 +151,30 @@ def test_a_signal_while_the_update_is_applied_stops_after_it_and_resumes_bit_for
     assert [{**cut.losses, **again.losses}[s] for s in range(1, 7)] == [full.losses[s] for s in range(1, 7)]  # CPU: bit for bit
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception
+@pytest.mark.parametrize("signum, stopped", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_whose_exception_a_finalizer_drops_still_stops_the_run(task, tmp_path, signum, stopped):
+    """Python prints and drops an exception raised inside `__del__` (Tensor.__del__ runs all through a
+    step): the handler's note still stops the run after that update, never a run that goes on."""
+    tok, pairs, _ = task
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=8), str(tmp_path), log=quiet)
+    loss = trainer.model.loss
+
+    class SignalsWhenDropped:
+        def __del__(self):
+            os.kill(os.getpid(), signum)  # the handler runs here, inside the finalizer
+
+    def loss_with_a_dropped_signal(*args):
+        if trainer.step == 2:
+            SignalsWhenDropped()  # made and dropped at once
+        return loss(*args)
+    trainer.model.loss = loss_with_a_dropped_signal
+    summary = trainer.train()
+    assert summary["stopped"] == stopped and summary["step"] == 3
+    assert os.path.basename(summary["checkpoint"]) == "checkpoint_0000003.npz"
+
+
 def test_data_parallel_stop_logs_the_loss_of_the_last_update(task, tmp_path):
     """Every rank stops after the update during which a rank saw SIGTERM; that update's loss is logged
     (and checked) like any other before its checkpoint is written."""
