@@ -205,8 +205,9 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path):
     assert r.returncode == 2 and "is a file, not a directory" in r.stderr
 
 
-def test_multi30k_part_runs_quick_at_the_bars_updates(tmp_path):
-    """The bar was set at --quick's 1,200 updates; the capstone keeps them when --quick trains longer."""
+def test_multi30k_part_runs_quick_at_the_bars_updates_in_one_rank(tmp_path):
+    """The bar was set at --quick's 1,200 updates in one rank; the capstone keeps both when --quick trains
+    longer, as 2 ranks."""
     seen = []
 
     class Example:                                     # examples/multi30k.py's main, recording its argv
@@ -216,5 +217,5 @@ def test_multi30k_part_runs_quick_at_the_bars_updates(tmp_path):
             return 130                                 # as if interrupted: no BLEU
     assert capstone.run_multi30k(Example, tmp_path) is None
     argv = seen[0]
-    assert argv[:3] == ["--quick", "--steps", "1200"] and capstone.STEPS == 1200
+    assert argv[:5] == ["--quick", "--steps", "1200", "--ranks", "1"] and capstone.STEPS == 1200
     assert argv[argv.index("--data-dir") + 1] == str(tmp_path) and "--no-progress" in argv
