@@ -228,8 +228,8 @@ def main(argv=None):
                    "full rate of eq. (3) with these small batches (docs/experiments.md)")
     p.add_argument("--quick", action="store_true", help=f"a short run: the {QUICK['config']} preset (D 128, 2 + 2 "
                    f"layers), {QUICK['steps']} updates at dropout {QUICK['dropout']}, label smoothing "
-                   f"{QUICK['label_smoothing']} (as 2 ranks, like the recipe: about 7 minutes on 2 CPU cores; expected test BLEU {QUICK_BLEU}, "
-                   f"measured with these defaults)")
+                   f"{QUICK['label_smoothing']} (as 2 ranks, like the recipe: about 7 minutes on 2 CPU cores; "
+                   f"expected test BLEU {QUICK_BLEU}, measured with these defaults)")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint BPE vocabulary (default: 8000)")
     p.add_argument("--steps", type=int, help=f"updates (default: {RECIPE['steps']}; --quick: {QUICK['steps']}; "
                    f"--device gpu: {GPU['steps']})")
