@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer import backend, distributed  # noqa: E402
+from minitransformer import backend, distributed, launch  # noqa: E402
 from minitransformer.bpe import BPE, MAX_VOCAB, MIN_VOCAB  # noqa: E402
 from minitransformer.checks import SettingError  # noqa: E402
 from minitransformer.fileio import check_writable_dir  # noqa: E402
@@ -202,7 +202,7 @@ def ranks_to_start(args):
         return 1
     if args.ranks is None:
         alone = args.minutes is not None or args.device == "gpu"
-        return 1 if alone else distributed.default_ranks()
+        return 1 if alone else launch.default_ranks()
     if args.ranks < 1:
         raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
     if args.ranks > 1 and args.device == "gpu":

@@ -1,6 +1,7 @@
 """Data parallelism: N ranks train one model together. Every update, each rank runs forward and
 backward on its own share of the update's batches, the ranks sum their gradients with an Allreduce,
-and every rank then takes the very same Adam step, so the N copies of the model never drift apart.
+and every rank takes the very same Adam step, so the N copies never drift apart (rank threads hold
+one copy, and each updates its 1/N of it: ThreadWorld).
 
     mpiexec -n 2 python -m minitransformer train ...   # processes: the world read from mpiexec's environment
     run_threads(main, (argv,), 2)                      # threads of one process (examples/multi30k.py)
@@ -17,12 +18,10 @@ overlapping the Allreduce with backward (docs/data_parallel.md measures what it 
 """
 import copy
 import functools
-import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -61,6 +60,11 @@ class LocalWorld:
 
     def barrier(self):
         """Wait until every rank has called it."""
+
+    def share_(self, optimizer):
+        """Whether the ranks now hold one copy of the optimizer's buffers (rank threads), each to update
+        its part (Adam.step(part=...)); processes cannot."""
+        return False
 
     def bind_device(self):
         """One GPU per rank: make GPU local_rank the current one (nothing to do alone)."""
@@ -113,9 +117,11 @@ class MPIWorld(LocalWorld):
             nccl()
 
     def abort(self, code):
-        """End every rank of the world now with exit code `code` (MPI_Abort)."""
+        """End every rank of the world with exit code `code` (MPI_Abort), half a second after this rank's
+        output is flushed: mpiexec forwards it first (an abort at once lost a rank's message 1 time in 40)."""
         sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(0.5)
         self.comm.Abort(int(code))
 
     def _nccl_comm(self):
@@ -135,8 +141,10 @@ class MPIWorld(LocalWorld):
 class ThreadWorld(LocalWorld):
     """Rank `rank` of `size` threads of one process (run_threads): each runs its own model on its own
     core, and the collectives meet at a barrier. A sum adds the ranks' arrays in rank order, each rank
-    summing its 1/size of the elements into every rank's array: the same bits on every rank, and for 2
-    ranks MPI's (a + b is b + a)."""
+    summing its 1/size of the elements into every rank's array (own_part: into its own only): the same
+    bits on every rank, and for 2 ranks MPI's (a + b is b + a). share_ gives every rank rank 0's weights
+    and moments, one copy that each rank updates its 1/size of (Adam.step(part)): half the Adam work
+    and the sum's writes of 2 ranks, one copy's memory (benchmarks/README.md, session 28)."""
 
     def __init__(self, rank, size, shared):
         self.rank, self.size, self.local_rank, self._shared = rank, size, rank, shared
@@ -146,11 +154,11 @@ class ThreadWorld(LocalWorld):
         self.barrier()
         return self._shared["slots"]
 
-    def sum_(self, array, bucket_bytes=BUCKET_BYTES):
+    def sum_(self, array, bucket_bytes=BUCKET_BYTES, own_part=False):
         flats = [a.reshape(-1) for a in self._gather(array)]   # views: the arrays must be contiguous
         part = slice(array.size * self.rank // self.size, array.size * (self.rank + 1) // self.size)
         total = functools.reduce(np.add, (flat[part] for flat in flats))   # (a0 + a1) + a2 ...
-        for flat in flats:
+        for flat in [flats[self.rank]] if own_part else flats:
             flat[part] = total
         self.barrier()                                           # every part written before any rank goes on
         return array
@@ -166,6 +174,13 @@ class ThreadWorld(LocalWorld):
         first = self._gather(obj)[0]
         self.barrier()
         return copy.deepcopy(first) if self.rank else first       # each rank its own, as MPI's copies
+
+    def share_(self, optimizer):
+        first = self._gather(optimizer)[0]
+        if self.rank:
+            optimizer.share(first)
+        self.barrier()
+        return True
 
     def barrier(self):
         try:
@@ -209,34 +224,6 @@ def nccl():
     return module
 
 
-def can_launch():
-    """Whether this process can start ranks itself: an mpiexec on the PATH and mpi4py installed."""
-    return shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
-
-
-def default_ranks():
-    """The ranks a CPU training run starts by default here, as threads (run_threads; examples/multi30k.py,
-    benchmarks/train_step.py): 2 where the machine has 2 cores or more, else 1. Two ranks of one core each
-    train faster than one rank whose passes are cut over both (small preset, 4,096 tokens an update:
-    0.78-0.88x its step time; benchmarks/README.md): each rank runs all its passes on its own core, and no
-    core waits for a hand-off from the other."""
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
-
-
-def threads_per_rank(ranks):
-    """BLAS threads for each of `ranks` processes on this machine: its cores shared out, at least one."""
-    return max(1, (os.cpu_count() or 1) // ranks)
-
-
-def mpiexec_command(ranks):
-    """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses). Open MPI 4's
-    mpiexec names itself "mpiexec (OpenRTE) 4.1.6" and links open-mpi.org; 5's says "Open MPI"."""
-    mpiexec = shutil.which("mpiexec")
-    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
-    open_mpi = any(name in version for name in ("Open MPI", "OpenRTE", "open-mpi.org"))
-    return [mpiexec, *["--allow-run-as-root"] * (open_mpi and os.geteuid() == 0), "-n", str(ranks)]
-
-
 def launched_size(environ=None):
     """How many processes the launcher started (1 when none did), read from its environment."""
     environ = os.environ if environ is None else environ
@@ -270,25 +257,16 @@ def world():
     return _world
 
 
-def sum_over_ranks(world, optimizer, loss, stops):
-    """Sum an update over the ranks: the gradients in the optimizer's flat buffers (in place), the
-    loss (a device scalar) and `stops` ([Ctrl-C, SIGTERM] seen on this rank, on the host: no wait for
-    the GPU). Returns (the loss of the whole update, the stops seen by every rank)."""
+def sum_over_ranks(world, optimizer, loss, stops, own_part=False):
+    """Sum an update over the ranks: the gradients in the optimizer's flat buffers (in place; own_part:
+    only in this rank's part, ThreadWorld.sum_), the loss (a device scalar) and `stops` ([Ctrl-C, SIGTERM]
+    seen on this rank, on the host: no wait for the GPU). Returns (the loss of the whole update, the stops
+    seen by every rank)."""
     for flat in optimizer.gradient_buffers():
-        world.sum_(flat)
+        world.sum_(flat, own_part=True) if own_part else world.sum_(flat)
     xp = backend.xp
     loss = world.sum_(xp.asarray(loss, dtype=xp.float32).reshape(1))[0]
     return loss, world.sum_(np.array(stops, dtype=np.int64))
-
-
-def thread_warning():
-    """A warning when several processes share a machine and BLAS may start a thread per core in each
-    (2 ranks x 2 threads on 2 cores slows both down), else None (rank threads: run_threads sets the BLAS)."""
-    threads = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-    if world().size == 1 or isinstance(world(), ThreadWorld) or any(os.environ.get(v) for v in threads):
-        return None
-    return (f"{world().size} ranks and no OMP_NUM_THREADS: each rank's BLAS may use every core; set it to "
-            f"cores / ranks per machine, e.g. mpiexec -n 2 -genv OMP_NUM_THREADS 1 ...")
 
 
 def run_main(main, *args):

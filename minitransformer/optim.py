@@ -88,8 +88,10 @@ class Adam:
         """Second moments, one view per parameter (None before the parameter's first update)."""
         return [self._view(i, "v") if t else None for i, t in enumerate(self.t)]
 
-    def step(self, lr=None):
-        """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr."""
+    def step(self, lr=None, part=None):
+        """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr.
+        part=(k, n): only the k-th of n equal slices of each flat buffer (rank threads that share the
+        buffers each update theirs: share()); every parameter's t still advances."""
         if lr is not None:
             self.lr = _check_lr(lr)
         runs = []                             # (dtype, start, stop, t): neighbours updated together
@@ -111,14 +113,31 @@ class Adam:
         # the whole run at once: fewer kernel launches. With cores on, the threads share out the pieces.
         for dtype, start, stop, t in runs:
             flat = self.flat[dtype]
+            if part is not None:                            # this rank's slice of the run, maybe none
+                size = flat["data"].size
+                start, stop = max(start, size * part[0] // part[1]), min(stop, size * (part[0] + 1) // part[1])
+                if start >= stop:
+                    continue
             piece = max(stop - start, 1) if backend.device == "gpu" else 1 << 18
-            parts = [slice(lo, min(lo + piece, stop)) for lo in range(start, stop, piece)]
+            pieces = [slice(lo, min(lo + piece, stop)) for lo in range(start, stop, piece)]
 
             def update(r):                                  # pieces r, on one thread (cores.for_blocks)
-                for part in parts[r]:
-                    self._update(*(flat[k][part] for k in ("data", "grad", "m", "v", "scratch")), t)
-            cores.for_blocks(update, len(parts), stop - start)
+                for cut in pieces[r]:
+                    self._update(*(flat[k][cut] for k in ("data", "grad", "m", "v", "scratch")), t)
+            cores.for_blocks(update, len(pieces), stop - start)
         self.steps += 1
+
+    def share(self, other):
+        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes), this
+        optimizer's own dropped: rank threads of one process hold one copy (ThreadWorld.share_)."""
+        if self.where != other.where:
+            raise ValueError("Adam.share: the other optimizer's parameters have other sizes")
+        for dtype, flat in self.flat.items():
+            for k in ("data", "m", "v"):
+                flat[k] = other.flat[dtype][k]
+        self._views = [self._view(i, "data") for i in range(len(self.params))]
+        for p, view in zip(self.params, self._views):
+            p.data = view
 
     def _adopt(self, i, p):
         """Parameter p (number i) back in its flat buffer, where it was assigned anew by hand since."""

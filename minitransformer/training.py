@@ -95,6 +95,7 @@ class Trainer(TrainerCheckpoints):
         self._started = time.perf_counter()       # when train() began: log records carry the seconds since
         self._stops = [0, 0]          # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
         self._updating = False        # the update is being applied: a signal now stops the run after it
+        self._shared = False          # rank threads hold one copy of the weights, each updating its part
         self.log_every = training_config.log_every or (20 if backend.device == "gpu" else 1)
         self.graphs = None            # a cuda_graphs run's StepGraphs (graphs.py), made at its first update
         if training_config.cuda_graphs:
@@ -130,11 +131,16 @@ class Trainer(TrainerCheckpoints):
         self._updating = True  # alone: a signal from here on stops the run after this update, never inside it
         if world.size > 1:  # each rank holds its batches' part of the sums: add them up
             seen, self._stops = self._stops, [0, 0]  # a signal from now on counts for the next update
-            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen)
+            own_part = self._shared and not training_config.clip_norm   # clipping reads the whole sum
+            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen, own_part)
         if training_config.clip_norm:
             clip_grad_norm(self.optimizer.params, training_config.clip_norm)
         if not graphs:
-            self.optimizer.step(self.schedule(step))
+            if self._shared:  # each rank its part of the one copy, every part updated before any next forward
+                self.optimizer.step(self.schedule(step), part=(world.rank, world.size))
+                world.barrier()
+            else:
+                self.optimizer.step(self.schedule(step))
             self.optimizer.zero_grad()
         self.step = step
         self._iter_state = self.iterator.state_dict()
@@ -212,6 +218,7 @@ class Trainer(TrainerCheckpoints):
         due = lambda every: bool(every) and self.step % every == 0
         for flat in self.optimizer.flat.values():  # data parallel: every rank starts from rank 0's weights
             self.world.broadcast_(flat["data"])
+        self._shared = self.world.share_(self.optimizer)  # rank threads: one copy, each rank updating its part
         on_main_thread = threading.current_thread() is threading.main_thread()
         handled = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
         previous = {s: signal.signal(s, self._on_signal) for s in handled} if on_main_thread else {}

@@ -2,8 +2,9 @@
 (`python tests/data_parallel_worker.py OUT.npz --accum 2`) or as ranks (`mpiexec -n 2 python
 tests/data_parallel_worker.py OUT.npz --accum 1`), or as ranks in threads of one process (`--threads 2`).
 Dropout is off unless --dropout is given, so one process and the ranks must agree to float32 rounding.
-Rank 0 writes OUT.npz: "grad" (the flat gradient of the first update, summed over the ranks), "params"
-(the flat weights after --steps updates), "losses" (one per update).
+Rank 0 writes OUT.npz: "grad" (the flat gradient of the first update, summed over the ranks; rank
+threads sum only each rank's part: ThreadWorld.sum_), "params" (the flat weights after it), "last" (after
+--steps updates), "losses" (one per update). train() runs the updates, as it does in a real run.
 """
 import argparse
 import sys
@@ -18,6 +19,8 @@ from minitransformer.corpus import encode_pairs  # noqa: E402
 from minitransformer.pipeline import load_or_learn_tokenizer  # noqa: E402
 from minitransformer.training import Trainer, TrainingConfig  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
+
+TRAINERS = {}   # rank -> its Trainer (rank threads: all of this process's)
 
 
 def main():
@@ -40,18 +43,23 @@ def main():
     model = Transformer(TransformerConfig.tiny(vocab_size=tokenizer.vocab_size, dropout=args.dropout))
     trainer = Trainer(model, tokenizer, pairs, None, TrainingConfig(steps=args.steps, max_tokens=128,
                       accum=args.accum, warmup_steps=2, progress=False), log=lambda message: None)
-    (flat,) = trainer.optimizer.flat.values()
-    losses, grad = [], None
-    for step in range(1, args.steps + 1):
-        if step == args.fail_step and distributed.world().rank == args.fail_rank:
-            raise RuntimeError(f"rank {args.fail_rank} failed on purpose before update {step}")
-        loss, _ = trainer.train_step()
-        losses.append(float(loss))
-        if grad is None:
-            grad = backend.to_numpy(flat["grad"]).copy()  # the buffer keeps the last update's gradient
-            params = backend.to_numpy(flat["data"]).copy()
+    first, TRAINERS[distributed.world().rank] = {}, trainer
+
+    def after_update(trainer):   # the flat buffers after each update (train() calls it)
+        (flat,) = trainer.optimizer.flat.values()
+        if trainer.step == 1:    # the gradient buffer keeps the update's sum (ranks that share the update:
+            first.update(grad=backend.to_numpy(flat["grad"]).copy(),  # in each rank's own part only)
+                         params=backend.to_numpy(flat["data"]).copy())
+        if trainer.step + 1 == args.fail_step and distributed.world().rank == args.fail_rank:
+            raise RuntimeError(f"rank {args.fail_rank} failed on purpose before update {trainer.step + 1}")
+    trainer.callbacks.append(after_update)
+    trainer.train()
     if distributed.world().is_main:
-        np.savez(args.out, grad=grad, params=params, losses=np.array(losses))
+        losses = [trainer.losses[s] for s in sorted(trainer.losses)]
+        (flat,) = trainer.optimizer.flat.values()
+        one_copy = all(next(iter(t.optimizer.flat.values()))[k] is flat[k] for t in TRAINERS.values()
+                       for k in ("data", "m", "v"))             # rank threads: every rank's are rank 0's buffers
+        np.savez(args.out, losses=np.array(losses), last=backend.to_numpy(flat["data"]), one_copy=one_copy, **first)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ LAYERS = [
     {"backend", "checks", "cores"},
     {"tensor", "ops", "profiler", "fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"},
     {"functional", "kernels", "kernel_source", "cublas", "gradcheck", "plain"},
-    {"attention", "multihead", "cache", "nn", "optim", "distributed", "graphs"},
+    {"attention", "multihead", "cache", "nn", "optim", "distributed", "launch", "graphs"},
     {"transformer", "config"},
     {"search", "translation", "viz"},
     {"checkpoint", "rundir", "metrics", "evaluation"},
@@ -24,7 +24,7 @@ LAYERS = [
 ]
 # the two wings of docs/architecture.md: neither imports the other; they meet from search upwards
 NUMERIC = {"tensor", "ops", "profiler", "functional", "kernels", "kernel_source", "cublas", "gradcheck", "plain", "attention",
-           "multihead", "cache", "nn", "optim", "distributed", "graphs", "transformer", "config"}
+           "multihead", "cache", "nn", "optim", "distributed", "launch", "graphs", "transformer", "config"}
 TEXT = {"fileio", "bpe_learn", "bpe", "corpus", "data", "demo_task"}
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 ALLOWED_CIRCLE = {("ops", "tensor"), ("tensor", "ops")}

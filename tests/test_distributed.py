@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import backend, distributed
+from minitransformer import backend, distributed, launch
 from minitransformer.demo_task import make_splits
 from minitransformer.data import BatchIterator
 from minitransformer.nn import Linear
@@ -53,9 +53,8 @@ def test_launched_size_reads_the_launchers_variables():
 @pytest.mark.parametrize("cores, ranks", [(2, 2), (16, 2), (1, 1), (None, 1)])
 def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, ranks):
     """2 ranks on 2 cores or more (the recipe's and train_step.py's rule; threads: no mpiexec needed), else 1."""
-    monkeypatch.setattr(distributed.os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(distributed, "can_launch", lambda: False)
-    assert distributed.default_ranks() == ranks
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: cores)
+    assert launch.default_ranks() == ranks
 
 
 def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
@@ -224,7 +223,7 @@ def test_the_nccl_path_runs_on_one_gpu():
 
 @needs_mpi
 def test_ranks_without_a_thread_count_are_warned_and_with_one_are_not():
-    code = "from minitransformer import distributed; print(distributed.thread_warning())"
+    code = "from minitransformer import launch; print(launch.thread_warning())"
     env = {k: v for k, v in rank_env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                              "MKL_NUM_THREADS")}
     bare = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
@@ -362,15 +361,15 @@ def test_mpiexec_command_adds_open_mpis_root_flag_and_each_rank_gets_its_share_o
     """mpiexec -n R (benchmarks/train_step.py's PyTorch ranks), with --allow-run-as-root for Open MPI as root;
     threads_per_rank: cores / R, at least one."""
     version = "HYDRA build details:"
-    monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/bin/{name}")
-    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(distributed.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
-    assert distributed.mpiexec_command(2) == ["/bin/mpiexec", "-n", "2"]
-    assert (distributed.threads_per_rank(2), distributed.threads_per_rank(3), distributed.threads_per_rank(8)) == (2, 1, 1)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
+    assert launch.mpiexec_command(2) == ["/bin/mpiexec", "-n", "2"]
+    assert (launch.threads_per_rank(2), launch.threads_per_rank(3), launch.threads_per_rank(8)) == (2, 1, 1)
     for version in ("mpiexec (OpenRTE) 4.1.6\n\nReport bugs to http://www.open-mpi.org/community/help/",
                     "mpiexec (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mpi.org/community/help/"):
-        assert distributed.mpiexec_command(3) == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"]
+        assert launch.mpiexec_command(3) == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"]
 
 
 # ---------------------------------------------------------------- ranks as threads of one process
@@ -383,13 +382,18 @@ def thread_worker(tmp_path, name, *args):
 
 def test_thread_ranks_train_with_the_bits_of_one_process_over_the_same_batches(tmp_path):
     """2 ranks as threads (--threads 2, accum 1) and one process (accum 2): the same two batches, their
-    gradients summed, a sum of two terms: the same bits, update after update."""
+    gradients summed, a sum of two terms: the same bits, update after update. The threads hold one copy
+    of the weights and moments, each updating its half (ThreadWorld.share_): rank 0's half of its gradient
+    buffer holds the sum."""
     (run, threads), (run1, one) = thread_worker(tmp_path, "t", "--threads", 2, "--accum", 1), \
         thread_worker(tmp_path, "one", "--accum", 2)
     assert run.returncode == 0 and run1.returncode == 0, run.stderr + run1.stderr
     threads, one = np.load(threads), np.load(one)
-    for key in ("grad", "params", "losses"):
+    for key in ("params", "last", "losses"):
         np.testing.assert_array_equal(threads[key], one[key])
+    half = one["grad"].size // 2
+    np.testing.assert_array_equal(threads["grad"][:half], one["grad"][:half])
+    assert threads["one_copy"]
 
 
 @needs_mpi
@@ -401,8 +405,10 @@ def test_thread_ranks_and_mpiexecs_ranks_give_the_same_bits_with_dropout(tmp_pat
     run = mpirun(2, WORKER, tmp_path / "mpi.npz", "--accum", 1, "--dropout", 0.1)
     assert run.returncode == 0, run.stderr
     threads, mpi = np.load(threads), np.load(tmp_path / "mpi.npz")
-    for key in ("grad", "params", "losses"):
+    for key in ("params", "last", "losses"):
         np.testing.assert_array_equal(threads[key], mpi[key])
+    half = mpi["grad"].size // 2   # rank threads sum only their own part, rank 0 the first half
+    np.testing.assert_array_equal(threads["grad"][:half], mpi["grad"][:half])
 
 
 def test_a_failing_thread_rank_ends_every_rank_with_its_message(tmp_path):
@@ -415,7 +421,8 @@ def test_a_failing_thread_rank_ends_every_rank_with_its_message(tmp_path):
 
 
 def test_a_thread_world_sums_in_rank_order_and_broadcasts_copies():
-    """Three ranks: every rank ends with (a0 + a1) + a2, the same bits; broadcasts give rank 0's array
+    """Three ranks: every rank ends with (a0 + a1) + a2, the same bits (own_part: in its third of its own
+    array only, the rest left as it was); broadcasts give rank 0's array
     and a copy of its object; a rank's own grad mode and generator stay its own."""
     size, shared = 3, {"barrier": distributed.threading.Barrier(3), "slots": [None] * 3}
     rng = np.random.default_rng(0)
@@ -428,6 +435,7 @@ def test_a_thread_world_sums_in_rank_order_and_broadcasts_copies():
             world = distributed.ThreadWorld(r, size, shared)
             mine = arrays[r].copy()
             assert world.sum_(mine) is mine
+            own = world.sum_(arrays[r].copy(), own_part=True)      # the sum in this rank's third only
             obj = world.broadcast_object({"rank": r})
             b = np.full(4, r, np.float32)
             world.broadcast_(b)
@@ -437,7 +445,7 @@ def test_a_thread_world_sums_in_rank_order_and_broadcasts_copies():
                 x = Tensor(np.ones(2, np.float32), requires_grad=True)
                 recorded = (x * 2).requires_grad
                 world.barrier()
-            got[r] = (mine, obj, b, recorded, backend.rng().random())
+            got[r] = (mine, obj, b, recorded, backend.rng().random(), own)
         except BaseException as e:                              # noqa: BLE001  (raised below, in the test)
             errors.append(e)
     threads = [distributed.threading.Thread(target=rank, args=(r,)) for r in range(size)]
@@ -447,8 +455,11 @@ def test_a_thread_world_sums_in_rank_order_and_broadcasts_copies():
         t.join(TIMEOUT)
     assert not errors, errors
     for r in range(size):
-        mine, obj, b, recorded, draw = got[r]
+        mine, obj, b, recorded, draw, own = got[r]
         np.testing.assert_array_equal(mine, expected)
+        part = slice(1001 * r // 3, 1001 * (r + 1) // 3)
+        np.testing.assert_array_equal(own[part], expected[part])
+        np.testing.assert_array_equal(np.delete(own, np.arange(1001)[part]), np.delete(arrays[r], np.arange(1001)[part]))
         assert obj == {"rank": 0} and (obj is got[0][1]) == (r == 0)
         assert b.tolist() == [0, 0, 0, 0] and recorded == (r != 0)
         assert draw == np.random.default_rng(r).random()

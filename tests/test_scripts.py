@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minitransformer import distributed
+from minitransformer import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).glob("*.py")
@@ -156,12 +156,12 @@ def test_train_step_pairs_like_with_like_then_each_as_it_trains_by_default():
 
 
 def test_train_step_runs_one_rank_and_the_default_ranks_unless_told(tmp_path):
-    """No --ranks runs ours in one rank and in distributed.default_ranks() (2 thread ranks on 2 cores)."""
+    """No --ranks runs ours in one rank and in launch.default_ranks() (2 thread ranks on 2 cores)."""
     out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256",
                                            "--json", str(tmp_path / "r.json")])
     assert out.returncode == 0, out.stdout + out.stderr
     ranks = [r["ranks"] for r in json.loads((tmp_path / "r.json").read_text())["results"]]
-    assert ranks == sorted({1, distributed.default_ranks()})
+    assert ranks == sorted({1, launch.default_ranks()})
 
 
 def test_train_step_ranks_share_each_batch(tmp_path):
