@@ -214,7 +214,7 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
         if world.size > 1:
             loss = distributed.sum_over_ranks(world, opt, loss.data, [0, 0], own_part=shared)[0]
         step_no[0] += 1
-        opt.step(lr=sched(step_no[0]), part=(world.rank, world.size) if shared else None)
+        opt.step(lr=sched(step_no[0]))
         if shared:
             world.barrier()     # every part updated before any rank's next forward
         return loss

@@ -46,8 +46,9 @@ class LocalWorld:
         """Rank 0 writes checkpoints, the log and the progress bar, and evaluates."""
         return self.rank == 0
 
-    def sum_(self, array, bucket_bytes=BUCKET_BYTES):
-        """Sum a contiguous array over all ranks, in place; returns it."""
+    def sum_(self, array, bucket_bytes=BUCKET_BYTES, own_part=False):
+        """Sum a contiguous array over all ranks, in place; returns it. own_part: only this rank's 1/size
+        of the elements need hold the sum (rank threads write no more; processes sum it all)."""
         return array
 
     def broadcast_(self, array):
@@ -63,7 +64,7 @@ class LocalWorld:
 
     def share_(self, optimizer):
         """Whether the ranks now hold one copy of the optimizer's buffers (rank threads), each to update
-        its part (Adam.step(part=...)); processes cannot."""
+        its part (Adam.share); processes cannot."""
         return False
 
     def bind_device(self):
@@ -80,7 +81,7 @@ class MPIWorld(LocalWorld):
         self.local_rank = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()  # this rank among its machine's
         self._nccl = None
 
-    def sum_(self, array, bucket_bytes=BUCKET_BYTES):
+    def sum_(self, array, bucket_bytes=BUCKET_BYTES, own_part=False):
         """Sum over all ranks in place, BUCKET_BYTES at a time: a few calls per update instead of one
         per parameter (each call has a fixed latency), and none so large that it stalls the link."""
         flat = array.reshape(-1)                         # a view: the array must be contiguous
@@ -143,7 +144,7 @@ class ThreadWorld(LocalWorld):
     core, and the collectives meet at a barrier. A sum adds the ranks' arrays in rank order, each rank
     summing its 1/size of the elements into every rank's array (own_part: into its own only): the same
     bits on every rank, and for 2 ranks MPI's (a + b is b + a). share_ gives every rank rank 0's weights
-    and moments, one copy that each rank updates its 1/size of (Adam.step(part)): half the Adam work
+    and moments, one copy that each rank updates its 1/size of (Adam.share): half the Adam work
     and the sum's writes of 2 ranks, one copy's memory (benchmarks/README.md, session 28)."""
 
     def __init__(self, rank, size, shared):
@@ -176,9 +177,7 @@ class ThreadWorld(LocalWorld):
         return copy.deepcopy(first) if self.rank else first       # each rank its own, as MPI's copies
 
     def share_(self, optimizer):
-        first = self._gather(optimizer)[0]
-        if self.rank:
-            optimizer.share(first)
+        optimizer.share(self._gather(optimizer)[0], (self.rank, self.size))
         self.barrier()
         return True
 
@@ -263,7 +262,7 @@ def sum_over_ranks(world, optimizer, loss, stops, own_part=False):
     seen on this rank, on the host: no wait for the GPU). Returns (the loss of the whole update, the stops
     seen by every rank)."""
     for flat in optimizer.gradient_buffers():
-        world.sum_(flat, own_part=True) if own_part else world.sum_(flat)
+        world.sum_(flat, own_part=own_part)
     xp = backend.xp
     loss = world.sum_(xp.asarray(loss, dtype=xp.float32).reshape(1))[0]
     return loss, world.sum_(np.array(stops, dtype=np.int64))

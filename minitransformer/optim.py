@@ -54,6 +54,7 @@ class Adam:
         check_real("Adam", "weight_decay", weight_decay, 0.0)
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
         self.steps = 0                        # calls to step()
+        self.part = None                      # (k, n): step() updates the k-th of n slices of each buffer (share())
         self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
         self.flat = {}                        # dtype -> {"data", "grad", "m", "v", "scratch"}: flat arrays
         self.where = []                       # per parameter: (dtype, start, stop) in its flat arrays
@@ -88,10 +89,10 @@ class Adam:
         """Second moments, one view per parameter (None before the parameter's first update)."""
         return [self._view(i, "v") if t else None for i, t in enumerate(self.t)]
 
-    def step(self, lr=None, part=None):
+    def step(self, lr=None):
         """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr.
-        part=(k, n): only the k-th of n equal slices of each flat buffer (rank threads that share the
-        buffers each update theirs: share()); every parameter's t still advances."""
+        After share(other, (k, n)), only the k-th of n equal slices of each flat buffer; every parameter's
+        t still advances."""
         if lr is not None:
             self.lr = _check_lr(lr)
         runs = []                             # (dtype, start, stop, t): neighbours updated together
@@ -113,9 +114,9 @@ class Adam:
         # the whole run at once: fewer kernel launches. With cores on, the threads share out the pieces.
         for dtype, start, stop, t in runs:
             flat = self.flat[dtype]
-            if part is not None:                            # this rank's slice of the run, maybe none
-                size = flat["data"].size
-                start, stop = max(start, size * part[0] // part[1]), min(stop, size * (part[0] + 1) // part[1])
+            if self.part is not None:                       # this rank's slice of the run, maybe none
+                (k, n), size = self.part, flat["data"].size
+                start, stop = max(start, size * k // n), min(stop, size * (k + 1) // n)
                 if start >= stop:
                     continue
             piece = max(stop - start, 1) if backend.device == "gpu" else 1 << 18
@@ -127,11 +128,15 @@ class Adam:
             cores.for_blocks(update, len(pieces), stop - start)
         self.steps += 1
 
-    def share(self, other):
-        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes), this
-        optimizer's own dropped: rank threads of one process hold one copy (ThreadWorld.share_)."""
+    def share(self, other, part):
+        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes, or this
+        one), this optimizer's own dropped, and update only part=(k, n) of them from now on: rank threads
+        of one process hold one copy, each rank updating its k-th of n slices (ThreadWorld.share_)."""
         if self.where != other.where:
             raise ValueError("Adam.share: the other optimizer's parameters have other sizes")
+        self.part = tuple(part)
+        if other is self:
+            return
         for dtype, flat in self.flat.items():
             for k in ("data", "m", "v"):
                 flat[k] = other.flat[dtype][k]

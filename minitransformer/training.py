@@ -136,12 +136,10 @@ class Trainer(TrainerCheckpoints):
         if training_config.clip_norm:
             clip_grad_norm(self.optimizer.params, training_config.clip_norm)
         if not graphs:
-            if self._shared:  # each rank its part of the one copy, every part updated before any next forward
-                self.optimizer.step(self.schedule(step), part=(world.rank, world.size))
-                world.barrier()
-            else:
-                self.optimizer.step(self.schedule(step))
+            self.optimizer.step(self.schedule(step))  # rank threads: this rank's part of the one copy
             self.optimizer.zero_grad()
+            if self._shared:
+                world.barrier()  # every part updated before any rank's next forward reads the weights
         self.step = step
         self._iter_state = self.iterator.state_dict()
         if world.size == 1:
