@@ -25,20 +25,20 @@ import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = {"ours": "minitransformer.bpe (pure Python)", "naive": "minitransformer.bpe, train_naive",
+TOOLS = {"ours": "minitransformer.text.bpe (pure Python)", "naive": "minitransformer.text.bpe, train_naive",
          "hf": "HF tokenizers, ByteLevelBPETokenizer", "spm": "sentencepiece, model_type=bpe",
          "subword-nmt": "subword-nmt learn_bpe (total_symbols)"}
 MODULES = {"hf": "tokenizers", "spm": "sentencepiece", "subword-nmt": "subword_nmt"}
 
 
 def load_bpe():
-    """minitransformer.bpe without the package's __init__ (which loads the engine): a bare package over
+    """minitransformer.text.bpe without the package's __init__ (which loads the engine): a bare package over
     the same folder, so that bpe.py's relative imports (bpe_learn, fileio, checks) alone are loaded."""
     if "minitransformer" not in sys.modules:
         package = types.ModuleType("minitransformer")
         package.__path__ = [str(ROOT / "minitransformer")]
         sys.modules["minitransformer"] = package
-    return importlib.import_module("minitransformer.bpe")
+    return importlib.import_module("minitransformer.text.bpe")
 
 
 def learn_and_count(tool, files, vocab_size, val_lines, workdir):

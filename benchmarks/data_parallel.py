@@ -52,8 +52,9 @@ class TimedWorld:
 
 def worker(args):
     """One configuration's run; rank 0 prints one JSON line."""
-    from minitransformer import backend, distributed
-    from minitransformer.training import Trainer, TrainingConfig
+    from minitransformer import backend
+    from minitransformer.run import distributed
+    from minitransformer.run.training import Trainer, TrainingConfig
     from minitransformer.transformer import Transformer, TransformerConfig
     from train_step import sentence_lengths
 

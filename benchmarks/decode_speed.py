@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
 from minitransformer import backend  # noqa: E402
-from minitransformer.checkpoint import CheckpointError  # noqa: E402
+from minitransformer.run.checkpoint import CheckpointError  # noqa: E402
 from minitransformer.checks import SettingError, check_int  # noqa: E402
-from minitransformer.fileio import read_lines  # noqa: E402
+from minitransformer.text.fileio import read_lines  # noqa: E402
 from minitransformer.config import STOPS, SearchConfig  # noqa: E402
 from minitransformer.search import beam_search, greedy_search  # noqa: E402
 from minitransformer.tensor import Tensor  # noqa: E402
@@ -137,7 +137,7 @@ def main():
         if not lines:
             raise ValueError(f"--data {args.data} holds no line to translate")
         if args.checkpoint:
-            from minitransformer.checkpoint import load_model
+            from minitransformer.run.checkpoint import load_model
             model, tok, _ = load_model(args.checkpoint)
     except (ValueError, RuntimeError, CheckpointError) as e:  # a device, a file or a checkpoint that will not do
         raise SystemExit(f"{p.prog}: error: {e}") from None

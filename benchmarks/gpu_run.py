@@ -116,7 +116,8 @@ def worker_fused(device, dry):
     (the CUDA kernels; on the CPU both time the plain code): median milliseconds of `reps` runs."""
     import numpy as np
     import minitransformer as mt
-    from minitransformer import backend, kernels
+    from minitransformer import backend
+    from minitransformer.fast import kernels
     import minitransformer.functional as F
     mt.use(device)
     rows, vocab, d, heads = (64, 50, 32, (4, 8, 8)) if dry else (8192, 8000, 512, (512, 32, 32))
@@ -210,7 +211,8 @@ def worker_graph(device, dry, data_dir):
     import traceback
 
     import numpy as np
-    from minitransformer import Tensor, backend, cublas
+    from minitransformer import Tensor, backend
+    from minitransformer.fast import cublas
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from train_step import make_batches, run_ours
     gpu = device == "gpu"
@@ -456,7 +458,7 @@ def main(argv=None):
                 "graph": lambda: worker_graph(args.device, args.dry_run, args.data_dir)}[args.worker]
         print(json.dumps(work()))
         return 0
-    from minitransformer.fileio import check_writable_dir
+    from minitransformer.text.fileio import check_writable_dir
     if not args.minutes > 0:
         p.error(f"--minutes must be a number above 0, got {args.minutes}")
     if args.test_timeout < 1:

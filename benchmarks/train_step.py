@@ -32,7 +32,7 @@ installed). Each rank takes rows r, r + N, ... of every batch, the gradients are
 the step's time is rank 0's (the sum makes every rank wait for the slowest); memory is the process's, or
 the sum over PyTorch's processes. Its rounds alternate with the one-rank runs of the same preset when
 --ranks is 1 N. By default on a CPU both frameworks run one rank and the ranks ours trains with by default
-(launch.default_ranks(): 2 on 2 cores or more), and the summary gives three ratios a preset: one rank
+(distributed.default_ranks(): 2 on 2 cores or more), and the summary gives three ratios a preset: one rank
 each, 2 ranks each, and one process each as it trains by default (ours as 2 thread ranks, as
 examples/multi30k.py starts them; PyTorch eager in one process, as a training loop runs unless torchrun
 starts it).
@@ -61,7 +61,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from minitransformer import distributed, launch  # noqa: E402
+from minitransformer.run import distributed  # noqa: E402
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 GENERATED = "generated (no Multi30k train.de.gz/train.en.gz given)"
 VOCAB = {"tiny": 8000, "small": 8000, "base": 37000, "big": 37000}
@@ -137,7 +137,7 @@ def forward_flops(cfg, B, S, T):
 
 def matmul_ceiling(xp, sync, n=2048, reps=5):
     """FLOP/s of an n^3 float32 matmul, as ours runs one: cut over the process's cores where cores.py is on."""
-    from minitransformer import cores
+    from minitransformer.fast import cpu as cores
     a = xp.ones((n, n), dtype=np.float32)
     cores.matmul(a, a)
     sync()
@@ -173,7 +173,8 @@ def shard(batch, rank, size):
 def run_ours(preset, batches, steps, device, cuda_graphs=False):
     import minitransformer as mt
     import minitransformer.functional as F
-    from minitransformer import backend, cores
+    from minitransformer import backend
+    from minitransformer.fast import cpu as cores
     world = distributed.world()
     mt.use(device)
     backend.keep_freed_memory()  # as the Trainer does: freed arrays stay in the heap for the next step
@@ -200,7 +201,7 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
         loss = F.cross_entropy(logits, tgt_out, ignore_index=cfg.pad_id, label_smoothing=cfg.label_smoothing)
         return loss * share if world.size > 1 else loss
 
-    from minitransformer.graphs import StepGraphs
+    from minitransformer.run.replay import StepGraphs
     stepper = cuda_graphs and StepGraphs(model, opt)
 
     def step(b):
@@ -250,7 +251,7 @@ def run_torch(preset, batches, steps, device):
     import minitransformer as mt
     world = distributed.world()            # its ranks and its sums of a few numbers: the package's, over MPI
     ranks = world.size
-    torch.set_num_threads(launch.threads_per_rank(ranks))
+    torch.set_num_threads(distributed.threads_per_rank(ranks))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ["CUPY_TF32"] == "1"
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
@@ -371,7 +372,7 @@ def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
     if framework == "torch" and torch_keep_freed:
         env.update(MALLOC_MMAP_MAX_="0", MALLOC_TOP_PAD_=str(1 << 30))
     if ranks > 1 and framework == "torch":
-        env.update(OMP_NUM_THREADS=str(launch.threads_per_rank(ranks)), TRAIN_STEP_PORT=str(free_port()))
+        env.update(OMP_NUM_THREADS=str(distributed.threads_per_rank(ranks)), TRAIN_STEP_PORT=str(free_port()))
     return env
 
 
@@ -404,7 +405,7 @@ def main(argv=None):
     p.add_argument("--ranks", type=int, nargs="+", help="data-parallel ranks per framework (ours: threads of one "
                    "process; PyTorch: processes under mpiexec, cores / N threads each); several values alternate, "
                    "e.g. 1 2 (default on a CPU: 1 and the ranks ours trains with by default, "
-                   "launch.default_ranks(): 2 where there are 2 cores or more; on a GPU: 1)")
+                   "distributed.default_ranks(): 2 where there are 2 cores or more; on a GPU: 1)")
     p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
                    "(backend.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
@@ -413,7 +414,7 @@ def main(argv=None):
     if args.worker:
         args.preset, ranks = args.preset[0], args.ranks[0] if args.ranks else 1
         return distributed.run_threads(worker, (args,), ranks) if ranks > 1 else worker(args)
-    default = launch.default_ranks() if args.device == "cpu" else 1   # how ours trains by default
+    default = distributed.default_ranks() if args.device == "cpu" else 1   # how ours trains by default
     args.ranks = args.ranks or sorted({1, default})
     for option, value, low in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                                ("--max-tokens", args.max_tokens, 1), ("--rounds", args.rounds, 1),
@@ -426,7 +427,7 @@ def main(argv=None):
         p.error("--ranks is for the CPU (one GPU here: its ranks would share it)")
     if args.cuda_graphs and args.device != "gpu":
         p.error("--cuda-graphs replays CUDA graphs: give --device gpu")
-    mpi = launch.can_launch()
+    mpi = distributed.can_launch()
     if max(args.ranks) > 1 and args.torch and not mpi:
         print(f"PyTorch runs {max(args.ranks)} ranks as processes under mpiexec, not installed here "
               f"({distributed.INSTALL_HINT}): PyTorch in one process only")
@@ -444,7 +445,7 @@ def main(argv=None):
         if ranks > 1 and fw == "ours":                   # as it trains: the ranks as threads of one process
             cmd += ["--ranks", str(ranks)]
         elif ranks > 1:                                  # PyTorch: DistributedDataParallel, a process a rank
-            cmd = launch.mpiexec_command(ranks) + cmd
+            cmd = distributed.mpiexec_command(ranks) + cmd
         run_env = worker_env(env, fw, ranks, args.torch_keep_freed, args.device)
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).parent, env=run_env)
         if out.returncode != 0:

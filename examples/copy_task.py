@@ -17,11 +17,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import minitransformer as mt  # noqa: E402
-from minitransformer.bpe import MAX_VOCAB  # noqa: E402
+from minitransformer.text.bpe import MAX_VOCAB  # noqa: E402
 from minitransformer.checks import SettingError  # noqa: E402
 from minitransformer.config import SearchConfig  # noqa: E402
 from minitransformer.search import greedy_search  # noqa: E402
-from minitransformer.training import Trainer, TrainingConfig  # noqa: E402
+from minitransformer.run.training import Trainer, TrainingConfig  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
 

@@ -44,18 +44,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer import backend, distributed, launch  # noqa: E402
-from minitransformer.bpe import BPE, MAX_VOCAB, MIN_VOCAB  # noqa: E402
+from minitransformer.run import checkpoint as ckpt  # noqa: E402
+from minitransformer import backend  # noqa: E402
+from minitransformer.run import distributed
+from minitransformer.text.bpe import BPE, MAX_VOCAB, MIN_VOCAB  # noqa: E402
 from minitransformer.checks import SettingError  # noqa: E402
-from minitransformer.fileio import check_writable_dir  # noqa: E402
-from minitransformer.rundir import check_new_run, list_checkpoints  # noqa: E402
-from minitransformer.corpus import read_parallel  # noqa: E402
-from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
-from minitransformer.pipeline import prepare_training  # noqa: E402
+from minitransformer.text.fileio import check_writable_dir  # noqa: E402
+from minitransformer.run.rundir import check_new_run, list_checkpoints  # noqa: E402
+from minitransformer.text.corpus import read_parallel  # noqa: E402
+from minitransformer.run.metrics import corpus_bleu, corpus_chrf  # noqa: E402
+from minitransformer.run.pipeline import prepare_training  # noqa: E402
 from minitransformer.config import SearchConfig  # noqa: E402
-from minitransformer.translation import translate_lines  # noqa: E402
-from minitransformer.training import TrainingConfig, TrainingError  # noqa: E402
+from minitransformer.run.translation import translate_lines  # noqa: E402
+from minitransformer.run.training import TrainingConfig, TrainingError  # noqa: E402
 from minitransformer.transformer import TransformerConfig  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
@@ -202,7 +203,7 @@ def ranks_to_start(args):
         return 1
     if args.ranks is None:
         alone = args.minutes is not None or args.device == "gpu"
-        return 1 if alone else launch.default_ranks()
+        return 1 if alone else distributed.default_ranks()
     if args.ranks < 1:
         raise UsageError(f"--ranks must be an integer of at least 1, got {args.ranks}")
     if args.ranks > 1 and args.device == "gpu":

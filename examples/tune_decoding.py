@@ -17,13 +17,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from minitransformer import checkpoint as ckpt  # noqa: E402
-from minitransformer import rundir  # noqa: E402
+from minitransformer.run import checkpoint as ckpt  # noqa: E402
+from minitransformer.run import rundir  # noqa: E402
 from minitransformer.checks import SettingError  # noqa: E402
 from minitransformer.config import SearchConfig  # noqa: E402
-from minitransformer.corpus import read_parallel  # noqa: E402
-from minitransformer.metrics import corpus_bleu, corpus_chrf  # noqa: E402
-from minitransformer.translation import translate_lines  # noqa: E402
+from minitransformer.text.corpus import read_parallel  # noqa: E402
+from minitransformer.run.metrics import corpus_bleu, corpus_chrf  # noqa: E402
+from minitransformer.run.translation import translate_lines  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"

@@ -25,11 +25,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import minitransformer as mt  # noqa: E402
-from minitransformer.bpe import BPE  # noqa: E402
-from minitransformer.corpus import encode_pairs, read_parallel  # noqa: E402
-from minitransformer.data import BatchIterator  # noqa: E402
+from minitransformer.text.bpe import BPE  # noqa: E402
+from minitransformer.text.corpus import encode_pairs, read_parallel  # noqa: E402
+from minitransformer.text.data import BatchIterator  # noqa: E402
 from minitransformer.optim import Adam, WarmupSchedule  # noqa: E402
-from minitransformer.training import step_seed  # noqa: E402
+from minitransformer.run.training import step_seed  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "multi30k"

@@ -41,15 +41,16 @@ import numpy as np
 
 import check as grader  # lessons/check.py: it puts the repository and lessons/ on sys.path
 from checks.common import Fail, Grade, NotDone
-from minitransformer import attention, backend, bpe_learn, optim, profiler, search
+from minitransformer import attention, backend, optim, profiler, search
+from minitransformer.text import bpe_learn
 from minitransformer import functional as F
 from minitransformer.config import SearchConfig
-from minitransformer.demo_task import DEMO, QUICK, make_splits
-from minitransformer.metrics import corpus_bleu, exact_match
-from minitransformer.pipeline import prepare_training
+from minitransformer.text.demo_task import DEMO, QUICK, make_splits
+from minitransformer.run.metrics import corpus_bleu, exact_match
+from minitransformer.run.pipeline import prepare_training
 from minitransformer.tensor import Tensor, make_node
-from minitransformer.training import TrainingConfig
-from minitransformer.translation import translate_lines
+from minitransformer.run.training import TrainingConfig
+from minitransformer.run.translation import translate_lines
 from minitransformer.transformer import TransformerConfig
 
 LESSONS = Path(__file__).resolve().parent

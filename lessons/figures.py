@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
 import minitransformer as mt  # noqa: E402
 import minitransformer.functional as F  # noqa: E402
 from minitransformer.attention import causal_mask, padding_mask  # noqa: E402
-from minitransformer import demo_task  # noqa: E402  (the demo task: numbers in digits -> words)
-from minitransformer.fileio import atomic_write  # noqa: E402
+from minitransformer.text import demo_task  # noqa: E402  (the demo task: numbers in digits -> words)
+from minitransformer.text.fileio import atomic_write  # noqa: E402
 
 DPI = 100
 BLUE, ORANGE, GREEN, GREY = "#1f77b4", "#ff7f0e", "#2ca02c", "#7f7f7f"
@@ -254,8 +254,8 @@ def bpe_corpus():
 
 def bpe_merges():
     """Per merge: how often the merged pair occurred, and how long the corpus is in tokens."""
-    from minitransformer.bpe import BPE, MIN_VOCAB
-    from minitransformer.bpe_learn import merge
+    from minitransformer.text.bpe import BPE, MIN_VOCAB
+    from minitransformer.text.bpe_learn import merge
     lines = bpe_corpus()
     tok = BPE.train(lines, vocab_size=MIN_VOCAB + 400, min_frequency=2)
     words = tok.count_words(lines)
@@ -295,7 +295,7 @@ def bpe_merges():
 # ==================================================================== 09: training
 def lr_schedule():
     """Eq. (3) for three configurations: the paper's base and big models, and the demo's settings."""
-    from minitransformer.demo_task import DEMO
+    from minitransformer.text.demo_task import DEMO
     from minitransformer.optim import WarmupSchedule
     configs = [("base: d_model 512, warmup 4000", WarmupSchedule(512, 4000), BLUE),
                ("big: d_model 1024, warmup 4000", WarmupSchedule(1024, 4000), ORANGE),
@@ -346,9 +346,9 @@ def label_smoothing():
 
 def train_demo_run(out_dir):
     """A short real run of the Trainer on the demo task (numbers in digits -> words); its log.jsonl."""
-    from minitransformer.bpe import BPE
-    from minitransformer.corpus import encode_pairs
-    from minitransformer.training import Trainer, TrainingConfig
+    from minitransformer.text.bpe import BPE
+    from minitransformer.text.corpus import encode_pairs
+    from minitransformer.run.training import Trainer, TrainingConfig
     mt.use("cpu")
     (train_src, train_tgt), (valid_src, valid_tgt), _ = demo_task.make_splits(
         4000, 100, 0, seed=0, max_numbers=2, max_digits=3)
@@ -407,7 +407,7 @@ def loss_curve():
 @lru_cache(maxsize=1)
 def reversal_model():
     """Lesson 10's task, with 4 heads: a tiny model trained for a few seconds to reverse sequences."""
-    from minitransformer.data import Batch
+    from minitransformer.text.data import Batch
     from minitransformer.optim import Adam
     mt.use("cpu")
     mt.seed(0)

@@ -7,12 +7,14 @@ from .backend import use, to_numpy, seed
 from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where
 from .gradcheck import gradcheck, GradcheckError
 from .profiler import profile
-from . import functional, nn, optim, data, bpe, plain
+from . import functional, nn, optim, plain
+from .text import data, bpe
 from .attention import scaled_dot_product_attention, padding_mask, causal_mask
 from .multihead import MultiHeadAttention
 from .transformer import Transformer, TransformerConfig
 from .config import SearchConfig
-from . import search, viz, checkpoint
-from .training import Trainer, TrainingConfig, TrainingError
+from . import search, viz
+from .run import checkpoint
+from .run.training import Trainer, TrainingConfig, TrainingError
 
 __version__ = "0.1.0"

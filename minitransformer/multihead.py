@@ -6,7 +6,8 @@ The plain form, with separate (D, D) projections and no cache: plain.multi_head_
 """
 import math
 
-from . import attention, backend, cores, nn
+from . import attention, backend, nn
+from .fast import cpu as cores
 from . import functional as F
 from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
 from .checks import check_int

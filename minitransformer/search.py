@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import backend, cores
+from . import backend
+from .fast import cpu as cores
 from .attention import padding_mask
 from .config import SearchConfig
-from .data import encode_sources
+from .text.data import encode_sources
 from .functional import log_softmax_array
 from .tensor import Tensor
 from .viz import collect_attention

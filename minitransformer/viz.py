@@ -12,8 +12,8 @@ import os
 import numpy as np
 
 from . import backend
-from .data import encode_sources
-from .fileio import atomic_write, check_creatable
+from .text.data import encode_sources
+from .text.fileio import atomic_write, check_creatable
 
 MISSING_MATPLOTLIB = ("drawing attention maps needs matplotlib, an optional extra: "
                       "pip install matplotlib  (or, in a checkout, pip install -e .[plot])")

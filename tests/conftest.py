@@ -9,7 +9,7 @@ import pytest
 
 import minitransformer as mt
 from minitransformer import backend
-from minitransformer.training import TrainingConfig
+from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import Transformer, TransformerConfig
 
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
@@ -104,9 +104,9 @@ def transformer_tol(model, magnitude=None, safety=4.0):
 @pytest.fixture(scope="module")
 def task():
     """A small generated corpus, its tokenizer and encoded pairs (shared by the module's tests)."""
-    from minitransformer.bpe import BPE
-    from minitransformer.corpus import encode_pairs
-    from minitransformer.demo_task import make_splits
+    from minitransformer.text.bpe import BPE
+    from minitransformer.text.corpus import encode_pairs
+    from minitransformer.text.demo_task import make_splits
     train, valid, _ = make_splits(300, 12, 0, seed=3, max_numbers=2, max_digits=2)
     tok = BPE.train(train[0] + train[1], 300)
     pairs, _ = encode_pairs(train[0], train[1], tok)

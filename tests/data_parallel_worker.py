@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from minitransformer import backend, distributed  # noqa: E402
-from minitransformer.demo_task import make_splits  # noqa: E402
-from minitransformer.corpus import encode_pairs  # noqa: E402
-from minitransformer.pipeline import load_or_learn_tokenizer  # noqa: E402
-from minitransformer.training import Trainer, TrainingConfig  # noqa: E402
+from minitransformer import backend  # noqa: E402
+from minitransformer.run import distributed
+from minitransformer.text.demo_task import make_splits  # noqa: E402
+from minitransformer.text.corpus import encode_pairs  # noqa: E402
+from minitransformer.run.pipeline import load_or_learn_tokenizer  # noqa: E402
+from minitransformer.run.training import Trainer, TrainingConfig  # noqa: E402
 from minitransformer.transformer import Transformer, TransformerConfig  # noqa: E402
 
 TRAINERS = {}   # rank -> its Trainer (rank threads: all of this process's)

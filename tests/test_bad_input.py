@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 
 from minitransformer import backend
-from minitransformer import checkpoint as ckpt
-from minitransformer.rundir import list_checkpoints
+from minitransformer.run import checkpoint as ckpt
+from minitransformer.run.rundir import list_checkpoints
 from minitransformer import cli
-from minitransformer.bpe import BPE
+from minitransformer.text.bpe import BPE
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ["1 2", "3 , 4 5", "6 7 , 8", "9", "1 0 , 2", "3 4", "5 , 6 7", "8 9 , 1"]
@@ -559,7 +559,7 @@ def test_a_failed_write_names_the_output_not_the_temporary(shared, tmp_path, mon
     """--output passes the checks, then the disk fills up: the message names --output, the old file stays."""
     def full_disk(path, write, mode="wb"):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / ".tmp-x1y2-tok.json"))
-    monkeypatch.setattr("minitransformer.bpe.atomic_write", full_disk)
+    monkeypatch.setattr("minitransformer.text.bpe.atomic_write", full_disk)
     old = tmp_path / "tok.json"
     old.write_bytes(b"an earlier tokenizer\n")
     code = cli.main(["bpe", "--input", str(shared / "train.src"), "--vocab-size", "270", "--output", str(old),

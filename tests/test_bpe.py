@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 
 from minitransformer import cli
 from minitransformer.cli import bpe as bpe_command
-from minitransformer.bpe import BPE, merge
-from minitransformer.bpe_learn import apply_merges, apply_merges_naive, learn_merges
+from minitransformer.text.bpe import BPE, merge
+from minitransformer.text.bpe_learn import apply_merges, apply_merges_naive, learn_merges
 
 from conftest import CORPUS
 
@@ -396,7 +396,7 @@ def test_cli_subprocess(tmp_path):
 
 def tokenizer_file(path, merges, pattern=None):
     """A tokenizer file written by hand: merges as [left, right, text] (the text is checked last)."""
-    from minitransformer.bpe import FORMAT, PATTERN, VERSION
+    from minitransformer.text.bpe import FORMAT, PATTERN, VERSION
     path.write_text(json.dumps({"format": FORMAT, "version": VERSION, "pattern": pattern or PATTERN,
                                 "special_tokens": ["<pad>", "<s>", "</s>"],
                                 "merges": [[a, b, "x"] for a, b in merges]}), encoding="utf-8")
@@ -422,7 +422,7 @@ def test_merges_that_double_a_token_are_refused_before_their_bytes_are_joined(tm
 
 
 def test_a_vocabulary_past_the_id_limit_is_refused_before_any_merge(tmp_path, monkeypatch):
-    from minitransformer import bpe
+    from minitransformer.text import bpe
     from minitransformer.checks import FileError
     with pytest.raises(ValueError, match=r"2,000,259 ids are too many: at most 1,114,112"):
         BPE(merges=[(259, 259)] * 2_000_000)                      # refused before the first merge is looked at
@@ -435,7 +435,7 @@ def test_a_vocabulary_past_the_id_limit_is_refused_before_any_merge(tmp_path, mo
 def test_a_pattern_that_backtracks_catastrophically_fails_in_one_sentence_never_hangs(tmp_path, monkeypatch):
     """A custom pattern runs under a time bound: at load on a probe string (runs of one character),
     and on every text it encodes; the project's own pattern runs without one."""
-    from minitransformer import bpe
+    from minitransformer.text import bpe
     from minitransformer.checks import FileError
     monkeypatch.setattr(bpe, "PATTERN_SECONDS", 0.05)
     path = tokenizer_file(tmp_path / "slow.json", [], pattern=r"(?:a|a)+$|[\s\S]")   # 2^48 ways on 48 a's

@@ -5,8 +5,8 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.bpe import BPE
-from minitransformer.bpe_learn import learn_merges, learn_merges_naive, merge
+from minitransformer.text.bpe import BPE
+from minitransformer.text.bpe_learn import learn_merges, learn_merges_naive, merge
 
 from conftest import CORPUS
 
@@ -70,7 +70,7 @@ def test_long_word_learns_in_linear_time():
 def test_learning_stops_before_a_token_longer_than_a_tokenizer_may_hold():
     """One letter repeated doubles its longest token at each merge: both learners stop at the first merge
     that would pass MAX_TOKEN_BYTES (a tokenizer file refuses such a token), with the same merges."""
-    from minitransformer.bpe_learn import MAX_TOKEN_BYTES
+    from minitransformer.text.bpe_learn import MAX_TOKEN_BYTES
     words = {"a" * (3 * MAX_TOKEN_BYTES): 1, "ab": 2}
     fast, naive = learn_merges(words, 40, 1, 3), learn_merges_naive(words, 40, 1, 3)
     assert fast == naive

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import attention, bpe, bpe_learn, optim, search
+from minitransformer import attention, optim, search
+from minitransformer.text import bpe, bpe_learn
 from minitransformer import functional as F
-from minitransformer.bpe import BPE
+from minitransformer.text.bpe import BPE
 from minitransformer.config import SearchConfig
-from minitransformer.demo_task import QUICK
+from minitransformer.text.demo_task import QUICK
 
 from conftest import f32_tol, task, tiny_model  # noqa: F401  (task: a fixture)
 

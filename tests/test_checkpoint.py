@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import checkpoint as ckpt
-from minitransformer.bpe import BPE
-from minitransformer.training import Trainer
+from minitransformer.run import checkpoint as ckpt
+from minitransformer.text.bpe import BPE
+from minitransformer.run.training import Trainer
 from minitransformer.transformer import count_parameters
 
 from conftest import f32_tol, quiet, tiny_model, training_config

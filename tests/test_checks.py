@@ -107,7 +107,7 @@ def test_file_error_names_the_file_and_the_line():
 
 
 def test_reading_a_file_raises_a_file_error(tmp_path):
-    from minitransformer.fileio import read_lines
+    from minitransformer.text.fileio import read_lines
     (tmp_path / "bad.txt").write_bytes(b"good\nb\xe4d\n")
     with pytest.raises(FileError) as e:
         read_lines(tmp_path / "bad.txt")
@@ -136,7 +136,7 @@ def test_warmup_schedule_refuses_instead_of_truncating():
 
 
 def test_max_tokens_is_checked_alike_by_batch_by_tokens_and_batch_iterator():
-    from minitransformer.data import BatchIterator, batch_by_tokens
+    from minitransformer.text.data import BatchIterator, batch_by_tokens
     pairs = [([5, 6], [7]), ([8], [9, 10])]
     for bad in (2.5, 0, True, None):
         a = refused(batch_by_tokens, pairs, bad)

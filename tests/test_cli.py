@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minitransformer import checkpoint as ckpt
+from minitransformer.run import checkpoint as ckpt
 from minitransformer import cli
 from minitransformer.cli import demo
 
@@ -227,7 +227,7 @@ def test_runtime_and_input_errors(corpus, tmp_path, capsys, monkeypatch):
     got, _, err = run(["translate", "--checkpoint", "bad.npz"], capsys)
     assert got == 1 and "bad.npz is not a readable checkpoint" in err
     other = tmp_path / "other_tok.json"
-    from minitransformer.bpe import BPE
+    from minitransformer.text.bpe import BPE
     BPE.train(["x y z"], 262, min_frequency=1).save(other)
     got, _, err = run(train_args(corpus, tmp_path / "y", "--steps", "2", "--vocab-size", "300"), capsys)
     assert got == 0, err

@@ -14,10 +14,11 @@ from hypothesis import given, settings, strategies as st
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend, cores
+from minitransformer import backend
+from minitransformer.fast import cpu as cores
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.multihead import multi_head_attention
-from minitransformer.training import Trainer
+from minitransformer.run.training import Trainer
 
 from conftest import f32_tol, quiet, tiny_model, training_config
 

@@ -3,8 +3,8 @@ pairs (text not yet encoded, special ids inside a sentence) before any batch is 
 import pytest
 
 from minitransformer import backend
-from minitransformer.corpus import EncodeReport, encode_pairs, load_pairs, read_parallel
-from minitransformer.data import Batch, BatchIterator
+from minitransformer.text.corpus import EncodeReport, encode_pairs, load_pairs, read_parallel
+from minitransformer.text.data import Batch, BatchIterator
 
 from conftest import BOS, DATA, EOS, PAD
 
@@ -63,7 +63,7 @@ def test_encode_pairs_skip_report():
 
 
 def test_encode_pairs_with_bpe():
-    bpe = pytest.importorskip("minitransformer.bpe")
+    bpe = pytest.importorskip("minitransformer.text.bpe")
     src = ["ein Haus", "zwei Häuser", "ein Hund"] * 5
     tgt = ["a house", "two houses", "a dog"] * 5
     tok = bpe.BPE.train(src + tgt, vocab_size=300)
@@ -76,7 +76,7 @@ def test_encode_pairs_with_bpe():
 def test_a_line_too_long_for_max_len_is_dropped_unencoded():
     """A side of more characters than max_len tokens can spell (a 2 MB line without a space) is counted
     too long without being encoded, so its cost is reading it; a side just within the limit is encoded."""
-    from minitransformer.bpe import BPE
+    from minitransformer.text.bpe import BPE
     tok = BPE.train(["ab ab abc"], vocab_size=262, min_frequency=1)
     widest = max(map(len, tok.vocab))                      # "<pad>": 5 bytes
     encoded = []

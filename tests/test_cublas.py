@@ -1,11 +1,11 @@
-"""minitransformer/cublas.py, the matmul a CUDA graph can capture: its layout plan (which operand
+"""minitransformer/fast/cublas.py, the matmul a CUDA graph can capture: its layout plan (which operand
 cuBLAS reads transposed, leading dimensions, batch strides) run through a NumPy emulation of cuBLAS's
 column-major strided-batched GEMM, against np.matmul, on C-ordered arrays, transposed views, slices and
 batches (the calls through ctypes need a GPU: tests/test_graphs.py runs them there)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from minitransformer import cublas as cc
+from minitransformer.fast import cublas as cc
 
 
 def through_plan(a, b):

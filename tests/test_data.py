@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minitransformer import backend
-from minitransformer.data import Batch, BatchIterator, batch_by_tokens, count_over_budget, pad
+from minitransformer.text.data import Batch, BatchIterator, batch_by_tokens, count_over_budget, pad
 
 from conftest import BOS, EOS, PAD
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from minitransformer.checks import SettingError
-from minitransformer.demo_task import generate, make_splits, number_to_words, split
+from minitransformer.text.demo_task import generate, make_splits, number_to_words, split
 
 KNOWN = {
     0: "zero", 7: "seven", 10: "ten", 13: "thirteen", 19: "nineteen", 20: "twenty", 40: "forty",

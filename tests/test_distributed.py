@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import backend, distributed, launch
-from minitransformer.demo_task import make_splits
-from minitransformer.data import BatchIterator
+from minitransformer import backend
+from minitransformer.run import distributed
+from minitransformer.text.demo_task import make_splits
+from minitransformer.text.data import BatchIterator
 from minitransformer.nn import Linear
 from minitransformer.optim import Adam, WarmupSchedule
 from minitransformer.tensor import Tensor
-from minitransformer.training import step_seed
+from minitransformer.run.training import step_seed
 
 from conftest import f32_tol
 
@@ -53,8 +54,8 @@ def test_launched_size_reads_the_launchers_variables():
 @pytest.mark.parametrize("cores, ranks", [(2, 2), (16, 2), (1, 1), (None, 1)])
 def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, ranks):
     """2 ranks on 2 cores or more (the recipe's and train_step.py's rule; threads: no mpiexec needed), else 1."""
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: cores)
-    assert launch.default_ranks() == ranks
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: cores)
+    assert distributed.default_ranks() == ranks
 
 
 def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
@@ -200,7 +201,8 @@ def test_n_ranks_with_accum_k_train_like_one_process_with_accum_n_times_k(tmp_pa
 NCCL_PLUMBING = """
 import numpy as np
 from mpi4py import MPI
-from minitransformer import backend, distributed
+from minitransformer import backend
+from minitransformer.run import distributed
 backend.use("gpu")
 world = distributed.MPIWorld(MPI.COMM_WORLD)         # one rank: NCCL's communicator of one GPU
 a = backend.xp.arange(10, dtype=backend.xp.float32)
@@ -223,7 +225,7 @@ def test_the_nccl_path_runs_on_one_gpu():
 
 @needs_mpi
 def test_ranks_without_a_thread_count_are_warned_and_with_one_are_not():
-    code = "from minitransformer import launch; print(launch.thread_warning())"
+    code = "from minitransformer.run import distributed; print(distributed.thread_warning())"
     env = {k: v for k, v in rank_env().items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                              "MKL_NUM_THREADS")}
     bare = subprocess.run([MPIEXEC, "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
@@ -361,15 +363,15 @@ def test_mpiexec_command_adds_open_mpis_root_flag_and_each_rank_gets_its_share_o
     """mpiexec -n R (benchmarks/train_step.py's PyTorch ranks), with --allow-run-as-root for Open MPI as root;
     threads_per_rank: cores / R, at least one."""
     version = "HYDRA build details:"
-    monkeypatch.setattr(launch.shutil, "which", lambda name: f"/bin/{name}")
-    monkeypatch.setattr(launch.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
-    assert launch.mpiexec_command(2) == ["/bin/mpiexec", "-n", "2"]
-    assert (launch.threads_per_rank(2), launch.threads_per_rank(3), launch.threads_per_rank(8)) == (2, 1, 1)
+    monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(distributed.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=version))
+    assert distributed.mpiexec_command(2) == ["/bin/mpiexec", "-n", "2"]
+    assert (distributed.threads_per_rank(2), distributed.threads_per_rank(3), distributed.threads_per_rank(8)) == (2, 1, 1)
     for version in ("mpiexec (OpenRTE) 4.1.6\n\nReport bugs to http://www.open-mpi.org/community/help/",
                     "mpiexec (Open MPI) 5.0.3\n\nReport bugs to https://www.open-mpi.org/community/help/"):
-        assert launch.mpiexec_command(3) == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"]
+        assert distributed.mpiexec_command(3) == ["/bin/mpiexec", "--allow-run-as-root", "-n", "3"]
 
 
 # ---------------------------------------------------------------- ranks as threads of one process

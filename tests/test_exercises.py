@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from minitransformer import bpe_learn
+from minitransformer.text import bpe_learn
 
 pytestmark = pytest.mark.usefixtures("on_cpu")   # the lessons' code is NumPy code
 

@@ -193,7 +193,7 @@ def test_lesson_09_learning_rate_table_is_eq_3():
 
 
 def test_lesson_09_demo_figures_are_those_recorded_in_the_demo():
-    from minitransformer import demo_task as demo
+    from minitransformer.text import demo_task as demo
     lesson, source = text("09_"), inspect.getsource(demo)
     assert "over 95% exact match" in lesson and "demo_task.py" in lesson
     assert "98.5% after 1,000 steps, 80 s in all when idle" in source and demo.DEMO["steps"] == 1000

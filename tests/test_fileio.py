@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from minitransformer.fileio import read_lines
+from minitransformer.text.fileio import read_lines
 
 
 def test_read_lines_plain_and_gzip(tmp_path):
@@ -53,8 +53,8 @@ def test_gzip_data_under_a_plain_name_is_named_as_such(tmp_path):
 def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path):
     import os
     import stat
-    from minitransformer import checkpoint
-    from minitransformer.bpe import BPE
+    from minitransformer.run import checkpoint
+    from minitransformer.text.bpe import BPE
     previous = os.umask(0o027)
     try:
         checkpoint.save(tmp_path / "ck.npz", {"w": np.ones(2, np.float32)}, {"step": 1})
@@ -67,7 +67,7 @@ def test_atomic_writes_follow_the_umask_for_checkpoints_and_tokenizers(tmp_path)
 
 
 def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_and_keeps_the_link(tmp_path):
-    from minitransformer.fileio import atomic_write
+    from minitransformer.text.fileio import atomic_write
     (tmp_path / "real").mkdir()
     (tmp_path / "real" / "out.txt").write_text("old")
     link = tmp_path / "out.txt"
@@ -80,7 +80,7 @@ def test_an_atomic_write_through_a_symbolic_link_replaces_the_file_and_keeps_the
 def test_a_replaced_file_keeps_its_permission_bits(tmp_path):
     import os
     import stat
-    from minitransformer.fileio import atomic_write
+    from minitransformer.text.fileio import atomic_write
     private = tmp_path / "secret.json"
     private.write_text("old")
     os.chmod(private, 0o600)                                  # it became 0644 when replaced
@@ -90,7 +90,7 @@ def test_a_replaced_file_keeps_its_permission_bits(tmp_path):
 
 def test_a_symbolic_link_out_of_its_folder_is_not_written_through(tmp_path):
     from minitransformer.checks import FileError
-    from minitransformer.fileio import atomic_write
+    from minitransformer.text.fileio import atomic_write
     outside = tmp_path / "outside.txt"
     outside.write_text("not yours")
     (tmp_path / "run").mkdir()
@@ -102,7 +102,7 @@ def test_a_symbolic_link_out_of_its_folder_is_not_written_through(tmp_path):
 
 
 def test_a_long_legal_name_is_written_and_a_name_past_name_max_is_refused_before_any_work(tmp_path):
-    from minitransformer.fileio import NAME_MAX, atomic_write, check_name
+    from minitransformer.text.fileio import NAME_MAX, atomic_write, check_name
     name = "t" * 246 + ".json"                                # 251 bytes: .tmp-XXXXXXXX- + name would not fit
     atomic_write(tmp_path / name, lambda f: f.write("{}"), mode="w")
     assert [p.name for p in tmp_path.iterdir()] == [name]
@@ -115,7 +115,7 @@ def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
     import fcntl
     import os
     import time
-    from minitransformer.fileio import atomic_write
+    from minitransformer.text.fileio import atomic_write
     old = time.time() - 3600
     names = {".tmp-abcd1234-tok.json": True,                 # killed mid-write an hour ago: removed
              ".tmp-live0000-ck.npz": False,                  # an hour old, but a live writer holds its lock
@@ -138,7 +138,7 @@ def test_temporaries_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
 
 def test_a_full_disk_names_the_file_not_the_temporary(tmp_path):
     import errno
-    from minitransformer.fileio import atomic_write
+    from minitransformer.text.fileio import atomic_write
 
     def full(f):
         raise OSError(errno.ENOSPC, "No space left on device")

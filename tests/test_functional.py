@@ -326,7 +326,7 @@ def test_gradients_added_into_the_leaves_buffers_are_the_engines(xp_backend, cas
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     start = [None] + [rng.standard_normal(s).astype(np.float32) for s in shapes[1:]]
-    from minitransformer import cublas
+    from minitransformer.fast import cublas
     for gemm in [None] + [cublas.matmul] * (backend.device == "gpu"):    # the GPU: CuPy's GEMM, then cuBLAS's
         fresh = _grads(fn, arrays, [None] * 3, gemm)
         zeros = _grads(fn, arrays, [None] + [np.zeros(s, np.float32) for s in shapes[1:]], gemm)

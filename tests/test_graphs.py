@@ -16,12 +16,14 @@ import numpy as np
 import pytest
 
 import minitransformer as mt
-from minitransformer import backend, cublas, kernels, training
+from minitransformer import backend
+from minitransformer.fast import cublas, kernels
+from minitransformer.run import training
 from minitransformer.checks import SettingError
-from minitransformer.data import BatchIterator
-from minitransformer.graphs import INPUTS, StepGraphs
+from minitransformer.text.data import BatchIterator
+from minitransformer.run.replay import INPUTS, StepGraphs
 from minitransformer.optim import Adam
-from minitransformer.training import Trainer, step_seed
+from minitransformer.run.training import Trainer, step_seed
 
 from conftest import f32_tol, quiet, tiny_model, training_config
 

@@ -25,7 +25,8 @@ import pytest
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import attention, backend, kernel_source, kernels
+from minitransformer import attention, backend
+from minitransformer.fast import kernel_source, kernels
 from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.optim import Adam
 
@@ -158,7 +159,7 @@ def test_out_of_range_targets_are_refused_on_the_host_before_either_path(monkeyp
 
 def test_importing_the_package_imports_no_cupy_and_compiles_nothing():
     """Even where CuPy is installed (with or without a GPU): CuPy comes in with use("gpu") alone."""
-    code = ("import sys; import minitransformer, minitransformer.kernels as k; "
+    code = ("import sys; import minitransformer, minitransformer.fast.kernels as k; "
             "print('cupy' in sys.modules, k._cache)")
     env = {k: v for k, v in os.environ.items() if k != "MINITRANSFORMER_DEVICE"}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from minitransformer.fileio import read_lines
-from minitransformer.metrics import corpus_bleu, corpus_chrf
+from minitransformer.text.fileio import read_lines
+from minitransformer.run.metrics import corpus_bleu, corpus_chrf
 
 from conftest import DATA
 
@@ -53,7 +53,7 @@ def test_bleu_refuses_flat_references_single_strings_and_non_strings():
 def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
     """Each results table row of the README that links a results/ folder holding test translations:
     scoring them again against the references must give the row's BLEU, lowercased BLEU and chrF."""
-    from minitransformer.metrics import corpus_bleu, corpus_chrf
+    from minitransformer.run.metrics import corpus_bleu, corpus_chrf
     root = Path(__file__).resolve().parents[1]
     ref = [read_lines(DATA / "multi30k" / "test_2016_flickr.en.gz")]
     rows = [line for line in (root / "README.md").read_text(encoding="utf-8").splitlines()

@@ -2,10 +2,10 @@
 with the tokenizer learned, given, or reused when resuming."""
 import pytest
 
-from minitransformer.bpe import BPE
-from minitransformer.checkpoint import CheckpointError
-from minitransformer.pipeline import prepare_training
-from minitransformer.training import Trainer, TrainingConfig
+from minitransformer.text.bpe import BPE
+from minitransformer.run.checkpoint import CheckpointError
+from minitransformer.run.pipeline import prepare_training
+from minitransformer.run.training import Trainer, TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
 SOURCE = ["ein kleiner Hund", "zwei große Katzen", "ein Mann liest", "eine Frau singt", ""]

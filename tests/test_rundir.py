@@ -5,10 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from minitransformer import checkpoint as ckpt
-from minitransformer.bpe import BPE
-from minitransformer.rundir import RunDirectory, list_checkpoints
-from minitransformer.training import Trainer
+from minitransformer.run import checkpoint as ckpt
+from minitransformer.text.bpe import BPE
+from minitransformer.run.rundir import RunDirectory, list_checkpoints
+from minitransformer.run.training import Trainer
 
 from conftest import quiet, tiny_model, training_config
 
@@ -27,12 +27,12 @@ def test_keeps_last_k_and_best(task, tmp_path):
 
 def test_the_best_copy_holds_the_weights_of_the_best_evaluation(task, tmp_path, monkeypatch):
     """Evaluating every 2 steps and saving every 4: the best copy is step 2's weights, not step 4's."""
-    from minitransformer import evaluation
+    from minitransformer.run import translation
     tok, pairs, valid = task
     trainer = Trainer(tiny_model(tok), tok, pairs, valid, training_config(steps=6, eval_every=2, save_every=4, keep=5),
                       str(tmp_path), log=quiet)
     bleu = {2: 10.0, 4: 5.0, 6: 4.0}
-    monkeypatch.setattr(evaluation, "evaluate", lambda *a, **k: {"bleu": bleu[trainer.step], "bleu_signature": ""})
+    monkeypatch.setattr(translation, "evaluate", lambda *a, **k: {"bleu": bleu[trainer.step], "bleu_signature": ""})
     trainer.train()
     best, step_2 = ckpt.load(tmp_path / "checkpoint_best.npz"), ckpt.load(tmp_path / "checkpoint_0000002.npz")
     assert best.meta["step"] == 2 and best.meta["best_bleu"] == 10.0
@@ -89,7 +89,7 @@ def test_resume_refuses_a_directory_with_later_checkpoints_and_keeps_other_files
 
 
 HOLD = """import sys
-from minitransformer.rundir import owning
+from minitransformer.run.rundir import owning
 with owning(sys.argv[1]):
     print("holding", flush=True)
     sys.stdin.read()                              # until the test closes the pipe (or kills this process)
@@ -108,7 +108,7 @@ def hold_lock(out_dir):
 
 def test_a_second_run_into_a_live_runs_folder_is_refused_at_once_naming_the_first(task, tmp_path):
     import socket
-    from minitransformer.pipeline import prepare_training
+    from minitransformer.run.pipeline import prepare_training
     tok, pairs, _ = task
     first = hold_lock(tmp_path)
     try:
@@ -171,7 +171,7 @@ def test_a_planted_log_link_out_of_the_folder_is_not_appended_to(task, tmp_path)
 def test_a_new_run_refuses_any_file_an_earlier_run_left(tmp_path, left):
     """After the advised move of the step checkpoints, the best copy and the tokenizer are still there:
     a fresh run would replace them without a word."""
-    from minitransformer.rundir import check_new_run
+    from minitransformer.run.rundir import check_new_run
     for name in left:
         (tmp_path / name).write_bytes(b"an earlier run's")
     with pytest.raises(ckpt.CheckpointError, match=rf"--out {tmp_path} already holds {left[0]} of an earlier run"):

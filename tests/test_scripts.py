@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minitransformer import launch
+from minitransformer.run import distributed
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for d in ("examples", "benchmarks") for p in (ROOT / d).glob("*.py")
@@ -79,7 +79,7 @@ def test_a_bad_option_is_one_line_before_any_work(script, args, message, tmp_pat
 
 
 def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
-    """bpe_speed.py times minitransformer.bpe alone (a package import would load the engine too); once
+    """bpe_speed.py times minitransformer.text.bpe alone (a package import would load the engine too); once
     bpe.py used relative imports, loading it by its path failed and every run said 'failed'."""
     code = ("import sys; sys.path.insert(0, 'benchmarks'); import bpe_speed; bpe = bpe_speed.load_bpe(); "
             "assert bpe.BPE.train(['low lower lowest'], 260, min_frequency=1).merges == [(111, 114)]; "
@@ -156,12 +156,12 @@ def test_train_step_pairs_like_with_like_then_each_as_it_trains_by_default():
 
 
 def test_train_step_runs_one_rank_and_the_default_ranks_unless_told(tmp_path):
-    """No --ranks runs ours in one rank and in launch.default_ranks() (2 thread ranks on 2 cores)."""
+    """No --ranks runs ours in one rank and in distributed.default_ranks() (2 thread ranks on 2 cores)."""
     out = run("benchmarks/train_step.py", ["--preset", "tiny", "--steps", "1", "--warmup", "0", "--max-tokens", "256",
                                            "--json", str(tmp_path / "r.json")])
     assert out.returncode == 0, out.stdout + out.stderr
     ranks = [r["ranks"] for r in json.loads((tmp_path / "r.json").read_text())["results"]]
-    assert ranks == sorted({1, launch.default_ranks()})
+    assert ranks == sorted({1, distributed.default_ranks()})
 
 
 def test_train_step_ranks_share_each_batch(tmp_path):

@@ -15,9 +15,9 @@ from minitransformer import backend, plain, search
 from minitransformer.attention import padding_mask
 from minitransformer.cache import KVCache
 from minitransformer.config import STOPS, SearchConfig
-from minitransformer.data import encode_sources
+from minitransformer.text.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty
-from minitransformer.translation import one_line, translate_lines
+from minitransformer.run.translation import one_line, translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol, transformer_tol
@@ -709,7 +709,7 @@ def test_no_translation_holds_a_line_break():
 
 
 def test_a_line_too_long_is_refused_before_it_is_encoded():
-    from minitransformer.bpe import BPE
+    from minitransformer.text.bpe import BPE
     from minitransformer.checks import FileError
 
     class Unused(BPE):                                                 # no merges: tokens of one byte

@@ -10,9 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from minitransformer import backend, checkpoint as ckpt
-from minitransformer.rundir import list_checkpoints
-from minitransformer.training import Trainer, TrainingError, step_seed
+from minitransformer import backend
+
+from minitransformer.run import checkpoint as ckpt
+from minitransformer.run.rundir import list_checkpoints
+from minitransformer.run.training import Trainer, TrainingError, step_seed
 
 from conftest import f32_tol, quiet, tiny_model, training_config
 
@@ -178,7 +180,7 @@ def test_a_signal_whose_exception_a_finalizer_drops_still_stops_the_run(task, tm
 def test_data_parallel_stop_logs_the_loss_of_the_last_update(task, tmp_path):
     """Every rank stops after the update during which a rank saw SIGTERM; that update's loss is logged
     (and checked) like any other before its checkpoint is written."""
-    from minitransformer import distributed
+    from minitransformer.run import distributed
 
     class RankZeroOfTwo(distributed.LocalWorld):
         size = 2  # its partner adds nothing to the sums: enough to see where the ranks stop

@@ -3,7 +3,7 @@
 in rank order to the UTF-8 bytes, with words where two merges compete; all exactly."""
 import numpy as np
 
-from minitransformer import bpe_learn
+from minitransformer.text import bpe_learn
 
 
 def check_merge(fn, g):

@@ -8,7 +8,7 @@ import numpy as np
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import cublas, kernels
+from minitransformer.fast import cublas, kernels
 
 
 def check_transfer_megabytes(fn, g):

@@ -6,7 +6,7 @@ Replace each `raise NotImplementedError` with your code, then grade it:
 
 Ids, as in lesson 08: the byte b of a word's UTF-8 encoding has id b + offset (offset = the number of
 special tokens, 3 by default), and merge k (counting from 0) makes the new id offset + 256 + k. The
-grader compares with minitransformer.bpe_learn (merge, learn_merges_naive) on worked examples, ties,
+grader compares with minitransformer.text.bpe_learn (merge, learn_merges_naive) on worked examples, ties,
 and a small corpus. The answers are in lessons/solutions/08_bpe.py; try first.
 """
 

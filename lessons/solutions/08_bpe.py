@@ -19,7 +19,7 @@ Answers to the lesson's questions:
 7. Nearly twice as long: every word would be followed by a space token, and attention's cost grows with
    the square of the length. Kept with the word, the space costs nothing once " Mann" is one token.
 """
-from minitransformer.bpe import BPE
+from minitransformer.text.bpe import BPE
 
 
 def merge(ids, pair, new_id):

@@ -11,8 +11,8 @@ import argparse
 import signal
 import threading
 
-from minitransformer.distributed import run_main
-from minitransformer.training import Terminated
+from minitransformer.run.distributed import run_main
+from minitransformer.run.training import Terminated
 
 from . import bpe, demo, evaluate, train, translate
 from .common import PROG, examples, help_formatter, run_command

@@ -8,9 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from minitransformer.bpe import BPE, MAX_VOCAB
+from minitransformer.text.bpe import BPE, MAX_VOCAB
 from minitransformer.checks import SettingError
-from minitransformer.fileio import read_lines, remove_stale_temporaries
+from minitransformer.text.fileio import read_lines, remove_stale_temporaries
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, prints, writable_file, writing
 

@@ -12,12 +12,14 @@ import functools
 import os
 import sys
 
-from minitransformer import backend, distributed
-from minitransformer.checkpoint import CheckpointError
+from minitransformer import backend
+
+from minitransformer.run import distributed
+from minitransformer.run.checkpoint import CheckpointError
 from minitransformer.checks import SettingError
-from minitransformer.fileio import check_creatable, check_name, check_writable_dir
-from minitransformer.rundir import check_new_run
-from minitransformer.training import Terminated, TrainingError
+from minitransformer.text.fileio import check_creatable, check_name, check_writable_dir
+from minitransformer.run.rundir import check_new_run
+from minitransformer.run.training import Terminated, TrainingError
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")

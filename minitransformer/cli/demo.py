@@ -9,11 +9,11 @@ Left out on purpose: any download; any setting a user must choose.
 import tempfile
 import time
 
-from minitransformer.demo_task import DEMO, QUICK, make_splits
-from minitransformer.metrics import corpus_bleu, exact_match
-from minitransformer.pipeline import TOKENIZER_FILE, prepare_training
-from minitransformer.translation import translate_lines
-from minitransformer.training import TrainingConfig
+from minitransformer.text.demo_task import DEMO, QUICK, make_splits
+from minitransformer.run.metrics import corpus_bleu, exact_match
+from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
+from minitransformer.run.translation import translate_lines
+from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
 from .common import (PROG, UsageError, examples, help_formatter, no_earlier_run, prints, report_stop, use_device,

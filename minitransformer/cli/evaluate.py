@@ -7,10 +7,10 @@ averages of checkpoints.
 import os
 import re
 
-from minitransformer.checkpoint import average_files
-from minitransformer.rundir import list_checkpoints
-from minitransformer.fileio import read_lines, remove_stale_temporaries
-from minitransformer.metrics import corpus_bleu
+from minitransformer.run.checkpoint import average_files
+from minitransformer.run.rundir import list_checkpoints
+from minitransformer.text.fileio import read_lines, remove_stale_temporaries
+from minitransformer.run.metrics import corpus_bleu
 
 from .common import UsageError, examples, existing, help_formatter, not_an_input, prints, same_file, writable_file
 

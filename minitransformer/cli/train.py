@@ -13,14 +13,14 @@ import contextlib
 import dataclasses
 import json
 
-from minitransformer import distributed
-from minitransformer.bpe import BOS_ID, BPE, EOS_ID, MAX_VOCAB, MIN_VOCAB, PAD_ID
+from minitransformer.run import distributed
+from minitransformer.text.bpe import BOS_ID, BPE, EOS_ID, MAX_VOCAB, MIN_VOCAB, PAD_ID
 from minitransformer.checks import SettingError
 from minitransformer.config import SearchConfig
-from minitransformer.corpus import read_parallel
-from minitransformer.pipeline import TOKENIZER_FILE, prepare_training
-from minitransformer.rundir import owning
-from minitransformer.training import TrainingConfig
+from minitransformer.text.corpus import read_parallel
+from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
+from minitransformer.run.rundir import owning
+from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
 from .common import (

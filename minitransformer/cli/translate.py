@@ -10,12 +10,12 @@ Left out on purpose: streaming (the input is read whole), serving, ensembles of 
 import sys
 
 from minitransformer import viz
-from minitransformer.checkpoint import load_model
+from minitransformer.run.checkpoint import load_model
 from minitransformer.checks import FileError, check_int
 from minitransformer.config import STOPS, SearchConfig
-from minitransformer.fileio import atomic_write, read_lines
+from minitransformer.text.fileio import atomic_write, read_lines
 from minitransformer.search import beam_search
-from minitransformer.translation import translate_lines
+from minitransformer.run.translation import translate_lines
 
 from .common import (
     UsageError,

@@ -9,7 +9,7 @@ Left out on purpose: "and" (British "one hundred and one"), hyphens ("forty-five
 """
 import numpy as np
 
-from .checks import check_int, fail
+from ..checks import check_int, fail
 
 ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
         "fifteen sixteen seventeen eighteen nineteen").split()

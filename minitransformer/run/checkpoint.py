@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import MAX_FLOATS, TransformerConfig, count_parameters
-from .fileio import atomic_write
+from ..config import MAX_FLOATS, TransformerConfig, count_parameters
+from ..text.fileio import atomic_write
 
 FORMAT, VERSION = "minitransformer-checkpoint", 1
 META_KEY = "meta.json"
@@ -253,7 +253,7 @@ def tokenizer_to_json(tokenizer):
 
 def tokenizer_from_json(text, source="the checkpoint"):
     """The inverse of tokenizer_to_json: a BPE; errors name `source`."""
-    from .bpe import BPE
+    from ..text.bpe import BPE
     if not isinstance(text, str):
         raise CheckpointError(f"{source}: its embedded tokenizer is damaged (not the text of a tokenizer file)")
     return BPE.from_json(text, f"the tokenizer embedded in {source}")
@@ -266,7 +266,7 @@ def load_model(path, tokenizer_path=None):
     that same tokenizer (merges, special tokens, pattern), or a CheckpointError names what differs. A
     checkpoint that embeds none is taken at its word, as long as the vocabulary sizes agree.
     """
-    from .transformer import Transformer
+    from ..transformer import Transformer
     ck = load(path)
     if "config" not in ck.meta:
         raise CheckpointError(f"{ck.path} holds no model config")
@@ -281,7 +281,7 @@ def load_model(path, tokenizer_path=None):
     model.eval()
     own = tokenizer_from_json(ck.meta["tokenizer"], ck.path) if ck.meta.get("tokenizer") else None
     if tokenizer_path is not None:
-        from .bpe import BPE
+        from ..text.bpe import BPE
         tokenizer = BPE.load(tokenizer_path)
     elif own is not None:
         tokenizer = own

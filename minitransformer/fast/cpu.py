@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import backend
+from .. import backend
 
 MIN_WORK = 1 << 16       # elements below which a pass is not cut (4x and 16x timed the same: tiny step)
 GEMM_COST = 32           # multiply-adds of a GEMM that take as long as one element of a pass

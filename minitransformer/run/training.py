@@ -1,4 +1,4 @@
-"""Training: the Trainer loop (section 5), evaluation when due (evaluation.py), checkpoints and exact
+"""Training: the Trainer loop (section 5), evaluation when due (translation.py), checkpoints and exact
 resumption (trainer_checkpoints.py), on the GPU optionally as replayed CUDA graphs (graphs.py).
 
 One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
@@ -11,6 +11,7 @@ update's accum x N, weighted by their share of all N ranks' tokens, and the rank
 Left out on purpose: mixed precision, early stopping.
 """
 import math
+import os
 import signal
 import threading
 import time
@@ -19,14 +20,16 @@ from dataclasses import asdict
 import numpy as np
 from tqdm import tqdm
 
-from . import backend, cores, distributed, evaluation, rundir
-from .config import TrainingConfig
-from .corpus import encode_pairs
-from .data import BatchIterator
-from .graphs import StepGraphs
+from .. import backend
+from ..fast import cpu as cores
+from . import checkpoint as ckpt
+from . import distributed, rundir, translation
+from ..config import TrainingConfig
+from ..text.corpus import encode_pairs
+from ..text.data import BatchIterator
+from .replay import StepGraphs
 from .metrics import perplexity
-from .optim import Adam, WarmupSchedule, clip_grad_norm
-from .trainer_checkpoints import TrainerCheckpoints
+from ..optim import Adam, WarmupSchedule, clip_grad_norm
 
 
 # ---------------------------------------------------------------- training
@@ -45,7 +48,7 @@ def step_seed(seed, step, rank=0):
     return int(np.random.SeedSequence([int(seed), int(step)] + ([int(rank)] if rank else [])).generate_state(1)[0])
 
 
-class Trainer(TrainerCheckpoints):
+class Trainer:
     """Train `model` on `train_pairs` ((src_ids, tgt_ids) lists) and evaluate on `valid`
     ((source lines, reference lines), raw text, or None).
 
@@ -286,7 +289,7 @@ class Trainer(TrainerCheckpoints):
         src, ref = self.valid[0][:n], self.valid[1][:n]
         batches = None if self.valid_iterator is None else self.valid_iterator.epoch_batches()
         result = {"step": self.step, "seconds": round(time.perf_counter() - self._started, 2),
-                  **evaluation.evaluate(self.model, self.tokenizer, src, ref, batches, training_config.search)}
+                  **translation.evaluate(self.model, self.tokenizer, src, ref, batches, training_config.search)}
         bleu, signature = result["bleu"], result["bleu_signature"]
         self._write_log(result)
         loss = f"valid loss {result['valid_loss']:.3f} (ppl {result['valid_ppl']:.2f}), " if "valid_loss" in result else ""
@@ -299,3 +302,45 @@ class Trainer(TrainerCheckpoints):
     def _write_log(self, record):
         if self.run_dir is not None:
             self.run_dir.log(record)
+
+    # ------------------------------------------------------------ checkpoints
+    def state(self):
+        """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
+        scalars, arrays = self.optimizer.state_dict()
+        meta = {"config": self.model.config.to_dict(), "training": rundir.jsonable(asdict(self.training_config)),
+                "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
+                "seed": self.training_config.seed, "best_bleu": self.best_bleu, "identity": self.identity,
+                "tokenizer_path": None if self.tokenizer_path is None else os.path.abspath(self.tokenizer_path),
+                "tokenizer": ckpt.tokenizer_to_json(self.tokenizer) if self.tokenizer is not None else None}
+        return self.model.state_dict(), meta, arrays
+
+    def save(self):
+        """Write a checkpoint (atomically) if every array in it is finite (else stop with TrainingError);
+        keep the last `keep` step checkpoints of this run, and copy this one to checkpoint_best.npz
+        when the latest evaluation was the best so far."""
+        if self.run_dir is None:
+            return None
+        if self._pending:
+            self._read_losses()  # never save a model whose loss was not checked
+        model, meta, arrays = self.state()
+        if not all(np.isfinite(a).all() for group in (model, arrays) for a in group.values()):
+            self._stop(self.step, "the weights or Adam's moments hold NaN or infinity after the update")
+        self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays, best=self._best_pending)
+        self._best_pending = False
+        return self.last_checkpoint
+
+    def resume(self, path):
+        """Continue from a checkpoint of this run (rundir.load_resumable: the same model, tokenizer, corpus
+        and schedule): model, optimizer, step, batch-stream position, best BLEU."""
+        ck = rundir.load_resumable(path, self.model.config.to_dict(), self.identity,
+                                   asdict(self.training_config), self.total_steps, self.log)
+        try:
+            self.model.load_state_dict(ck.model)
+            self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
+            self.iterator.load_state_dict(ck.meta["iterator"])
+        except ValueError as e:  # a crafted file: n_params, shapes or the stream's settings do not fit
+            raise ckpt.CheckpointError(f"{path} cannot be resumed from: {e}") from None
+        self._iter_state = self.iterator.state_dict()
+        self.step, self.best_bleu, self.last_checkpoint = int(ck.meta["step"]), ck.meta.get("best_bleu"), path
+        self.log(f"resumed from {path} at step {self.step}")
+        return ck

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from . import backend
+from .. import backend
 
 OP_N, OP_T = 0, 1                           # cublasOperation_t
 TF32_TENSOR_OP_MATH = 3                     # cublasMath_t: float32 GEMMs on TF32 tensor cores

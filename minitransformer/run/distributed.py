@@ -18,7 +18,10 @@ overlapping the Allreduce with backward (docs/data_parallel.md measures what it 
 """
 import copy
 import functools
+import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -26,7 +29,8 @@ import traceback
 
 import numpy as np
 
-from . import backend, cores
+from .. import backend
+from ..fast import cpu as cores
 
 # what launchers tell a process about the size of its world: MPICH / Intel MPI / Slurm's PMI, Open MPI, MVAPICH
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -295,3 +299,43 @@ def run_main(main, *args):
             return code
         here.abort(code)
     return code
+
+
+# -------------------------------------------------------------------- starting ranks
+
+def can_launch():
+    """Whether this process can start ranks itself: an mpiexec on the PATH and mpi4py installed."""
+    return shutil.which("mpiexec") is not None and importlib.util.find_spec("mpi4py") is not None
+
+
+def default_ranks():
+    """The ranks a CPU training run starts by default here, as threads (run_threads; examples/multi30k.py,
+    benchmarks/train_step.py): 2 where the machine has 2 cores or more, else 1. Two ranks of one core each
+    train faster than one rank whose passes are cut over both (small preset, 4,096 tokens an update:
+    0.78-0.88x its step time; benchmarks/README.md): each rank runs all its passes on its own core, and no
+    core waits for a hand-off from the other."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def threads_per_rank(ranks):
+    """BLAS threads for each of `ranks` processes on this machine: its cores shared out, at least one."""
+    return max(1, (os.cpu_count() or 1) // ranks)
+
+
+def mpiexec_command(ranks):
+    """[mpiexec, -n, ranks], with the flag Open MPI asks for when run as root (else it refuses). Open MPI 4's
+    mpiexec names itself "mpiexec (OpenRTE) 4.1.6" and links open-mpi.org; 5's says "Open MPI"."""
+    mpiexec = shutil.which("mpiexec")
+    version = subprocess.run([mpiexec, "--version"], capture_output=True, text=True).stdout
+    open_mpi = any(name in version for name in ("Open MPI", "OpenRTE", "open-mpi.org"))
+    return [mpiexec, *["--allow-run-as-root"] * (open_mpi and os.geteuid() == 0), "-n", str(ranks)]
+
+
+def thread_warning():
+    """A warning when several processes share a machine and BLAS may start a thread per core in each
+    (2 ranks x 2 threads on 2 cores slows both down), else None (rank threads: run_threads sets the BLAS)."""
+    threads = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    if world().size == 1 or isinstance(world(), ThreadWorld) or any(os.environ.get(v) for v in threads):
+        return None
+    return (f"{world().size} ranks and no OMP_NUM_THREADS: each rank's BLAS may use every core; set it to "
+            f"cores / ranks per machine, e.g. mpiexec -n 2 -genv OMP_NUM_THREADS 1 ...")

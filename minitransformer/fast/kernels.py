@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from . import backend
+from .. import backend
 from .kernel_source import CTYPES, MAX_BLOCK, source
-from .tensor import data_of, grad_into, make_node
+from ..tensor import data_of, grad_into, make_node
 
 _cache = {}                               # name or (name, dtype) -> a compiled CuPy kernel
 

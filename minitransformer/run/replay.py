@@ -21,8 +21,9 @@ import gc
 
 import numpy as np
 
-from . import backend, cublas, kernels
-from .tensor import _topological_order
+from .. import backend
+from ..fast import cublas, kernels
+from ..tensor import _topological_order
 
 INPUTS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")   # a Batch's arrays, in model.loss's order
 

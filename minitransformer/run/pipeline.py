@@ -8,15 +8,16 @@ the device, the training loop itself (training.py), translating after training (
 """
 import os
 
-from . import backend, distributed, launch
-from .bpe import BPE
-from .checks import FileError
+from .. import backend
+from . import distributed
+from ..text.bpe import BPE
+from ..checks import FileError
 from .rundir import check_new_run, list_checkpoints, owning
-from .corpus import encode_pairs
-from .data import count_over_budget
+from ..text.corpus import encode_pairs
+from ..text.data import count_over_budget
 from .training import Trainer
 from .translation import encode_fitting
-from .transformer import Transformer
+from ..transformer import Transformer
 
 TOKENIZER_FILE = "tokenizer.json"  # where a learned tokenizer is saved, in out_dir
 
@@ -58,8 +59,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     here.bind_device()
     if not here.is_main:
         log = lambda message: None  # noqa: E731
-    elif launch.thread_warning():
-        log(f"warning: {launch.thread_warning()}")
+    elif distributed.thread_warning():
+        log(f"warning: {distributed.thread_warning()}")
     with owning(out_dir if here.is_main else None):  # one run writes in out_dir; another is refused at once
         if out_dir is not None and here.is_main and resume is None:  # before a tokenizer.json replaces theirs
             check_new_run(out_dir, "out_dir", "continue that run (--resume auto), or ",

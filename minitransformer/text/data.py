@@ -10,8 +10,8 @@ import operator
 
 import numpy as np
 
-from . import backend
-from .checks import check_max_tokens, fail
+from .. import backend
+from ..checks import check_max_tokens, fail
 from .corpus import check_pairs
 
 

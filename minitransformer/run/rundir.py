@@ -25,8 +25,8 @@ import sys
 import numpy as np
 
 from .checkpoint import CheckpointError, load, save
-from .checks import check_int
-from .fileio import atomic_write, inside_target, remove_stale_temporaries
+from ..checks import check_int
+from ..text.fileio import atomic_write, inside_target, remove_stale_temporaries
 
 BEST = "checkpoint_best.npz"
 LOCK = "run.lock"   # out_dir/run.lock: held (flock) by the run writing there; holds "pid host"

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from .checks import FileError
+from ..checks import FileError
 
 TEMP_PREFIX = ".tmp-"  # atomic_write's temporaries: .tmp-<8 random characters>-<final name, or its hash>
 TEMP_PATTERN = re.compile(r"\.tmp-[a-z0-9_]{8}-.+")  # mkstemp's random part: 8 of [a-z0-9_]

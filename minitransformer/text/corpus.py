@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .bpe import BPE
-from .checks import check_int, fail
+from ..checks import check_int, fail
 from .fileio import read_lines
 
 

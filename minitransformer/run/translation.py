@@ -1,13 +1,17 @@
 """Text in, text out: encode lines with a tokenizer, batch sentences of similar length, search
-(search.py), decode. What evaluation, the translate subcommand and the examples call.
-Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode.
+(search.py), decode. What the translate subcommand and the examples call; and the evaluation of a
+model on a validation set that the Trainer runs at every eval_every and at the end: the loss per target
+token (without label smoothing), sacreBLEU and exact match of its translations.
+Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode,
+other metrics than BLEU and exact match at evaluation (chrF: metrics.corpus_chrf).
 """
 from tqdm import tqdm
 
-from .checks import FileError, check_int
-from .config import SearchConfig
-from .corpus import most_characters
-from .search import beam_search, check_search, greedy_search
+from ..checks import FileError, check_int
+from ..config import SearchConfig
+from ..text.corpus import most_characters
+from ..search import beam_search, check_search, greedy_search
+from .metrics import corpus_bleu, exact_match, perplexity
 
 
 def encode_lines(tokenizer, lines):
@@ -69,3 +73,40 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
         bar.update(len(chunk))
     bar.close()
     return out
+
+
+# -------------------------------------------------------------------- evaluation
+
+def validation_loss(model, batches):
+    """The mean loss per target token over `batches` (data.Batch), label smoothing off."""
+    total, count = 0.0, 0
+    for b in batches:
+        loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
+        total += float(loss.data) * b.n_tgt_tokens
+        count += b.n_tgt_tokens
+    if not count:
+        raise ValueError("validation_loss: the batches hold no target token: there is nothing to evaluate on")
+    return total / count
+
+
+def evaluate(model, tokenizer, sources, references, batches=None, search=SearchConfig()):
+    """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature", "exact_match"}
+    of the model in inference mode; `search`: the SearchConfig of translate_lines (nbest 1)."""
+    check_search("evaluate", search)
+    if isinstance(sources, str) or isinstance(references, str):
+        raise TypeError("evaluate: sources and references must be lists of sentences, not one string")
+    sources, references = list(sources), list(references)
+    if len(sources) != len(references):   # before translating: the lengths would only differ after it
+        raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references; they must pair up")
+    if not sources:
+        raise ValueError("evaluate: no sentences to evaluate on: sources and references are empty")
+    if search.nbest != 1:
+        raise ValueError(f"evaluate: BLEU scores one translation per sentence: nbest must be 1, got {search.nbest}")
+    result = {}
+    with model.inference_mode():
+        if batches is not None:
+            result["valid_loss"] = validation_loss(model, batches)
+            result["valid_ppl"] = perplexity(result["valid_loss"])
+        hyps = translate_lines(model, tokenizer, sources, search)
+    bleu, signature = corpus_bleu(hyps, [references])
+    return {**result, "bleu": bleu, "bleu_signature": signature, "exact_match": exact_match(hyps, references)}

@@ -14,7 +14,7 @@ from collections import Counter
 import regex
 
 from .bpe_learn import MAX_TOKEN_BYTES, MAX_VOCAB, apply_merges, learn_merges, learn_merges_naive, merge  # noqa: F401 (merge: lesson 08)
-from .checks import FileError, SettingError, check_int, fail
+from ..checks import FileError, SettingError, check_int, fail
 from .fileio import atomic_write, read_text
 
 # Pre-tokenization. A word is an optional leading space and then a run of letters (with their

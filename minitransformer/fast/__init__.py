@@ -1,0 +1,3 @@
+"""The speed wing: whole-op alternatives to the lesson modules' NumPy bodies, with the same signatures.
+docs/architecture.md.
+"""
