@@ -36,9 +36,8 @@ the sum over PyTorch's processes. Its rounds alternate with the one-rank runs of
 each, 2 ranks each, and one process each as it trains by default (ours as 2 thread ranks, as
 examples/multi30k.py starts them; PyTorch eager in one process, as a training loop runs unless torchrun
 starts it).
-Ours runs as the Trainer does, with backend.keep_freed_memory() (glibc keeps freed arrays in its heap: no
-page faults after the first step) and cores.use() (the process's cores on its elementwise passes too, the
-BLAS on one thread: cores.py); --torch-keep-freed gives PyTorch the same glibc settings through its
+Ours runs as the Trainer does, with host.keep_freed_memory() (glibc keeps freed arrays in its heap: no
+page faults after the first step); --torch-keep-freed gives PyTorch the same glibc settings through its
 environment variables, for a comparison at equal allocators.
 """
 import argparse
@@ -136,14 +135,13 @@ def forward_flops(cfg, B, S, T):
 
 
 def matmul_ceiling(xp, sync, n=2048, reps=5):
-    """FLOP/s of an n^3 float32 matmul, as ours runs one: cut over the process's cores where cores.py is on."""
-    from minitransformer.fast import cpu as cores
+    """FLOP/s of an n^3 float32 matmul, as ours runs one (the BLAS on the threads it has here)."""
     a = xp.ones((n, n), dtype=np.float32)
-    cores.matmul(a, a)
+    a @ a
     sync()
     start = time.perf_counter()
     for _ in range(reps):
-        cores.matmul(a, a)
+        a @ a
     sync()
     return 2 * n ** 3 * reps / (time.perf_counter() - start)
 
@@ -174,11 +172,10 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
     import minitransformer as mt
     import minitransformer.functional as F
     from minitransformer import backend
-    from minitransformer.fast import cpu as cores
+    from minitransformer.run import host
     world = distributed.world()
     mt.use(device)
-    backend.keep_freed_memory()  # as the Trainer does: freed arrays stay in the heap for the next step
-    cores.use()                  # as the Trainer does: the process's cores on the big passes (cores.py)
+    host.keep_freed_memory()  # as the Trainer does: freed arrays stay in the heap for the next step
     mt.seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     model = mt.Transformer(cfg)
@@ -366,7 +363,7 @@ def error_line(stderr):
 def worker_env(env, framework, ranks, torch_keep_freed=False, device="cpu"):
     """The environment of one worker run: `env` with MINITRANSFORMER_DEVICE set to the worker's device (a
     GPU suite's "gpu" would start CUDA in every CPU rank), plus glibc's settings of
-    backend.keep_freed_memory for PyTorch with --torch-keep-freed, plus one BLAS thread per core across
+    host.keep_freed_memory for PyTorch with --torch-keep-freed, plus one BLAS thread per core across
     the ranks and a free port for gloo when ranks > 1."""
     env = dict(env, MINITRANSFORMER_DEVICE=device)
     if framework == "torch" and torch_keep_freed:
@@ -407,7 +404,7 @@ def main(argv=None):
                    "e.g. 1 2 (default on a CPU: 1 and the ranks ours trains with by default, "
                    "distributed.default_ranks(): 2 where there are 2 cores or more; on a GPU: 1)")
     p.add_argument("--torch-keep-freed", action="store_true", help="give PyTorch the heap ours sets itself "
-                   "(backend.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
+                   "(host.keep_freed_memory), through glibc's MALLOC_MMAP_MAX_=0 and MALLOC_TOP_PAD_=1 GiB")
     p.add_argument("--json", type=Path, help="also write the results (a list of JSON objects) to this file")
     p.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)

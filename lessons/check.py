@@ -10,21 +10,21 @@ Each function runs on several shapes and inputs (fixed seeds, so a failure repea
 with what the package computes; a gradient also goes through mt.gradcheck. One line per function:
 PASS, exact or within float64 round-off (with the largest difference), or FAIL with the largest
 difference and a hint. A function that still raises NotImplementedError is "not implemented yet".
+Your code may use 30 s of CPU time on each function (an endless loop fails, a busy machine does not
+fail a right answer), and wait 4 times as long; the grader's own work is not counted.
 Exit status: 0 when every function passes, 1 when one fails, 2 for a bad command line.
 
-The checkers live in lessons/checks/, one file per lesson (its ITEMS, in order, and the known mistakes
-behind its hints), and what they share in lessons/checks/common.py; the plausible wrong answers every
-checker must fail, each with its hint, in lessons/checks/mistakes/; this file is the command line.
+The checkers live in lessons/checks/, one file per lesson (its ITEMS, in order, and the known
+mistakes behind its hints), and what they share in lessons/checks/common.py; the plausible wrong
+answers every checker must fail, each with its hint, in lessons/checks/mistakes/; this file is the
+command line.
 """
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import itertools
 import re
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
@@ -35,35 +35,29 @@ for folder in (ROOT, LESSONS):                   # minitransformer, and the chec
         sys.path.insert(0, str(folder))
 
 import minitransformer as mt  # noqa: E402
-from checks.common import Fail, Grade, NotDone  # noqa: E402
+from checks.common import Clock, Fail, Grade, NotDone  # noqa: E402
 
 
 def lesson_items():
-    """{"04": ("04_functional", [(name, checker), ...]), "04b": ...}: the ITEMS of each lessons/checks/NN_topic.py
-    (or NNb_topic.py, a second exercise of lesson NN)."""
-    return {path.stem.split("_")[0]: (path.stem, importlib.import_module(f"checks.{path.stem}").ITEMS)
-            for path in sorted((LESSONS / "checks").glob("[0-9][0-9]*_*.py"))}
+    """{"04": ("04_functional", [(name, checker), ...]), "04b": ...}: the ITEMS of each
+    lessons/checks/NN_topic.py (or NNb_topic.py, a second exercise of lesson NN)."""
+    paths = sorted((LESSONS / "checks").glob("[0-9][0-9]*_*.py"))
+    return {path.stem.split("_")[0]:
+            (path.stem, importlib.import_module(f"checks.{path.stem}").ITEMS) for path in paths}
 
 
 LESSON_ITEMS = lesson_items()
+CPU_SECONDS = 30      # the CPU time your code may use on one function (or a file's top-level code)
+WALL_TIMES = 4        # and, as a backstop for code that waits, that many times as long on the clock
 
 
-@contextlib.contextmanager
-def time_limit(g, seconds=30):
-    """Fail a function still running after `seconds` (an endless loop?), where signals allow it."""
-    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(*_):
-        g.fail(f"still running after {seconds} s: an endless loop?")
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+def time_limit(g, seconds=None):
+    """A context that fails the grading `g` once your code (g.call, or code in g.timed()) has used
+    `seconds` of CPU time (CPU_SECONDS by default: an endless loop?) or WALL_TIMES * `seconds` of
+    wall-clock time (waiting for something?); the grader's own work, its references, does not
+    count. Where signals allow it: common.Clock."""
+    seconds = CPU_SECONDS if seconds is None else seconds
+    return Clock(g, seconds, WALL_TIMES * seconds)
 
 
 def load(path, _count=itertools.count()):
@@ -81,14 +75,17 @@ def grade(lesson, path, only=()):
     width = max(len(name) for name, _ in items)
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"lesson {lesson}: {shown}")
+    g = Grade(path)
     try:
-        with time_limit(Grade(path)):            # top-level code runs too: an endless loop there fails
+        with time_limit(g), g.timed():           # top-level code runs too: an endless loop fails
             module = load(path)
     except (Exception, SystemExit) as e:         # exit() in the file would end the grader, status 0
-        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename).resolve() == path]
-        where = f" (line {lines[-1]})" if lines and not isinstance(e, SyntaxError) else ""  # (says its line)
-        why = (str(e) if isinstance(e, Fail) else "it calls exit()" if isinstance(e, SystemExit) else
-               f"{type(e).__name__}: {e}")
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+                 if Path(f.filename).resolve() == path]
+        # (a SyntaxError says its line)
+        where = f" (line {lines[-1]})" if lines and not isinstance(e, SyntaxError) else ""
+        why = (str(e) if isinstance(e, Fail) else
+               "it calls exit()" if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}")
         module, broken = None, f"the file does not load: {why}{where}"
     passed = 0
     for name, check in items:
@@ -105,12 +102,14 @@ def grade(lesson, path, only=()):
             status, text = "PASS", g.summary()
             passed += 1
         except NotDone as e:
-            status, text = "FAIL", "not implemented yet" + (f" ({e} raises NotImplementedError)" if str(e) not in
-                                                           ("", name, "__init__", "forward") else "")
+            named = str(e) not in ("", name, "__init__", "forward")
+            status, text = "FAIL", "not implemented yet" + (
+                f" ({e} raises NotImplementedError)" if named else "")
         except Fail as e:
             status, text = "FAIL", str(e)
-        except (Exception, SystemExit) as e:     # an answer of a shape the checker could not even read
-            status, text = "FAIL", f"{g.case}: the grader could not use your answer: {type(e).__name__}: {e}"
+        except (Exception, SystemExit) as e:     # an answer of a shape the checker cannot read
+            status, text = "FAIL", (f"{g.case}: the grader could not use your answer: "
+                                    f"{type(e).__name__}: {e}")
         finally:
             mt.use("cpu")
         print(f"  {status}  {name:<{width}}  {' '.join(text.split())}")
@@ -119,22 +118,28 @@ def grade(lesson, path, only=()):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python lessons/check.py", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python lessons/check.py",
+                                     description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.split("\n\n")[1].splitlines()))
-    parser.add_argument("lesson", nargs="?", help=f"the lesson's number, {min(LESSON_ITEMS)} to {max(LESSON_ITEMS)}, or its "
-                        "file's name (all lessons when left out)")
+    parser.add_argument("lesson", nargs="?",
+                        help=f"the lesson's number, {min(LESSON_ITEMS)} to {max(LESSON_ITEMS)}, or "
+                             "its file's name (all lessons when left out)")
     parser.add_argument("items", nargs="*", help="grade only these functions")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--solutions", action="store_true", help="grade lessons/solutions/ instead of your files")
-    which.add_argument("--module", type=Path, metavar="FILE", help="grade this file instead of your exercise file")
+    which.add_argument("--solutions", action="store_true",
+                       help="grade lessons/solutions/ instead of your files")
+    which.add_argument("--module", type=Path, metavar="FILE",
+                       help="grade this file instead of your exercise file")
     args = parser.parse_intermixed_args(argv)   # check.py 04 --solutions softmax works too
     lessons = sorted(LESSON_ITEMS)
     if args.lesson is not None:
-        digits = re.match(r"(?:.*/)?(\d+)([a-z]?)", args.lesson)   # 4, 04, 04b, 04_functional, exercises/04b_x.py
+        # 4, 04, 04b, 04_functional, exercises/04b_x.py
+        digits = re.match(r"(?:.*/)?(\d+)([a-z]?)", args.lesson)
         number = f"{int(digits[1]):02d}{digits[2]}" if digits else args.lesson
         if number not in LESSON_ITEMS:
-            parser.error(f"no exercises for lesson {args.lesson!r}; lessons with exercises: {', '.join(lessons)}")
+            parser.error(f"no exercises for lesson {args.lesson!r}; lessons with exercises: "
+                         f"{', '.join(lessons)}")
         lessons = [number]
         unknown = sorted(set(args.items) - {name for name, _ in LESSON_ITEMS[number][1]})
         if unknown:

@@ -1,6 +1,7 @@
 """minitransformer: the Transformer of "Attention Is All You Need", from scratch on NumPy/CuPy.
 
-Public names only; docs/architecture.md has the layout. `mt.use("gpu")` switches every later op to CuPy.
+Public names only; docs/architecture.md has the layout. `mt.use("gpu")` switches every later op
+to CuPy.
 """
 from . import backend
 from .backend import use, to_numpy, seed

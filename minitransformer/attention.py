@@ -10,8 +10,7 @@ import math
 
 import numpy as np
 
-from . import backend
-from .fast import cpu as cores, kernels
+from . import backend, fast
 from . import functional as F
 from .profiler import traced
 from .tensor import data_of, make_node
@@ -39,73 +38,62 @@ def causal_mask(T, offset=0):
 
 # -------------------------------------------------------------------- the fused op
 def attention_forward(q, k, v, mask, dropout_p, training):
-    """Arrays in, arrays out: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, kept (dropout mask or None).
-    With cores on, cut over the batch (cores.by_rows: each block writes its rows of O and P; the dropout
-    mask is drawn first, by cores.keep)."""
+    """Eq. (1) on arrays: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, and the dropout mask
+    (kept, boolean, or None). See scaled_dot_product_attention."""
+    if fast.on(q, k, v):
+        return fast.attention_forward(q, k, v, mask, dropout_p, training)
     xp = backend.xp
-    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])  # (B, H, Tq, Tk)
     if mask is not None:
-        _check_mask(mask, scores)
-    drop = training and dropout_p > 0
-    kept = cores.keep(backend.rng(), scores, dropout_p) if drop else None  # (B, H, Tq, Tk) bool
-    dtype = xp.result_type(q, k, v)
-    o, p = xp.empty(scores[:-1] + v.shape[-1:], dtype), xp.empty(scores, dtype)  # (B, H, Tq, K), (B, H, Tq, Tk)
-    cores.by_rows(_attend, q, k, v, mask, kept, dropout_p, o, p)
+        _check_mask(mask, q, k)
+    s = q @ xp.swapaxes(k, -1, -2)                   # (B, H, Tq, Tk) the scores
+    s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
+    if mask is not None:
+        s = xp.where(mask, s, s.dtype.type(NEG))     # masked scores -> -1e9
+    p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) over the keys
+    if mask is not None:
+        p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
+    kept = None
+    if training and dropout_p > 0:
+        kept = backend.rng().random(p.shape, dtype=np.float32) >= dropout_p  # (B, H, Tq, Tk) bool
+        pd = (p * kept) * (1.0 / (1.0 - dropout_p))  # inverted dropout
+    else:
+        pd = p
+    o = pd @ v                                       # (B, H, Tq, K)
     return o, p, kept
 
 
-def _attend(q, k, v, mask, kept, dropout_p, o, p):
-    """O and P of eq. (1), for all rows or a block of them, written into o and p."""
-    xp = backend.xp
-    s = backend.matmul(q, xp.swapaxes(k, -1, -2), out=p)  # (B, H, Tq, Tk): the scores, in P's array
-    if mask is not None and kernels.active(s):
-        kernels.scale_and_mask(s, mask, 1.0 / math.sqrt(q.shape[-1]), NEG)  # the two lines below, one launch
-    else:
-        s *= 1.0 / math.sqrt(q.shape[-1])            # eq. (1): scale by 1/sqrt(d_k)
-        if mask is not None:
-            xp.copyto(s, s.dtype.type(NEG), where=~mask)         # masked scores -> -1e9 (in place, broadcast)
-    p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) in place: s becomes P
-    if mask is not None:
-        p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros
-    pd = p if kept is None else (p * kept) * (1.0 / (1.0 - dropout_p))  # inverted dropout
-    backend.matmul(pd, v, out=o)                     # (B, H, Tq, K)
-
-
-def _check_mask(mask, scores):
-    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying what it is."""
+def _check_mask(mask, q, k):
+    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying what
+    it is."""
+    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
     if mask.dtype != bool:
-        raise TypeError(f"attention: the mask must be boolean, True where attention is allowed, got dtype {mask.dtype}"
-                        + (" (for an additive mask of 0 and -inf, pass mask == 0)" if mask.dtype.kind == "f" else ""))
+        additive = " (for an additive mask of 0 and -inf, pass mask == 0)" if mask.dtype.kind == "f" else ""
+        raise TypeError("attention: the mask must be boolean, True where attention is allowed, got dtype "
+                        f"{mask.dtype}{additive}")
     if len(mask.shape) > len(scores) or any(n not in (1, m) for n, m in zip(mask.shape[::-1], scores[::-1])):
         raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
                          f"(B, H, Tq, Tk) = {tuple(scores)}")
 
 
-def attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v, out=(None, None, None)):
-    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed, each written into its array of `out`
-    where one is given (a GEMM writes its result there: no copy). See scaled_dot_product_attention.
-    Its callers cut it over the batch as the forward pass is (cores.by_rows)."""
+def attention_backward(g, q, k, v, p, kept, dropout_p, need_q=True, need_k=True, need_v=True):
+    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention."""
+    if fast.on(g, q, k, v, p):
+        return fast.attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v)
     xp = backend.xp
     inv_keep = 1.0 / (1.0 - dropout_p) if kept is not None else 1.0
+    pd = p if kept is None else (p * kept) * inv_keep    # the dropped P of the forward pass
     dq = dk = dv = None
     if need_v:
-        pd = p if kept is None else (p * kept) * inv_keep  # the dropped P of the forward pass
-        dv = backend.matmul(xp.swapaxes(pd, -1, -2), g, out=out[2])  # dV = P_drop^T dO  (B, H, Tk, K)
+        dv = xp.swapaxes(pd, -1, -2) @ g                  # dV = P_drop^T dO     (B, H, Tk, K)
     if need_q or need_k:
-        ds = backend.matmul(g, xp.swapaxes(v, -1, -2))       # dP_drop = dO V^T      (B, H, Tq, Tk)
-        if kept is not None:
-            ds *= kept                                       # dP = dP_drop * M / (1 - p)
-            ds *= inv_keep
-        if kernels.active(ds, p) and ds.flags.c_contiguous and p.flags.c_contiguous:
-            kernels.backward_rows("softmax", p, ds, out=ds, scale=1.0 / math.sqrt(q.shape[-1]))  # the GPU: the
-        else:                                                # three lines below, one launch
-            ds -= (ds * p).sum(axis=-1, keepdims=True)       # dS = P * (dP - rowsum(dP * P))
-            ds *= p
-            ds *= 1.0 / math.sqrt(q.shape[-1])               # through S = q k^T / sqrt(d_k)
+        dpd = g @ xp.swapaxes(v, -1, -2)                  # dP_drop = dO V^T     (B, H, Tq, Tk)
+        dp = dpd if kept is None else dpd * kept * inv_keep   # dP = dP_drop M / (1 - p)
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))  # dS = P (dP - rowsum(dP P))
+        ds *= 1.0 / math.sqrt(q.shape[-1])                # through S = q k^T / sqrt(d_k)
         if need_q:
-            dq = backend.matmul(ds, k, out=out[0])           # dQ = dS K / sqrt(d_k)  (B, H, Tq, K)
+            dq = ds @ k                                   # dQ = dS K / sqrt(d_k)     (B, H, Tq, K)
         if need_k:
-            dk = backend.matmul(xp.swapaxes(ds, -1, -2), q, out=out[1])  # dK = dS^T Q / sqrt(d_k)  (B, H, Tk, K)
+            dk = xp.swapaxes(ds, -1, -2) @ q              # dK = dS^T Q / sqrt(d_k)   (B, H, Tk, K)
     return dq, dk, dv
 
 
@@ -134,7 +122,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=Tru
     out, p, kept = attention_forward(qd, kd, vd, mask, dropout_p, training)
 
     def backward(g):
-        return cores.by_rows(attention_backward, g, qd, kd, vd, p, kept, dropout_p,
-                             q.requires_grad, k.requires_grad, v.requires_grad)
+        return attention_backward(g, qd, kd, vd, p, kept, dropout_p,
+                                  q.requires_grad, k.requires_grad, v.requires_grad)
     o = make_node(out, (q, k, v), backward, "attention")
     return (o, p) if return_weights else o

@@ -9,12 +9,8 @@ Adam): on by default, used only on the GPU; set `backend.fused = False`, or the 
 MINITRANSFORMER_FUSED=0 before the import, to run the plain expressions of functional.py and optim.py
 on CuPy too. On the CPU it changes nothing.
 
-`keep_freed_memory()` has glibc keep freed arrays in its heap for the next training step (the Trainer
-calls it; no page faults after the first update).
-
 It leaves out mixed precision on purpose: float32 is the training dtype, float64 is for gradient checks.
 """
-import ctypes
 import os
 import threading
 
@@ -201,30 +197,6 @@ def host_copy(a):
     """A NumPy array of a backend array's values that shares no memory with it: one device-to-host copy
     on the GPU (to_numpy's own), one np.array copy on the CPU. What a checkpoint stores."""
     return to_numpy(a) if device_of(a) == "gpu" else np.array(a, copy=True)
-
-
-def keep_freed_memory(nbytes=1 << 30):
-    """Let the C allocator keep up to `nbytes` of freed memory for the next arrays, where it is glibc's
-    malloc (Linux); returns True where that took effect, False elsewhere (nothing changes there).
-
-    A training step makes and frees the same large arrays at every update. By default glibc hands a
-    freed block of over 128 KB (up to 32 MB once it has seen such blocks freed) back to the kernel, so
-    the next array of that size is mapped afresh and each of its 4 KB pages faults and is zeroed on its
-    first write: 16,500 page faults an update in each of two ranks of the small preset, 12-17% of the
-    update (benchmarks/README.md, session 16). With M_MMAP_MAX 0 every block comes from the heap, and
-    with M_TOP_PAD the heap grows by `nbytes` more than asked and keeps that much free at its top when
-    it shrinks, so the next update finds its pages already there. The cost: the process holds the
-    memory it freed (its peak, plus up to `nbytes`) until it ends. Values are untouched: only where
-    arrays live changes.
-    """
-    if not 0 <= int(nbytes) < 2**31:
-        raise ValueError(f"keep_freed_memory: nbytes must be in [0, 2**31), got {nbytes!r}")
-    try:
-        mallopt = ctypes.CDLL(None).mallopt      # the C library the process runs on
-    except (OSError, AttributeError, TypeError):   # no such function (macOS, Windows)
-        return False
-    M_TOP_PAD, M_MMAP_MAX = -2, -4                      # glibc's <malloc.h>; musl's mallopt does nothing
-    return mallopt(M_TOP_PAD, int(nbytes)) == 1 and mallopt(M_MMAP_MAX, 0) == 1
 
 
 def seed(n):

@@ -1,9 +1,10 @@
 """The key/value cache of incremental decoding: what attention keeps between decoding steps.
 
-At step t a decoder needs the keys and values of positions 1..t, but only position t is new: KVCache
-keeps them per attention layer (growing by one position per step in self-attention, computed once from
-the memory in encoder-decoder attention), DecoderCache holds those of a whole decoder and reorders them
-for beam search. Inference only (under no_grad). Left out: paged or quantised caches.
+At step t a decoder needs the keys and values of positions 1..t, but only position t is new:
+KVCache keeps them per attention layer (growing by one position per step in self-attention,
+computed once from the memory in encoder-decoder attention), DecoderCache holds those of a whole
+decoder and reorders them for beam search. Inference only (under no_grad). Left out: paged or
+quantised caches.
 """
 import numpy as np
 
@@ -16,20 +17,22 @@ class KVCache:
     `k` and `v` are (B, H, T, K) arrays, no graph. Decoder self-attention appends the new positions'
     keys and values at each step (`append`, one position per step, into a buffer of `capacity`
     positions that doubles when full, so a step copies only what is new; a search that knows its
-    longest output reserves that many, and no step copies the earlier positions into a larger buffer);
-    encoder-decoder attention hands over the memory's keys and values once (`set`) and reuses them for
-    the rest of the sentence. `reorder(index)` keeps rows `index` of the batch, in that order (beam
-    search; repeated rows expand a batch into beams).
+    longest output reserves that many, and no step copies the earlier positions into a larger
+    buffer); encoder-decoder attention hands over the memory's keys and values once (`set`) and
+    reuses them for the rest of the sentence. `reorder(index)` keeps rows `index` of the batch, in
+    that order (beam search; repeated rows expand a batch into beams).
 
     The buffers behind k and v are laid out (capacity, B, H, K), positions first, and k, v are
-    transposed views of them. Positions first, a step writes one contiguous slab and memory is touched
-    only as positions fill (a reserved capacity costs nothing until used: the OS hands out zeroed
-    pages on first touch); all heads of one position of one row are one contiguous block, which a
-    reorder copies in one piece; and the batched products of attention read these views as fast.
+    transposed views of them. Positions first, a step writes one contiguous slab and memory is
+    touched only as positions fill (a reserved capacity costs nothing until used: the OS hands out
+    zeroed pages on first touch); all heads of one position of one row are one contiguous block,
+    which a reorder copies in one piece; and the batched products of attention read these views
+    as fast.
     """
 
     def __init__(self, capacity=0):
-        self.capacity = capacity  # positions to hold before the buffers must grow (0: grow as needed)
+        # positions to hold before the buffers must grow (0: grow as needed)
+        self.capacity = capacity
         self._k = self._v = None  # (capacity, B, H, K)
         self.length = 0           # positions held
 
@@ -42,20 +45,25 @@ class KVCache:
 
     @property
     def k(self):
-        return None if self._k is None else self._k[:self.length].transpose(1, 2, 0, 3)  # (B, H, T, K)
+        """The keys held, (B, H, T, K), or None."""
+        return None if self._k is None else self._k[:self.length].transpose(1, 2, 0, 3)
 
     @property
     def v(self):
-        return None if self._v is None else self._v[:self.length].transpose(1, 2, 0, 3)  # (B, H, T, K)
+        """The values held, (B, H, T, K), or None."""
+        return None if self._v is None else self._v[:self.length].transpose(1, 2, 0, 3)
 
     def set(self, k, v):
-        """Hold k, v (B, H, S, K), the memory's keys and values, handed over: reorder may write them."""
-        self._k, self._v = k.transpose(2, 0, 1, 3), v.transpose(2, 0, 1, 3)    # (S, B, H, K) views
+        """Hold k, v (B, H, S, K), the memory's keys and values, handed over (reorder may write
+        them)."""
+        self._k = k.transpose(2, 0, 1, 3)  # (S, B, H, K) views
+        self._v = v.transpose(2, 0, 1, 3)
         self.length = k.shape[2]
         return k, v
 
     def append(self, k, v):
-        """Add the keys and values (B, H, n, K) of n new positions; return all of them (B, H, T, K)."""
+        """Add the keys and values (B, H, n, K) of n new positions; return all of them, each
+        (B, H, T, K)."""
         B, H, n, K = k.shape
         if self._k is None or self.length + n > self._k.shape[0]:
             capacity = max(self.capacity, 16, 2 * (self.length + n))
@@ -70,26 +78,29 @@ class KVCache:
         return self.k, self.v
 
     def reorder(self, index, shared=None):
-        """Keep batch rows `index` (an integer array), in that order. `shared` (optional, one integer
-        per new row): the first shared[i] positions of row i already hold what row index[i] holds.
+        """Keep batch rows `index` (an integer array), in that order. `shared` (optional, one
+        integer per new row): the first shared[i] positions of row i already hold what row
+        index[i] holds.
 
         Beam search calls this at every step, so it copies as little as it can, in place: only the
-        positions held (not the spare capacity), only the rows that change (index[i] != i; a beam that
-        keeps its row costs nothing), and of those only the positions after what they share. Two beams
-        of a sentence that begin with the same tokens have the same keys and values there (position p
-        sees only positions <= p), and beams mostly differ in their last few tokens. In place also
-        spares allocating a new buffer each step (a large one comes fresh from the OS, page by page).
+        positions held (not the spare capacity), only the rows that change (index[i] != i; a beam
+        that keeps its row costs nothing), and of those only the positions after what they share.
+        Two beams of a sentence that begin with the same tokens have the same keys and values there
+        (position p sees only positions <= p), and beams mostly differ in their last few tokens. In
+        place also spares allocating a new buffer each step (a large one comes fresh from the OS,
+        page by page).
         """
         if self._k is not None:
             self.apply(moves(index, shared, self.length, self._k.shape[1]))
 
     def apply(self, plan):
-        """Carry out a plan of moves() (made once for all the layers of a decoder: they move alike)."""
+        """Carry out a plan of moves(), made once for all the layers of a decoder (they move
+        alike)."""
         if plan is None:                                   # nothing moves
             return
         index, dst, src, pos = plan
         L = self.length
-        if dst is None:                                    # more rows: new buffers, as much spare room
+        if dst is None:  # more rows: new buffers, as much spare room
             i = backend.asarray(index)
             for name in ("_k", "_v"):
                 old = getattr(self, name)
@@ -103,25 +114,27 @@ class KVCache:
                     buf[:L, dst] = buf[:L, src]            # whole rows (L, moved, H, K)
                 else:
                     buf[pos, dst] = buf[pos, src]          # (position, row) pairs: (P, H, K) blocks
-        self._k, self._v = self._k[:, :len(index)], self._v[:, :len(index)]  # dropped rows: a view of the first
+        self._k = self._k[:, :len(index)]  # dropped rows: a view of the first
+        self._v = self._v[:, :len(index)]
 
 
 def moves(index, shared, length, rows):
-    """What keeping rows `index` of a cache of `rows` rows and `length` positions copies (KVCache.reorder):
-    None when nothing moves; (index, None, None, None) when there are more rows than before (new
-    buffers); else (index, dst, src, pos) on the device: row src[j] into row dst[j], at position pos[j]
-    (pos None: every position), only the rows that change (index[i] != i) and only the positions
-    after the first shared[i]."""
+    """What keeping rows `index` of a cache of `rows` rows and `length` positions copies
+    (KVCache.reorder): None when nothing moves; (index, None, None, None) when there are more rows
+    than before (new buffers); else (index, dst, src, pos) on the device: row src[j] into row
+    dst[j], at position pos[j] (pos None: every position), only the rows that change
+    (index[i] != i) and only the positions after the first shared[i]."""
     index = backend.to_numpy(index)                                        # decided on the host
     if len(index) == rows and (index == np.arange(rows)).all():
         return None
     if len(index) > rows:
         return index, None, None, None
     start = np.zeros(len(index), np.int64) if shared is None else np.minimum(shared, length)
-    changed = np.flatnonzero((index != np.arange(len(index))) & (start < length))  # the rows that change
+    # the rows that change
+    changed = np.flatnonzero((index != np.arange(len(index))) & (start < length))
     if shared is None:
         return index, backend.asarray(changed), backend.asarray(index[changed]), None
-    count = length - start[changed]                       # changed[j] at positions start .. length-1
+    count = length - start[changed]  # changed[j] at positions start .. length-1
     dst = np.repeat(changed, count)                                                          # (P,)
     pos = np.arange(len(dst)) - np.repeat(np.cumsum(count) - count - start[changed], count)  # (P,)
     return index, backend.asarray(dst), backend.asarray(index[dst]), backend.asarray(pos)
@@ -139,12 +152,12 @@ class DecoderCache:
 
     memory_rows (default: index) are the rows the encoder-decoder keys and values keep. Fewer memory
     rows than rows make groups: with m memory rows and m*g rows, rows i*g .. i*g+g-1 all attend to
-    memory row i (multihead.py). Beam search keeps one copy of a sentence's memory for its g = k beams
-    this way: expanding a batch into beams is then reorder(repeat(arange(B), k), memory_rows=arange(B)),
-    which copies no memory, and reordering beams within their sentence leaves the memory as it is.
-    shared (one integer per new row, see KVCache.reorder): positions whose keys and values row i
-    already has in self-attention, as when beams of one sentence share their first tokens.
-    The layers move alike, so the moves are worked out once for all of them.
+    memory row i (multihead.py). Beam search keeps one copy of a sentence's memory for its g = k
+    beams this way: expanding a batch into beams is then reorder(repeat(arange(B), k),
+    memory_rows=arange(B)), which copies no memory, and reordering beams within their sentence
+    leaves the memory as it is. shared (one integer per new row, see KVCache.reorder): positions
+    whose keys and values row i already has in self-attention, as when beams of one sentence share
+    their first tokens. The layers move alike, so the moves are worked out once for all of them.
     """
 
     def __init__(self, n_layers, capacity=0):
@@ -161,7 +174,8 @@ class DecoderCache:
     def reorder(self, index, memory_rows=None, shared=None):
         index = backend.to_numpy(index)
         memory_rows = index if memory_rows is None else backend.to_numpy(memory_rows)
-        for caches, rows, common in ((self.self_attn, index, shared), (self.cross_attn, memory_rows, None)):
+        kinds = ((self.self_attn, index, shared), (self.cross_attn, memory_rows, None))
+        for caches, rows, common in kinds:
             filled = [c for c in caches if c._k is not None]
             if filled:
                 plan = moves(rows, common, filled[0].length, filled[0]._k.shape[1])

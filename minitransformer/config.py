@@ -1,8 +1,8 @@
 """The configurations: TransformerConfig, the model's hyperparameters with the paper's defaults and
 named presets (base, big, small, tiny); SearchConfig, the settings of decoding (section 6.1); and
 TrainingConfig, the settings of a training run (section 5), which holds the SearchConfig of its
-evaluations. Each checks every field when made, so a bad value fails at once with one sentence naming
-it, never later inside the work (a TrainingConfig, never at its first evaluation). Also
+evaluations. Each checks every field when made, so a bad value fails at once with one sentence
+naming it, never later inside the work (a TrainingConfig, never at its first evaluation). Also
 count_parameters(config), the model's size from the config alone.
 Left out: a config file format of its own (JSON is enough).
 """
@@ -10,28 +10,34 @@ import dataclasses
 
 from .checks import check_int, check_max_tokens, check_real, fail as _fail
 
-# Upper bounds, so that a config from a file (a checkpoint, --config) cannot ask for more memory than any
-# machine has before a single array exists. MAX_FLOATS: the floats a model holds (its parameters and the
-# sinusoid tables), 2^31 = 8 GiB in float32 before gradients and Adam's two moments triple it (the big model
-# holds 213M). MAX_LEN: attention holds max_len^2 scores per head and sentence (2^16: 16 GiB in float32).
-# MAX_LAYERS per stack: each layer is dozens of Python objects and graph nodes, and the deepest Transformers
-# trained have about 1,000 (DeepNet). MAX_BEAM: beam search scores beam_size x vocabulary candidates per
-# sentence of a batch (256 x 37,000 x 64 sentences: 2.4 GB in float32).
-MAX_FLOATS, MAX_LEN, MAX_LAYERS, MAX_BEAM = 1 << 31, 1 << 16, 1 << 10, 256
+# Upper bounds, so that a config from a file (a checkpoint, --config) cannot ask for more memory
+# than any machine has before a single array exists. MAX_FLOATS: the floats a model holds (its
+# parameters and the sinusoid tables), 2^31 = 8 GiB in float32 before gradients and Adam's two
+# moments triple it (the big model holds 213M). MAX_LEN: attention holds max_len^2 scores per head
+# and sentence (2^16: 16 GiB in float32). MAX_LAYERS per stack: each layer is dozens of Python
+# objects and graph nodes, and the deepest Transformers trained have about 1,000 (DeepNet).
+# MAX_BEAM: beam search scores beam_size x vocabulary candidates per sentence of a batch (256 x
+# 37,000 x 64 sentences: 2.4 GB in float32).
+MAX_FLOATS = 1 << 31
+MAX_LEN = 1 << 16
+MAX_LAYERS = 1 << 10
+MAX_BEAM = 256
 
 
 @dataclasses.dataclass
 class TransformerConfig:
     """Hyperparameters, with the paper's base model as the defaults (Table 3, first row)."""
 
-    vocab_size: int = 37000        # the paper's shared EN-DE BPE vocabulary: set it to your tokenizer's
+    # the paper's shared EN-DE BPE vocabulary: set it to your tokenizer's
+    vocab_size: int = 37000
     d_model: int = 512
     n_heads: int = 8
     d_ff: int = 2048
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
     dropout: float = 0.1           # P_drop: on embeddings + positions and on every sub-layer output
-    attention_dropout: float = 0.0  # Note: not in the paper (tensor2tensor v2+ and the Annotated Transformer: 0.1)
+    # Note: not in the paper (tensor2tensor v2+ and the Annotated Transformer: 0.1)
+    attention_dropout: float = 0.0
     relu_dropout: float = 0.0      # Note: not in the paper (as above): dropout after the FFN's ReLU
     max_len: int = 1024            # longest sequence the position table covers
     pad_id: int = 0
@@ -46,11 +52,14 @@ class TransformerConfig:
     def __post_init__(self):
         def fail(msg, setting):
             _fail("TransformerConfig", msg, setting)
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len"):
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff",
+                     "n_encoder_layers", "n_decoder_layers", "max_len"):
             check_int("TransformerConfig", name, getattr(self, name), 1)
         deep = "deeper than any Transformer trained"
-        for name, high, why in (("max_len", MAX_LEN, "attention holds max_len^2 scores per head and sentence"),
-                                ("n_encoder_layers", MAX_LAYERS, deep), ("n_decoder_layers", MAX_LAYERS, deep)):
+        limits = (("max_len", MAX_LEN, "attention holds max_len^2 scores per head and sentence"),
+                  ("n_encoder_layers", MAX_LAYERS, deep),
+                  ("n_decoder_layers", MAX_LAYERS, deep))
+        for name, high, why in limits:
             if getattr(self, name) > high:
                 fail(f"{name} must be at most {high:,}, got {getattr(self, name):,}: {why}", name)
         for name in ("pad_id", "bos_id", "eos_id"):
@@ -62,17 +71,22 @@ class TransformerConfig:
             if not isinstance(getattr(self, name), bool):
                 fail(f"{name} must be true or false, got {getattr(self, name)!r}", name)
         if self.d_model % self.n_heads:
-            fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of n_heads={self.n_heads}",
-                 ("d_model", "n_heads"))
+            fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of "
+                 f"n_heads={self.n_heads}", ("d_model", "n_heads"))
         if self.positional not in ("sinusoidal", "learned"):
-            fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}", "positional")
+            fail(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}",
+                 "positional")
         if self.positional == "sinusoidal" and self.d_model % 2:
-            fail(f"sinusoidal positions pair sines and cosines, so d_model must be even, got {self.d_model}", "d_model")
-        floats = count_parameters(self) + (0 if self.positional == "learned" else 2 * self.max_len * self.d_model)
+            fail("sinusoidal positions pair sines and cosines, so d_model must be even, "
+                 f"got {self.d_model}", "d_model")
+        tables = 0 if self.positional == "learned" else 2 * self.max_len * self.d_model
+        floats = count_parameters(self) + tables
         if floats > MAX_FLOATS:
-            sizes = ("vocab_size", "d_model", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len")
-            fail(f"the model would hold {floats:,} floats ({', '.join(f'{n} {getattr(self, n):,}' for n in sizes)}), "
-                 f"over the limit of {MAX_FLOATS:,} (8 GiB in float32, before gradients and Adam's moments)", sizes)
+            sizes = ("vocab_size", "d_model", "d_ff",
+                     "n_encoder_layers", "n_decoder_layers", "max_len")
+            listed = ", ".join(f"{n} {getattr(self, n):,}" for n in sizes)
+            fail(f"the model would hold {floats:,} floats ({listed}), over the limit of "
+                 f"{MAX_FLOATS:,} (8 GiB in float32, before gradients and Adam's moments)", sizes)
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         if len(set(ids.values())) < 3:
             fail(f"pad_id, bos_id and eos_id must be three different tokens, got {ids}", tuple(ids))
@@ -95,7 +109,8 @@ class TransformerConfig:
 
     @classmethod
     def base(cls, **overrides):
-        """The paper's base model: D 512, F 2048, 8 heads, 6 + 6 layers, P_drop 0.1 (about 65M parameters)."""
+        """The paper's base model: D 512, F 2048, 8 heads, 6 + 6 layers, P_drop 0.1 (~65M
+        parameters)."""
         return cls._preset({}, overrides)
 
     @classmethod
@@ -106,12 +121,14 @@ class TransformerConfig:
     @classmethod
     def small(cls, **overrides):
         """Not in the paper: D 256, F 1024, 8 heads, 3 + 3 layers, for a small corpus on one GPU."""
-        return cls._preset(dict(d_model=256, d_ff=1024, n_heads=8, n_encoder_layers=3, n_decoder_layers=3), overrides)
+        sizes = dict(d_model=256, d_ff=1024, n_heads=8, n_encoder_layers=3, n_decoder_layers=3)
+        return cls._preset(sizes, overrides)
 
     @classmethod
     def tiny(cls, **overrides):
-        """Not in the paper: D 128, F 512, 4 heads, 2 + 2 layers, for toy tasks and tests on a CPU."""
-        return cls._preset(dict(d_model=128, d_ff=512, n_heads=4, n_encoder_layers=2, n_decoder_layers=2), overrides)
+        """Not in the paper: D 128, F 512, 4 heads, 2 + 2 layers, for toy tasks and CPU tests."""
+        sizes = dict(d_model=128, d_ff=512, n_heads=4, n_encoder_layers=2, n_decoder_layers=2)
+        return cls._preset(sizes, overrides)
 
     # ---------------------------------------------------------------- saving
     def to_dict(self):
@@ -120,7 +137,7 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, d):
-        """The inverse of to_dict; unknown keys are an error (a checkpoint from another version?)."""
+        """The inverse of to_dict; unknown keys are an error (a checkpoint of another version?)."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -133,12 +150,14 @@ STOPS = ("exact", "fast")  # beam search's ways to decide that a sentence is don
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    """How to decode, made once and taken by search, translation, evaluation, the Trainer and the command
-    line; the defaults are the paper's (section 6.1: beam 4, alpha 0.6, outputs up to input length + 50).
-    Frozen: a variant is dataclasses.replace(search, beam_size=1), checked again when made."""
+    """How to decode, made once and taken by search, translation, evaluation, the Trainer and the
+    command line; the defaults are the paper's (section 6.1: beam 4, alpha 0.6, outputs up to
+    input length + 50). Frozen: a variant is dataclasses.replace(search, beam_size=1), checked
+    again when made."""
     beam_size: int = 4             # k; 1 with nbest 1 is greedy search (translate_lines)
     alpha: float = 0.6             # length penalty lp(|Y|) = ((5 + |Y|) / 6) ** alpha
-    max_len_a: float = 1.0         # at most a * source length + b output tokens, then </s> is forced
+    # at most a * source length + b output tokens, then </s> is forced
+    max_len_a: float = 1.0
     max_len_b: int = 50
     nbest: int = 1                 # hypotheses returned per sentence, best first
     stop: str = "exact"            # when a sentence is done: "exact" or "fast" (search.beam_search)
@@ -147,20 +166,23 @@ class SearchConfig:
         owner = "SearchConfig"
         check_int(owner, "beam_size", self.beam_size, 1)
         if self.beam_size > MAX_BEAM:
-            _fail(owner, f"beam_size must be at most {MAX_BEAM}, got {self.beam_size:,}: beam search scores beam_size x "
-                  f"vocabulary candidates per sentence of a batch", "beam_size", self.beam_size)
+            _fail(owner, f"beam_size must be at most {MAX_BEAM}, got {self.beam_size:,}: beam "
+                  "search scores beam_size x vocabulary candidates per sentence of a batch",
+                  "beam_size", self.beam_size)
         check_int(owner, "nbest", self.nbest, 1)
         if self.nbest > self.beam_size:
-            _fail(owner, f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})", ("nbest", "beam_size"),
-                  self.nbest)
-        check_real(owner, "alpha", self.alpha, 0.0, 10.0, high_open=False)  # the upper bounds: lp stays finite
-        check_real(owner, "max_len_a", self.max_len_a, 0.0, 1000.0, high_open=False)  # and a |x| + b an int64
+            _fail(owner, f"nbest ({self.nbest}) cannot exceed beam_size ({self.beam_size})",
+                  ("nbest", "beam_size"), self.nbest)
+        # the upper bounds: lp stays finite, and a |x| + b an int64
+        check_real(owner, "alpha", self.alpha, 0.0, 10.0, high_open=False)
+        check_real(owner, "max_len_a", self.max_len_a, 0.0, 1000.0, high_open=False)
         check_int(owner, "max_len_b", self.max_len_b, 0, 1_000_000)
         if self.max_len_a == 0 and self.max_len_b == 0:
             _fail(owner, "max_len_a and max_len_b are both 0: every translation would be empty",
                   ("max_len_a", "max_len_b"), 0)
         if self.stop not in STOPS:
-            _fail(owner, f"stop must be one of {', '.join(map(repr, STOPS))}, not {self.stop!r}", "stop", self.stop)
+            _fail(owner, f"stop must be one of {', '.join(map(repr, STOPS))}, not {self.stop!r}",
+                  "stop", self.stop)
 
 
 @dataclasses.dataclass
@@ -179,11 +201,14 @@ class TrainingConfig:
     save_every: int = 1000        # steps between checkpoints (0: only at the end)
     keep: int = 5                 # step checkpoints kept on disk (the best one is kept besides)
     seed: int = 0                 # batch order and dropout
-    log_every: int = None         # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
+    # read the loss from the device every N steps (None: 1 on CPU, 20 on GPU)
+    log_every: int = None
     search: SearchConfig = SearchConfig(beam_size=1)  # evaluation decoding: beam 1 is greedy search
-    eval_sentences: int = None    # translate only the first N validation sentences for BLEU (None: all)
+    # translate only the first N validation sentences for BLEU (None: all)
+    eval_sentences: int = None
     progress: bool = True         # the tqdm bar
-    cuda_graphs: bool = False     # GPU: each batch shape's update recorded once as a CUDA graph, then replayed
+    # GPU: each batch shape's update recorded once as a CUDA graph, then replayed
+    cuda_graphs: bool = False
 
     def __post_init__(self):
         owner = "TrainingConfig"
@@ -204,21 +229,26 @@ class TrainingConfig:
         for b in self.betas:
             check_real(owner, "each of betas", b, 0.0, 1.0)
         if not isinstance(self.cuda_graphs, bool):
-            _fail(owner, f"cuda_graphs must be True or False, got {self.cuda_graphs!r}", "cuda_graphs", self.cuda_graphs)
+            _fail(owner, f"cuda_graphs must be True or False, got {self.cuda_graphs!r}",
+                  "cuda_graphs", self.cuda_graphs)
         if self.cuda_graphs and (self.accum != 1 or self.clip_norm is not None):
-            _fail(owner, "cuda_graphs replays one batch per update without clipping: give accum=1 and no clip_norm, "
-                  f"got accum={self.accum}, clip_norm={self.clip_norm}", ("cuda_graphs", "accum", "clip_norm"))
+            _fail(owner, "cuda_graphs replays one batch per update without clipping: give accum=1 "
+                  f"and no clip_norm, got accum={self.accum}, clip_norm={self.clip_norm}",
+                  ("cuda_graphs", "accum", "clip_norm"))
         if not isinstance(self.search, SearchConfig):
-            _fail(owner, f"search must be a SearchConfig, got {self.search!r}", "search", self.search)
+            _fail(owner, f"search must be a SearchConfig, got {self.search!r}",
+                  "search", self.search)
         if self.search.nbest != 1:   # evaluation scores one translation per sentence
-            _fail(owner, f"search.nbest must be 1 (BLEU scores one translation per sentence), got {self.search.nbest}",
-                  "nbest", self.search.nbest)
+            _fail(owner, "search.nbest must be 1 (BLEU scores one translation per sentence), "
+                  f"got {self.search.nbest}", "nbest", self.search.nbest)
 
 
 def count_parameters(config):
     """The number of trained scalars of Transformer(config), from the config alone (no arrays)."""
     c = config
-    D, d_ff, V = c.d_model, c.d_ff, c.vocab_size
+    D = c.d_model
+    d_ff = c.d_ff
+    V = c.vocab_size
     attention = 4 * (D * D + D)                     # W^Q, W^K, W^V, W^O with biases
     ffn = D * d_ff + d_ff + d_ff * D + D            # W_1, b_1, W_2, b_2
     norm = 2 * D

@@ -4,19 +4,17 @@ softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm,
 and linear. Fusing saves graph nodes, temporaries and time; the tests check every op against the same
 computation composed of elementary Tensor ops, their plain forms in plain.py. Each docstring says what the
 op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs unchanged on
-CuPy; on the GPU with backend.fused on, the softmax core and the first six ops hand over to the CUDA
-kernels of kernels.py, which must give these numbers (`if kernels.active(...)`).
-Left out: fused CuPy kernels for embedding's and linear's forward (a gather, a GEMM cuBLAS does whole;
-their backward's scatter and column sum have them), and gradients of integer inputs (targets, ids).
+CuPy; on the GPU each op hands over to its whole-op alternative in fast/ (`if fast.on(x): return
+fast.softmax(x)`: one seam line), which must give these numbers.
+Left out: gradients of integer inputs (targets, ids).
 """
 
 import numpy as np
 
-from . import backend
-from .fast import cpu as cores, kernels
+from . import backend, fast
 from .checks import check_ids, check_real, check_target
 from .profiler import traced
-from .tensor import Tensor, data_of, grad_into, make_node
+from .tensor import Tensor, data_of, make_node
 
 
 def _check_input(x, op, axis=None, name="input"):
@@ -35,8 +33,8 @@ def softmax_array(x, axis=-1, out=None):
 
     The one stable softmax of the package: softmax, attention and search call it. out=x overwrites x.
     On the GPU (last axis) the fused softmax_rows kernel computes it. Plain form: plain.softmax."""
-    if kernels.active(x) and axis in (-1, x.ndim - 1):
-        return kernels.forward_rows("softmax_rows", x, out)           # the fused CUDA kernel (GPU only)
+    if fast.on(x) and axis in (-1, x.ndim - 1):
+        return fast.forward_rows("softmax_rows", x, out)
     xp = backend.xp
     y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
     xp.exp(y, out=y)
@@ -49,8 +47,8 @@ def log_softmax_array(x, axis=-1, out=None):
 
     log_softmax and search call it; out=x overwrites x. On the GPU (last axis) the fused
     log_softmax_rows kernel computes it. Plain form: plain.log_softmax."""
-    if kernels.active(x) and axis in (-1, x.ndim - 1):
-        return kernels.forward_rows("log_softmax_rows", x, out)       # the fused CUDA kernel (GPU only)
+    if fast.on(x) and axis in (-1, x.ndim - 1):
+        return fast.forward_rows("log_softmax_rows", x, out)
     xp = backend.xp
     y = xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)    # the largest entry is 0
     y -= xp.log(xp.exp(y).sum(axis=axis, keepdims=True))
@@ -67,8 +65,8 @@ def softmax(x, axis=-1):
     dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
     """
     _check_input(x, "softmax", axis)
-    if kernels.active(x) and axis in (-1, x.ndim - 1):
-        return kernels.softmax(x)                                     # the fused CUDA kernel (GPU only)
+    if fast.on(x) and axis in (-1, x.ndim - 1):
+        return fast.softmax(x)
     xp = backend.xp
     y = softmax_array(x.data, axis)                                   # a new array: we own it
 
@@ -89,8 +87,8 @@ def log_softmax(x, axis=-1):
     dy_i/dx_j = delta_ij - exp(y_j) and dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
     """
     _check_input(x, "log_softmax", axis)
-    if kernels.active(x) and axis in (-1, x.ndim - 1):
-        return kernels.log_softmax(x)                                 # the fused CUDA kernel (GPU only)
+    if fast.on(x) and axis in (-1, x.ndim - 1):
+        return fast.log_softmax(x)
     xp = backend.xp
     y = log_softmax_array(x.data, axis)                               # a new array: we own it
 
@@ -135,30 +133,22 @@ def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return
     t = xp.where(valid, t, 0)                                         # a safe id for ignored rows
     n = valid.sum(dtype=dtype)                                        # counted tokens, on the device
     w = valid.astype(dtype) / xp.maximum(n, 1)                        # (N,) 1/n, or 0 for ignored rows
-    if kernels.active(z):
-        return kernels.cross_entropy(logits, z, t, w, n, eps, return_count)  # the fused kernels (GPU only)
-
-    p, s, row_loss = xp.empty_like(z), xp.empty(len(z), dtype), xp.empty(len(z), dtype)
-
-    def forward_rows(r):                                              # rows r (all, a block or a chunk: cores.py)
-        pr = xp.subtract(z[r], z[r].max(axis=1, keepdims=True), out=p[r])  # (n, V) shifted logits
-        z_t = pr[rows[: len(pr)], t[r]]                               # (n,) each row's target logit
-        z_mean = pr.mean(axis=1) if eps else 0.0                      # (n,)
-        xp.exp(pr, out=pr)                                            # (n, V) unnormalised softmax
-        pr.sum(axis=1, out=s[r])                                      # (n,)
-        row_loss[r] = xp.log(s[r]) - (1.0 - eps) * z_t - eps * z_mean
-    cores.for_blocks(forward_rows, len(z), z.size, chunk=cores.cache_rows(z))
+    if fast.on(z):
+        return fast.cross_entropy(logits, z, t, w, n, eps, return_count)
+    p = z - z.max(axis=1, keepdims=True)                              # (N, V) shifted: a row's max is 0
+    z_t = p[rows, t]                                                  # (N,) each row's target logit
+    z_mean = p.mean(axis=1) if eps else 0.0                           # (N,)
+    xp.exp(p, out=p)                                                  # (N, V) exp: softmax times s
+    s = p.sum(axis=1)                                                 # (N,)
+    row_loss = xp.log(s) - (1.0 - eps) * z_t - eps * z_mean          # (N,)
     loss = xp.asarray((row_loss * w).sum(), dtype=dtype)              # ()
 
     def backward(g):
-        c = w * g                                                     # (N,) 1/n per counted row, 0 if ignored
-        dz = p                                                        # reuse the saved array in place
-        def backward_rows(r):
-            d = dz[r]
-            d *= (c[r] / s[r])[:, None]                               # c * softmax: one pass
-            if eps:
-                d -= (c[r] * (eps / V))[:, None]                      # - c * eps/V: one pass
-        cores.for_blocks(backward_rows, len(z), z.size, chunk=cores.cache_rows(z))
+        c = w * g                                                     # (N,) g/n per counted row, else 0
+        dz = p                                                        # the saved exp, reused in place
+        dz *= (c / s)[:, None]                                        # c * softmax(z)
+        if eps:
+            dz -= (c * (eps / V))[:, None]                            # - c * eps/V
         dz[rows, t] -= c * (1.0 - eps)                                # - c * (1 - eps) at the targets
         return (dz.reshape(logits.shape),)
     out = make_node(loss, (logits,), backward, "cross_entropy")
@@ -181,51 +171,37 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     if x.shape[-1:] != gamma.shape:
         raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end in d={gamma.shape[0]} "
                          f"(gamma shape {gamma.shape})")
-    if kernels.active(x, gamma, beta):
-        return kernels.layer_norm(x, gamma, beta, eps)                # the fused CUDA kernels (GPU only)
+    if fast.on(x, gamma, beta):
+        return fast.layer_norm(x, gamma, beta, eps)
     xp = backend.xp
     D = x.shape[-1]
     x2 = x.data.reshape(-1, D)                                        # (N, D)
-    xhat, y, rstd = xp.empty_like(x2), xp.empty_like(x2), xp.empty((len(x2), 1), x2.dtype)
-
-    def forward_rows(r):                                              # rows r (all, or a block: cores.py)
-        xh = xp.subtract(x2[r], x2[r].mean(axis=-1, keepdims=True), out=xhat[r])  # (n, D) centred
-        var = xp.einsum("...i,...i->...", xh, xh)[..., None]          # (n, 1) sum of squares, no temporary
-        var *= 1.0 / D
-        var += eps
-        xp.reciprocal(xp.sqrt(var, out=var), out=rstd[r])             # (n, 1) 1 / sigma
-        xh *= rstd[r]
-        xp.add(xp.multiply(xh, gamma.data, out=y[r]), beta.data, out=y[r])
-    cores.for_blocks(forward_rows, len(x2), x2.size)
+    mu = x2.mean(axis=1, keepdims=True)                               # (N, 1)
+    xc = x2 - mu                                                      # (N, D) centred
+    var = (xc * xc).mean(axis=1, keepdims=True)                       # (N, 1)
+    rstd = 1.0 / xp.sqrt(var + eps)                                   # (N, 1) 1 / sigma
+    xhat = xc * rstd                                                  # (N, D)
+    y = xhat * gamma.data + beta.data                                 # (N, D)
 
     def backward(gy):
-        dx = None
-        gyx = gy * xhat.reshape(gy.shape)                             # (..., D)
-        dgamma = gyx.reshape(-1, D).sum(axis=0) if gamma.requires_grad else None  # (D,)
-        dbeta = gy.reshape(-1, D).sum(axis=0) if beta.requires_grad else None     # (D,)
-        if x.requires_grad:
-            # mean(g) and mean(g * xhat) with g = gy * gamma, as matrix-vector products: no (..., D) g
-            mean_g = (gy @ gamma.data).reshape(-1, 1) * (1.0 / D)     # (N, 1)
-            mean_gx = (gyx @ gamma.data).reshape(-1, 1) * (1.0 / D)   # (N, 1)
-            gy, gyx = gy.reshape(-1, D), gyx.reshape(-1, D)           # (N, D)
-            dx = xp.empty_like(gy)
-
-            def backward_rows(r):
-                d = xp.multiply(gy[r], gamma.data, out=dx[r])
-                d -= mean_g[r]
-                d -= xp.multiply(xhat[r], mean_gx[r], out=gyx[r])
-                d *= rstd[r]
-            cores.for_blocks(backward_rows, len(gy), gy.size)
-            dx = dx.reshape(x.shape)
-        return dx, dgamma, dbeta
+        gy = gy.reshape(-1, D)                                        # (N, D)
+        dgamma = (gy * xhat).sum(axis=0)                              # (D,)
+        dbeta = gy.sum(axis=0)                                        # (D,)
+        g = gy * gamma.data                                           # (N, D)
+        mean_g = g.mean(axis=1, keepdims=True)                        # (N, 1)
+        mean_gx = (g * xhat).mean(axis=1, keepdims=True)              # (N, 1)
+        dx = rstd * (g - mean_g - xhat * mean_gx)                     # (N, D)
+        return dx.reshape(x.shape), dgamma, dbeta
     return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
 
 
 # -------------------------------------------------------------------- relu and dropout
 @traced
 def relu(x):
-    """max(x, 0): Tensor.relu (ops.relu); on the GPU kernels.relu, its backward in one launch (CuPy's two)."""
-    return kernels.relu(x) if kernels.active(x) else x.relu()
+    """max(x, 0): Tensor.relu (ops.relu); on the GPU fast.relu, its backward in one launch."""
+    if fast.on(x):
+        return fast.relu(x)
+    return x.relu()
 
 
 def dropout(x, p, training=True):
@@ -241,22 +217,21 @@ def dropout(x, p, training=True):
         raise ValueError(f"dropout: p must lie in [0, 1), got {p}")
     if not training or p == 0:
         return x
-    if kernels.active(x):
-        return kernels.dropout(x, p)                                  # the fused CUDA kernel (GPU only)
-    keep = cores.keep(backend.rng(), x.shape, p)                      # rng.random(x.shape, float32) >= p
-    mask = cores.elementwise(np.multiply, keep, x.dtype.type(1.0 / (1.0 - p)))  # keep / (1 - p), in x's dtype
-    return make_node(cores.elementwise(np.multiply, x.data, mask), (x,),
-                     lambda g: (cores.elementwise(np.multiply, g, mask),), "dropout")
+    if fast.on(x):
+        return fast.dropout(x, p)
+    keep = backend.rng().random(x.shape, dtype=np.float32) >= p      # (...,) Bernoulli(1 - p)
+    mask = keep * x.dtype.type(1.0 / (1.0 - p))                      # keep / (1 - p), in x's dtype
+    return make_node(x.data * mask, (x,), lambda g: (g * mask,), "dropout")
 
 
 # -------------------------------------------------------------------- embedding and linear
 def _scatter_rows(shape, ids, g):
-    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the CPU by
-    np.add.at over the flattened matrix (NumPy's fast 1-D path: 2-4x faster than on rows; sorting plus reduceat
-    measured slower); on the GPU kernels.embedding_backward in the same order (the CPU's bits), else (fused
-    off) backend.scatter_add: the same bits every run, where atomic adds would land in the hardware's order."""
-    if kernels.active(g):
-        return kernels.embedding_backward(shape, backend.xp.asarray(ids), g)
+    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the CPU
+    by np.add.at over the flattened matrix (NumPy's fast 1-D path; benchmarks/README.md, 'Embedding');
+    on the GPU fast.embedding_backward in the same order (the CPU's bits), else (fused off)
+    backend.scatter_add: the same bits every run, where atomic adds would land in the hardware's order."""
+    if fast.on(g):
+        return fast.embedding_backward(shape, backend.xp.asarray(ids), g)
     out = backend.xp.zeros(shape, dtype=g.dtype)                      # (V, D)
     if backend.device_of(out) == "gpu":
         return backend.scatter_add(out, ids, g)
@@ -291,11 +266,11 @@ def embedding(weight, ids):
 
 @traced
 def linear(x, weight, bias=None):
-    """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out). Plain form: plain.linear.
+    """y = x W + b: x (..., d_in), W (d_in, d_out), b (d_out,) or None -> (..., d_out).
+    Plain form: plain.linear.
 
-    One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a batched
-    one), and the bias gradient is a column sum (kernels.column_sum on the GPU), with no broadcast to undo.
-    Where W and b already hold gradient buffers (tensor.grad_into), dW and db are added into them here.
+    One GEMM on (N, d_in) with N the product of the leading axes (one big GEMM is faster than a
+    batched one), and the bias gradient is a column sum, with no broadcast to undo.
 
     Backward: dx = dy W^T, dW = x^T dy, db = sum(dy) over the rows (y is linear in each of x, W, b).
     """
@@ -304,18 +279,19 @@ def linear(x, weight, bias=None):
     if x.shape[-1:] != (d_in,):
         raise ValueError(f"linear: input of shape {tuple(x.shape)} does not end in d_in={d_in} "
                          f"(weight shape {tuple(weight.shape)})")
-    lead = x.shape[:-1]
+    if fast.on(x, weight):
+        return fast.linear(x, weight, bias)
     x2 = x.data.reshape(-1, d_in)                                     # (N, d_in)
-    y = cores.matmul(x2, weight.data, None if bias is None else bias.data)  # (N, d_out) x W + b
+    y = x2 @ weight.data                                              # (N, d_out)
+    if bias is not None:
+        y += bias.data
 
     def backward(g):
         g = g.reshape(-1, d_out)                                      # (N, d_out)
-        dx = cores.matmul(g, weight.data.T).reshape(x.shape) if x.requires_grad else None
-        dw = cores.transpose_matmul(x2, g, into=grad_into(weight)) if weight.requires_grad else None  # (d_in, d_out)
-        db = None
-        if bias is not None and bias.requires_grad:                   # (d_out,)
-            sums = kernels.column_sum if kernels.active(g) else cores.column_sum
-            db = sums(g, into=grad_into(bias))
-        return (dx, dw) if bias is None else (dx, dw, db)
+        dx = (g @ weight.data.T).reshape(x.shape) if x.requires_grad else None
+        dw = x2.T @ g if weight.requires_grad else None               # (d_in, d_out)
+        if bias is None:
+            return dx, dw
+        return dx, dw, g.sum(axis=0)                                  # (d_out,)
     parents = (x, weight) if bias is None else (x, weight, bias)
-    return make_node(y.reshape(lead + (d_out,)), parents, backward, "linear")
+    return make_node(y.reshape(x.shape[:-1] + (d_out,)), parents, backward, "linear")

@@ -12,18 +12,20 @@ from .tensor import Tensor, no_grad
 
 
 class GradcheckError(AssertionError):
-    """A backward pass disagrees with the numeric gradient; the message says where and by how much."""
+    """A backward pass disagrees with the numeric gradient; the message says where, by how much."""
 
 
 class _Projection:
-    """A fixed random R of the output's shape, drawn from `seed` the first time an output is seen."""
+    """A fixed random R of the output's shape, drawn from `seed` when the first output is seen."""
 
     def __init__(self, seed):
-        self.seed, self.r = seed, None
+        self.seed = seed
+        self.r = None
 
     def __call__(self, out):
         if self.r is None:
-            self.r = Tensor(backend.asarray(np.random.default_rng(self.seed).standard_normal(out.shape)))
+            r = np.random.default_rng(self.seed).standard_normal(out.shape)
+            self.r = Tensor(backend.asarray(r))
         return self.r
 
 
@@ -51,19 +53,22 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
 
     `inputs` are Tensors (those with requires_grad=True are checked; module parameters work too).
     They are switched to float64 in place for the check and restored afterwards. A non-scalar output
-    is reduced with a fixed random projection. mode: "elementwise", "directional" or "auto" (element-
-    wise when the checked inputs have at most `max_elements` elements in all).
+    is reduced with a fixed random projection. mode: "elementwise", "directional" or "auto"
+    (element-wise when the checked inputs have at most `max_elements` elements in all).
     """
     if mode not in ("auto", "elementwise", "directional"):
-        raise ValueError(f"gradcheck: unknown mode {mode!r} (use 'auto', 'elementwise' or 'directional')")
+        raise ValueError(f"gradcheck: unknown mode {mode!r} "
+                         "(use 'auto', 'elementwise' or 'directional')")
     checked = [(i, t) for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check")
     for i, t in checked:
         if t.dtype.kind != "f":
-            raise TypeError(f"gradcheck: input {i} holds {t.dtype}; only floating-point inputs have gradients to check")
+            raise TypeError(f"gradcheck: input {i} holds {t.dtype}; "
+                            "only floating-point inputs have gradients to check")
     tensors = [t for t in inputs if isinstance(t, Tensor)]
-    saved = [(t.data, t.grad, t.version) for t in tensors]  # the very arrays, restored afterwards: no trace left
+    # the very arrays, restored afterwards: no trace left
+    saved = [(t.data, t.grad, t.version) for t in tensors]
     for t in tensors:
         if t.data.dtype.kind == "f":
             t.data = t.data.astype(np.float64, order="C")
@@ -72,16 +77,22 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
         for _, t in checked:
             t.grad = None
         _loss(fn, inputs, projection).backward()
-        analytic = [backend.to_numpy(t.grad) if t.grad is not None else np.zeros(t.shape) for _, t in checked]
+        analytic = [backend.to_numpy(t.grad) if t.grad is not None else np.zeros(t.shape)
+                    for _, t in checked]
         if mode == "auto":
-            mode = "elementwise" if sum(t.size for _, t in checked) <= max_elements else "directional"
+            small = sum(t.size for _, t in checked) <= max_elements
+            mode = "elementwise" if small else "directional"
         if mode == "elementwise":
             _elementwise(fn, inputs, projection, checked, analytic, eps, atol, rtol)
         else:
-            _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_directions, seed)
+            _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol,
+                         n_directions, seed)
     finally:
         for t, (data, grad, version) in zip(tensors, saved):
-            t.data, t.grad, t.version = data, grad, version  # unchanged: a graph that saved t still runs
+            # the same arrays as before: a graph that saved t still runs
+            t.data = data
+            t.grad = grad
+            t.version = version
     return True
 
 
@@ -106,9 +117,11 @@ def _elementwise(fn, inputs, projection, checked, analytic, eps, atol, rtol):
                 worst = (err[j], i, np.unravel_index(j, t.shape), a.reshape(-1)[j], numeric[j])
     if worst is not None:
         _, i, index, av, nv = worst
+        where = tuple(int(k) for k in index)
+        relative = abs(av - nv) / max(abs(nv), 1e-12)
         raise GradcheckError(
-            f"gradient of input {i} is wrong at index {tuple(int(k) for k in index)}: analytic {av:.6g}, "
-            f"numeric {nv:.6g}, relative error {abs(av - nv) / max(abs(nv), 1e-12):.3g}")
+            f"gradient of input {i} is wrong at index {where}: analytic {av:.6g}, "
+            f"numeric {nv:.6g}, relative error {relative:.3g}")
 
 
 def _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_directions, seed):
@@ -128,13 +141,17 @@ def _directional(fn, inputs, projection, checked, analytic, eps, atol, rtol, n_d
             continue
         for k, ((i, t), a, d) in enumerate(zip(checked, analytic, dirs)):
             alone = [dd if kk == k else np.zeros_like(dd) for kk, dd in enumerate(dirs)]
-            s, e = _slope(fn, inputs, projection, checked, alone, eps), float((a * d).sum())
+            s = _slope(fn, inputs, projection, checked, alone, eps)
+            e = float((a * d).sum())
             if not _close(e, s, atol, rtol):
+                relative = abs(e - s) / max(abs(s), 1e-12)
                 raise GradcheckError(
-                    f"gradient of input {i} (shape {t.shape}) is wrong along a random direction: analytic "
-                    f"{e:.6g}, numeric {s:.6g}, relative error {abs(e - s) / max(abs(s), 1e-12):.3g}; "
-                    f"check it element-wise with mode='elementwise' on a smaller shape to find the element")
-        raise GradcheckError(f"directional check failed: analytic {expected:.6g}, numeric {slope:.6g}")
+                    f"gradient of input {i} (shape {t.shape}) is wrong along a random direction: "
+                    f"analytic {e:.6g}, numeric {s:.6g}, relative error {relative:.3g}; "
+                    "check it element-wise with mode='elementwise' on a smaller shape "
+                    "to find the element")
+        raise GradcheckError(
+            f"directional check failed: analytic {expected:.6g}, numeric {slope:.6g}")
 
 
 def _slope(fn, inputs, projection, checked, dirs, eps):

@@ -6,8 +6,7 @@ The plain form, with separate (D, D) projections and no cache: plain.multi_head_
 """
 import math
 
-from . import attention, backend, nn
-from .fast import cpu as cores
+from . import attention, backend, fast, nn
 from . import functional as F
 from .cache import KVCache  # noqa: F401  (re-exported: a MultiHeadAttention takes one)
 from .checks import check_int
@@ -23,11 +22,9 @@ def _split(x, n_parts, n_heads):
     return x.reshape(B, T, n_parts, n_heads, width // (n_parts * n_heads)).transpose(2, 0, 3, 1, 4)
 
 
-def _heads(x, n_parts, n_heads, contiguous=False):
-    """(B, T, n_parts * D) array -> n_parts views (B, H, T, K) into it; contiguous=True: one copy of all
-    n_parts, each C-ordered (a GEMM on the GPU takes its batch one stride apart, which the views are not)."""
-    heads = _split(x, n_parts, n_heads)                                   # (n, B, H, T, K)
-    return list(backend.xp.ascontiguousarray(heads) if contiguous else heads)
+def _heads(x, n_parts, n_heads):
+    """(B, T, n_parts * D) array -> n_parts views (B, H, T, K) into it."""
+    return list(_split(x, n_parts, n_heads))                              # (n, B, H, T, K)
 
 
 def _merge_heads(o):
@@ -43,9 +40,9 @@ SEPARATE = (1, 1, 1)    # q, k, v from three projections
 LAYOUT_OF = {len(layout): layout for layout in (FUSED_QKV, Q_AND_KV, SEPARATE)}  # by number of projections
 
 
-def _head_arrays(parts, n_heads, contiguous=False):
+def _head_arrays(parts, n_heads):
     """The arrays q, k, v (B, H, T, K) inside the projections `parts`, laid out as LAYOUT_OF[len(parts)]."""
-    return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads, contiguous)]
+    return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads)]
 
 
 @traced
@@ -53,60 +50,38 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
     """Split heads, attend (eq. 1), merge heads, as one graph node: O (B, Tq, D) and P (B, H, Tq, Tk).
 
     Plain form: plain.multi_head_attention between its projections. `parts` are the projections,
-    Tensors whose last axis holds q, k, v side by side in that order, in one of three layouts (LAYOUT_OF):
-    FUSED_QKV (qkv,), one self-attention projection (B, T, 3D); Q_AND_KV (q, kv), encoder-decoder
-    attention, (B, T, D) and (B, S, 2D); or SEPARATE (q, k, v).
+    Tensors whose last axis holds q, k, v side by side in that order, in one of three layouts
+    (LAYOUT_OF): FUSED_QKV (qkv,), one self-attention projection (B, T, 3D); Q_AND_KV (q, kv),
+    encoder-decoder attention, (B, T, D) and (B, S, 2D); or SEPARATE (q, k, v).
 
     Backward: each part's gradient is the head-merged dQ, dK, dV of scaled_dot_product_attention,
-    written straight into one gradient array per part, so splitting a fused projection costs no extra
-    nodes and no zero-filled gradients.
+    written into one gradient array per part, so splitting a fused projection costs no extra nodes
+    and no zero-filled gradients.
     """
+    if fast.on(*parts):
+        return fast.multi_head_attention(parts, n_heads, mask, dropout_p, training)
     layout = LAYOUT_OF[len(parts)]
-    contiguous = contiguous_heads()                                         # the GPU's way
-    q, k, v = _head_arrays(parts, n_heads, contiguous=contiguous)                 # (B, H, T, K) each; kept for backward
+    q, k, v = _head_arrays(parts, n_heads)                                # (B, H, T, K) each
     mask = None if mask is None else backend.asarray(data_of(mask))
     out, p, kept = attention.attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
+    needed = [t.requires_grad for t, n in zip(parts, layout) for _ in range(n)]  # of q, k, v
 
     def backward(g):
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
-        xp = backend.xp
-        if contiguous:                                                    # read by two GEMMs: one copy
-            g = xp.ascontiguousarray(g)
-        result, views, stacks = [], [], []                                # each part's gradient; its head views
+        grads = iter(attention.attention_backward(g, q, k, v, p, kept, dropout_p, *needed))
+        result = []                                                       # one gradient per part
         for t, n in zip(parts, layout):
-            buf = xp.empty(t.shape, dtype=t.dtype) if t.requires_grad else None  # (B, T, n*D)
-            heads = None if buf is None else _split(buf, n, n_heads)      # (n, B, H, T, K) views into buf
-            stack = xp.empty(heads.shape, buf.dtype) if contiguous and buf is not None else None  # C-ordered, GEMMs'
+            heads = [next(grads) for _ in range(n)]                       # its dQ, dK or dV
+            if not t.requires_grad:
+                result.append(None)
+                continue
+            buf = backend.xp.empty(t.shape, dtype=t.dtype)                # (B, T, n*D)
+            for view, grad in zip(_split(buf, n, n_heads), heads):        # (B, H, T, K) views into buf
+                view[...] = grad
             result.append(buf)
-            stacks.append((heads, stack))
-            views += [None] * n if buf is None else list(heads if stack is None else stack)
-        cores.by_rows(_backward_into, g, q, k, v, p, kept, dropout_p, *views)  # dQ, dK, dV written by the GEMMs
-        for heads, stack in stacks:                                       # the GPU's: into buf, one copy a part
-            if stack is not None:
-                xp.copyto(heads, stack)
         return tuple(result)
     return make_node(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
-
-
-def contiguous_heads():
-    """Whether multi_head_attention copies its head views C-ordered (one copy per projection), and has the
-    GEMMs of its backward write into C-ordered arrays, copied into the gradients after (one copy per
-    projection): on the GPU, whose GEMMs take their batch one stride apart, which head views are not. On
-    the CPU the GEMMs read the head views, and their results are copied into the gradients' head views."""
-    return backend.device == "gpu"
-
-
-def _backward_into(g, q, k, v, p, kept, dropout_p, *views):
-    """attention_backward for all rows or a block of them, dQ, dK, dV written into their views (None: not
-    needed), so that the blocks' results are never joined first (cores.by_rows). A C-ordered view (the
-    GPU's) is the GEMM's own output; a head view is copied into (NumPy's GEMM writing into one, strided,
-    took 1.3x the time of a GEMM and a copy on the small preset's shapes)."""
-    outs = [w if w is not None and w.flags.c_contiguous else None for w in views]
-    grads = attention.attention_backward(g, q, k, v, p, kept, dropout_p, *(w is not None for w in views), out=outs)
-    for view, grad in zip(views, grads):
-        if view is not None and grad is not view:                         # not written in place (a head
-            view[...] = grad                                              # view: the CPU's): (B, H, T, K)
 
 
 class MultiHeadAttention(nn.Module):

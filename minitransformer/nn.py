@@ -1,9 +1,9 @@
 """Layers: Module (parameters, train/eval, state_dict), Parameter, Linear, Embedding, LayerNorm,
 Dropout, ModuleList.
 
-A Module finds its parameters and sub-modules from attribute assignment, as in PyTorch, so a model is
-plain Python. Left out on purpose: buffers, hooks, device moves (build the model after mt.use(...);
-load_state_dict puts weights on the current backend) and dtype conversion.
+A Module finds its parameters and sub-modules from attribute assignment, as in PyTorch, so a model
+is plain Python. Left out on purpose: buffers, hooks, device moves (build the model after
+mt.use(...); load_state_dict puts weights on the current backend) and dtype conversion.
 """
 import contextlib
 import math
@@ -17,13 +17,14 @@ from .tensor import Tensor, data_of, no_grad
 
 
 class Parameter(Tensor):
-    """A Tensor that a Module trains: requires_grad=True, float32 by default, on the current backend."""
+    """A Tensor a Module trains: requires_grad=True, float32 by default, on the current backend."""
 
     __slots__ = ()
 
     def __init__(self, data, dtype=None):
         data = data.data if isinstance(data, Tensor) else data
-        super().__init__(backend.asarray(data, dtype=backend.DEFAULT_DTYPE if dtype is None else dtype), requires_grad=True)
+        dtype = backend.DEFAULT_DTYPE if dtype is None else dtype
+        super().__init__(backend.asarray(data, dtype=dtype), requires_grad=True)
 
     def __repr__(self):
         return f"Parameter(shape={self.shape}, dtype={self.dtype}, device={self.device})"
@@ -35,13 +36,15 @@ class Module:
 
     def __init__(self):
         d = self.__dict__  # plain dict writes: __setattr__ needs these to exist
-        d["_parameters"], d["_modules"], d["training"] = {}, {}, True
+        d["_parameters"] = {}
+        d["_modules"] = {}
+        d["training"] = True
 
     def __setattr__(self, name, value):
         d = self.__dict__
         if "_parameters" not in d:
-            raise AttributeError(f"{type(self).__name__}: call super().__init__() at the top of __init__, "
-                                 f"before assigning {name!r}")
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() at the top of "
+                                 f"__init__, before assigning {name!r}")
         d["_parameters"].pop(name, None)
         d["_modules"].pop(name, None)
         if isinstance(value, Parameter):
@@ -64,14 +67,16 @@ class Module:
     # ---------------------------------------------------------------- walking the tree
     def named_modules(self, prefix=""):
         """(dotted name, module) for this module and every descendant, each module once."""
-        seen, stack = set(), [(prefix, self)]
+        seen = set()
+        stack = [(prefix, self)]
         while stack:
             name, m = stack.pop()
             if id(m) in seen:
                 continue
             seen.add(id(m))
             yield name, m
-            stack.extend(reversed([(f"{name}.{k}" if name else k, c) for k, c in m._modules.items()]))
+            children = [(f"{name}.{k}" if name else k, c) for k, c in m._modules.items()]
+            stack.extend(reversed(children))
 
     def modules(self):
         """This module and every descendant, each once."""
@@ -86,8 +91,8 @@ class Module:
                 yield m
 
     def named_parameters(self):
-        """(dotted name, parameter), e.g. ("encoder.layers.0.self_attn.w_qkv.weight", p); a parameter
-        shared under several names is listed once, under the first name met."""
+        """(dotted name, parameter), e.g. ("encoder.layers.0.self_attn.w_qkv.weight", p); a
+        parameter shared under several names is listed once, under the first name met."""
         seen = set()
         for prefix, m in self.named_modules():
             for k, p in m._parameters.items():
@@ -140,17 +145,21 @@ class Module:
         return {name: backend.host_copy(p.data) for name, p in self.named_parameters()}
 
     def load_state_dict(self, state, strict=True):
-        """Copy values from `state` into the parameters, on the current backend, in each parameter's dtype.
+        """Copy values from `state` into the parameters, on the current backend, in each
+        parameter's dtype.
 
-        Fails, before changing anything, with one error naming every missing, unexpected (strict only),
-        mis-shaped and wrongly typed (integer, boolean or complex for a floating parameter) entry.
+        Fails, before changing anything, with one error naming every missing, unexpected (strict
+        only), mis-shaped and wrongly typed (integer, boolean or complex for a floating
+        parameter) entry.
         """
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
-        misshaped = [f"{k}: expected {tuple(p.shape)}, got {tuple(np.shape(data_of(state[k])))}"
-                     for k, p in params.items() if k in state and tuple(np.shape(data_of(state[k]))) != p.shape]
-        dtype = lambda v: getattr(data_of(v), "dtype", None) or np.asarray(v).dtype  # arrays, CuPy, lists
+        shape = lambda v: tuple(np.shape(data_of(v)))
+        misshaped = [f"{k}: expected {tuple(p.shape)}, got {shape(state[k])}"
+                     for k, p in params.items() if k in state and shape(state[k]) != p.shape]
+        # of arrays, CuPy arrays and lists alike
+        dtype = lambda v: getattr(data_of(v), "dtype", None) or np.asarray(v).dtype
         wrong_kind = [f"{k}: {dtype(state[k])} for a {p.dtype} parameter" for k, p in params.items()
                       if k in state and dtype(state[k]).kind != p.dtype.kind]
         problems = [f"mis-shaped: {', '.join(misshaped)}"] if misshaped else []
@@ -159,15 +168,17 @@ class Module:
             problems += [f"missing: {', '.join(missing)}"] if missing else []
             problems += [f"unexpected: {', '.join(unexpected)}"] if unexpected else []
         if problems:
-            raise ValueError(f"load_state_dict into {type(self).__name__} failed; " + "; ".join(problems))
+            raise ValueError(f"load_state_dict into {type(self).__name__} failed; "
+                             + "; ".join(problems))
         for k, p in params.items():
             if k not in state:
                 continue
             value = backend.asarray(data_of(state[k]), dtype=p.dtype)
             if backend.device_of(p.data) == backend.device:
-                p.assign(value)       # in place: views into the parameter (Adam's flat buffer) stay valid;
-                                      # a graph that saved p before refuses backward
-            else:                     # a model built on the other device moves to the current one
+                # in place: views into the parameter (Adam's flat buffer) stay valid;
+                # a graph that saved p before refuses backward
+                p.assign(value)
+            else:  # a model built on the other device moves to the current one
                 p.data = value.copy()
 
     def extra_repr(self):
@@ -180,7 +191,8 @@ class Module:
 
 
 def _check_sizes(owner, **sizes):
-    """Each size is an integer of at least 1 (Linear(d / 2, ...) gives a float), or one sentence naming it."""
+    """Each size is an integer of at least 1 (Linear(d / 2, ...) gives a float), else one sentence
+    names it."""
     for name, n in sizes.items():
         check_int(owner, name, n, 1)
 
@@ -195,7 +207,8 @@ class Linear(Module):
     def __init__(self, d_in, d_out, bias=True):
         super().__init__()
         _check_sizes("Linear", d_in=d_in, d_out=d_out)
-        self.d_in, self.d_out = d_in, d_out
+        self.d_in = d_in
+        self.d_out = d_out
         a = math.sqrt(6.0 / (d_in + d_out))
         self.weight = Parameter(backend.host_rng().uniform(-a, a, (d_in, d_out)))
         self.bias = Parameter(np.zeros(d_out)) if bias else None
@@ -215,7 +228,8 @@ class Embedding(Module):
     def __init__(self, num_embeddings, d):
         super().__init__()
         _check_sizes("Embedding", num_embeddings=num_embeddings, d=d)
-        self.num_embeddings, self.d = num_embeddings, d
+        self.num_embeddings = num_embeddings
+        self.d = d
         self.weight = Parameter(backend.host_rng().normal(0.0, d ** -0.5, (num_embeddings, d)))
 
     def forward(self, ids):
@@ -233,7 +247,8 @@ class LayerNorm(Module):
         super().__init__()
         _check_sizes("LayerNorm", d=d)
         check_real("LayerNorm", "eps", eps, 0.0, low_open=True)
-        self.d, self.eps = d, eps
+        self.d = d
+        self.eps = eps
         self.gamma = Parameter(np.ones(d))
         self.beta = Parameter(np.zeros(d))
 
@@ -245,7 +260,7 @@ class LayerNorm(Module):
 
 
 class Dropout(Module):
-    """x * keep / (1 - p), keep ~ Bernoulli(1 - p), while training (inverted dropout); x in eval mode."""
+    """x * keep / (1 - p), keep ~ Bernoulli(1 - p), while training (inverted dropout); eval: x."""
 
     def __init__(self, p):
         super().__init__()

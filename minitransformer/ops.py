@@ -9,7 +9,6 @@ functional.py and attention.py.
 import numpy as np
 
 from . import backend
-from .fast import cpu as cores
 from .profiler import traced
 from .tensor import Tensor, as_tensor, make_node
 
@@ -121,16 +120,13 @@ def matmul(a, b):
         raise ValueError(f"matmul: shapes {tuple(A.shape)} and {tuple(B.shape)} do not fit: the last axis of the first "
                          f"({A.shape[-1]}) must equal the second-to-last of the second ({B.shape[-2]})")
     xp = backend.xp
-    return make_node(cores.matmul(A, B), (a, b),
-                lambda g: (cores.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None,
-                           _matmul_grad_b(A, g) if b.requires_grad else None), "matmul")
+    # backend.matmul is A @ B (cuBLAS's own GEMM while CUDA graphs record a step: lesson 11)
 
-
-def _matmul_grad_b(A, g):
-    """dB = A^T dC, batched; one cores.transpose_matmul GEMM when both are plain matrices."""
-    if A.ndim == 2 and g.ndim == 2:
-        return cores.transpose_matmul(A, g)
-    return cores.matmul(backend.xp.swapaxes(A, -1, -2), g)
+    def backward(g):
+        dA = backend.matmul(g, xp.swapaxes(B, -1, -2)) if a.requires_grad else None   # dC B^T
+        dB = backend.matmul(xp.swapaxes(A, -1, -2), g) if b.requires_grad else None   # A^T dC
+        return dA, dB
+    return make_node(backend.matmul(A, B), (a, b), backward, "matmul")
 
 
 # -------------------------------------------------------------------- elementwise unary ops
@@ -161,8 +157,8 @@ def sqrt(a):
 def relu(a):
     """relu(a) = max(a, 0), elementwise.
     Backward: da = dy where a > 0, else 0."""
-    out = cores.elementwise(backend.xp.maximum, a.data, 0)
-    return make_node(out, (a,), lambda g: (cores.elementwise(backend.xp.multiply, g, out > 0),), "relu")
+    out = backend.xp.maximum(a.data, 0)
+    return make_node(out, (a,), lambda g: (g * (out > 0),), "relu")
 
 
 @traced

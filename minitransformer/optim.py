@@ -1,7 +1,7 @@
 """Optimisation: Adam with the paper's betas, the warmup schedule of eq. (3), gradient-norm clipping.
 
 Every update runs in place on one flat buffer of all parameters (no new arrays per step), so it
-costs a few passes over memory (one on the GPU, with the fused kernel of kernels.py). The state
+costs a few passes over memory (one on the GPU, with the fused kernel of fast/kernels.py). The state
 splits into JSON-able scalars and named arrays, so a checkpoint stores it without pickle. Left out on
 purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
 """
@@ -9,8 +9,7 @@ import math
 
 import numpy as np
 
-from . import backend, plain
-from .fast import cpu as cores, kernels
+from . import backend, fast, plain
 from .checks import check_int, check_real, fail
 from .tensor import Tensor
 
@@ -55,7 +54,7 @@ class Adam:
         check_real("Adam", "weight_decay", weight_decay, 0.0)
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
         self.steps = 0                        # calls to step()
-        self.part = None                      # (k, n): step() updates the k-th of n slices of each buffer (share())
+        self.part = None                      # (k, n): step() updates the k-th of n slices of each buffer
         self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
         self.flat = {}                        # dtype -> {"data", "grad", "m", "v", "scratch"}: flat arrays
         self.where = []                       # per parameter: (dtype, start, stop) in its flat arrays
@@ -92,85 +91,65 @@ class Adam:
 
     def step(self, lr=None):
         """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr.
-        After share(other, (k, n)), only the k-th of n equal slices of each flat buffer; every parameter's
-        t still advances."""
+        With `part` = (k, n) set, only the k-th of n equal slices of each flat buffer is updated (rank
+        threads sharing one copy: distributed.ThreadWorld.share_); every parameter's t still advances."""
+        for dtype, start, stop, t in self.count_step(lr):
+            flat = self.flat[dtype]
+            if self.part is not None:                       # this rank's slice of the run, maybe none
+                k, n = self.part
+                size = flat["data"].size
+                start = max(start, size * k // n)
+                stop = min(stop, size * (k + 1) // n)
+            if start < stop:
+                run = slice(start, stop)
+                self._update(*(flat[name][run] for name in ("data", "grad", "m", "v", "scratch")), t)
+
+    def count_step(self, lr=None):
+        """The host's part of a step: lr set, each gradient copied into the flat gradient buffer, each
+        updated parameter's t advanced. Returns the runs [dtype, start, stop, t] of neighbours that are
+        updated together (a parameter without a gradient splits a run). A replayed CUDA graph does the
+        device's part itself (run/replay.py)."""
         if lr is not None:
             self.lr = _check_lr(lr)
-        runs = []                             # (dtype, start, stop, t): neighbours updated together
+        runs = []
         for i, p in enumerate(self.params):
-            self._adopt(i, p)
+            if p.data is not self._views[i]:      # assigned anew by hand: back into the flat buffer
+                self._views[i][...] = p.data
+                p.data = self._views[i]
             if p.grad is None:
                 continue
-            if p.grad is not self._grads[i]:  # (it is there already after gradient_buffers())
+            if p.grad is not self._grads[i]:      # (it is there already after gradient_buffers())
                 self._grads[i][...] = p.grad
             self.t[i] += 1
-            p.changed()                       # a graph that saved p before this step refuses backward
+            p.changed()                           # a graph that saved p before this step refuses backward
             dtype, start, stop = self.where[i]
             if runs and runs[-1][0] == dtype and runs[-1][2] == start and runs[-1][3] == self.t[i]:
                 runs[-1][2] = stop
             else:
                 runs.append([dtype, start, stop, self.t[i]])
-        # On the CPU, in pieces of 2^18 elements: the dozen passes of one piece stay in the cache
-        # (measured: 11.3 ms instead of 14.4 ms for the small preset's 7.6M parameters). On the GPU,
-        # the whole run at once: fewer kernel launches. With cores on, the threads share out the pieces.
-        for dtype, start, stop, t in runs:
-            flat = self.flat[dtype]
-            if self.part is not None:                       # this rank's slice of the run, maybe none
-                (k, n), size = self.part, flat["data"].size
-                start, stop = max(start, size * k // n), min(stop, size * (k + 1) // n)
-                if start >= stop:
-                    continue
-            piece = max(stop - start, 1) if backend.device == "gpu" else 1 << 18
-            pieces = [slice(lo, min(lo + piece, stop)) for lo in range(start, stop, piece)]
-
-            def update(r):                                  # pieces r, on one thread (cores.for_blocks)
-                for cut in pieces[r]:
-                    self._update(*(flat[k][cut] for k in ("data", "grad", "m", "v", "scratch")), t)
-            cores.for_blocks(update, len(pieces), stop - start)
         self.steps += 1
+        return runs
 
-    def share(self, other, part):
-        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes, or this
-        one), this optimizer's own dropped, and update only part=(k, n) of them from now on: rank threads
-        of one process hold one copy, each rank updating its k-th of n slices (ThreadWorld.share_)."""
+    def use_buffers(self, other):
+        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes), this
+        optimizer's own dropped: the rank threads of one process hold one copy (ThreadWorld.share_)."""
         if self.where != other.where:
-            raise ValueError("Adam.share: the other optimizer's parameters have other sizes")
-        self.part = tuple(part)
-        if other is self:
-            return
+            raise ValueError("Adam.use_buffers: the other optimizer's parameters have other sizes")
         for dtype, flat in self.flat.items():
-            for k in ("data", "m", "v"):
-                flat[k] = other.flat[dtype][k]
+            for name in ("data", "m", "v"):
+                flat[name] = other.flat[dtype][name]
         self._views = [self._view(i, "data") for i in range(len(self.params))]
         for p, view in zip(self.params, self._views):
             p.data = view
 
-    def _adopt(self, i, p):
-        """Parameter p (number i) back in its flat buffer, where it was assigned anew by hand since."""
-        if p.data is not self._views[i]:
-            self._views[i][...] = p.data
-            p.data = self._views[i]
-
-    def count_step(self, lr):
-        """The host's part of a step that updates every parameter elsewhere (a replayed CUDA graph,
-        graphs.py), kept as step() keeps it: lr, each parameter back in its buffer and its update counted;
-        returns the step's seven numbers (update_numbers; every parameter's t is the same there)."""
-        self.lr = _check_lr(lr)
-        for i, p in enumerate(self.params):
-            self._adopt(i, p)
-            self.t[i] += 1
-            p.changed()                       # a graph that saved p before this step refuses backward
-        self.steps += 1
-        return self.update_numbers(self.t[0])
-
     def _update(self, p, g, m, v, buf, t):
         """The update of eq. (Adam) on flat arrays, in place: p the parameters, g their gradients.
-        On the GPU with backend.fused on, one fused CUDA kernel (kernels.adam) does the same arithmetic.
         Plain form, per parameter and straight from the formulas: plain.adam."""
-        if kernels.active(p):
-            return kernels.adam(p, g, m, v, t, self.lr, self.betas, self.eps, self.weight_decay)
+        numbers = self.update_numbers(t)                   # Python floats
+        if fast.on(p):
+            return fast.adam(p, g, m, v, numbers)
         xp = backend.xp
-        b1, one_minus_b1, b2, one_minus_b2, eps_bc2, step, decay = self.update_numbers(t)   # Python floats
+        b1, one_minus_b1, b2, one_minus_b2, eps_bc2, step, decay = numbers
         m *= b1                              # m = b1 m + (1 - b1) g
         xp.multiply(g, one_minus_b1, out=buf)
         m += buf
@@ -178,8 +157,9 @@ class Adam:
         xp.multiply(g, g, out=buf)
         buf *= one_minus_b2
         v += buf
-        # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias corrections
-        # folded into two numbers: p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2)), bc = 1 - beta^t
+        # p -= lr m_hat / (sqrt(v_hat) + eps), written as Adam's section 2 does, with the bias
+        # corrections folded into two numbers:
+        # p -= lr sqrt(bc2) / bc1 * m / (sqrt(v) + eps sqrt(bc2)), bc = 1 - beta^t
         xp.sqrt(v, out=buf)
         buf += eps_bc2
         xp.divide(m, buf, out=buf)
@@ -189,11 +169,16 @@ class Adam:
         p += buf
 
     def update_numbers(self, t, lr=None):
-        """The 7 numbers of an update at step t (from 1) and rate lr (None: self.lr), which _update and the
-        fused kernel use, as Python floats in kernels.adam_scalars' order. A CUDA graph's replay of
-        kernels.adam_from reads them, cast to the flat dtype, from device memory the host rewrites."""
+        """The 7 numbers of an update at step t (from 1) and rate lr (None: self.lr), as Python floats:
+        b1, 1 - b1, b2, 1 - b2, eps sqrt(bc2), -lr sqrt(bc2) / bc1, 1 - lr weight_decay, with the bias
+        corrections bc1 = 1 - b1^t, bc2 = 1 - b2^t. The one place they are computed, so that _update,
+        the fused kernel and a replayed CUDA graph (which reads them from device memory) agree."""
         lr = self.lr if lr is None else _check_lr(lr)
-        return kernels.adam_scalars(t, lr, self.betas, self.eps, self.weight_decay)
+        b1, b2 = self.betas
+        bc1 = 1.0 - b1 ** t
+        sqrt_bc2 = math.sqrt(1.0 - b2 ** t)
+        return (b1, 1.0 - b1, b2, 1.0 - b2, self.eps * sqrt_bc2, -lr * sqrt_bc2 / bc1,
+                1.0 - lr * self.weight_decay)
 
     def gradient_buffers(self):
         """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into them

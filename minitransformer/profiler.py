@@ -1,7 +1,8 @@
 """mt.profile(): where a step's time goes, op by op, forward and backward.
 
     with mt.profile() as prof:
-        loss = model.loss(src, tgt_in, tgt_out); loss.backward()
+        loss = model.loss(src, tgt_in, tgt_out)
+        loss.backward()
     print(prof.table())
 
 `@traced` only registers an op, so outside a profile an op is a plain function and costs nothing
@@ -39,7 +40,8 @@ class profile:
     def __init__(self, sync=False):
         self.sync = sync
         self.depth = 0                                   # > 0 while inside a traced op
-        self.stats = defaultdict(lambda: [0, 0.0, 0, 0.0])  # name -> [fwd calls, fwd s, bwd calls, bwd s]
+        # name -> [forward calls, forward seconds, backward calls, backward seconds]
+        self.stats = defaultdict(lambda: [0, 0.0, 0, 0.0])
         self.wall = 0.0
 
     def __enter__(self):
@@ -78,15 +80,18 @@ class profile:
         return {name: (r[1], r[3]) for name, r in self.stats.items()}
 
     def table(self, top=20):
-        """A text table: op, calls, forward ms, backward ms, total ms, share of the profiled wall time."""
+        """A text table: op, calls, forward ms, backward ms, total ms, share of the wall time."""
         rows = sorted(self.stats.items(), key=lambda kv: -(kv[1][1] + kv[1][3]))[:top]
-        lines = [f"{'op':24s} {'calls':>7s} {'forward ms':>11s} {'backward ms':>12s} {'total ms':>10s} {'share':>6s}"]
+        lines = [f"{'op':24s} {'calls':>7s} {'forward ms':>11s} {'backward ms':>12s} "
+                 f"{'total ms':>10s} {'share':>6s}"]
         for name, (fc, fs, bc, bs) in rows:
             share = (fs + bs) / self.wall if self.wall else 0.0
-            lines.append(f"{name:24s} {max(fc, bc):7d} {fs * 1e3:11.2f} {bs * 1e3:12.2f} {(fs + bs) * 1e3:10.2f} {share:6.1%}")
+            lines.append(f"{name:24s} {max(fc, bc):7d} {fs * 1e3:11.2f} {bs * 1e3:12.2f} "
+                         f"{(fs + bs) * 1e3:10.2f} {share:6.1%}")
         traced = sum(r[1] + r[3] for r in self.stats.values())
+        share = traced / self.wall if self.wall else 0
         lines.append(f"{'(all ops)':24s} {'':7s} {'':11s} {'':12s} {traced * 1e3:10.2f} "
-                     f"{traced / self.wall if self.wall else 0:6.1%}  of {self.wall * 1e3:.2f} ms wall")
+                     f"{share:6.1%}  of {self.wall * 1e3:.2f} ms wall")
         return "\n".join(lines)
 
 
@@ -94,7 +99,8 @@ def _rebind(replacement):
     """Bind every name of a loaded minitransformer module that holds an object whose id is a key of
     `replacement` to that key's value (every key's object is kept alive, so no id is reused)."""
     for module_name, module in list(sys.modules.items()):
-        if module is not None and (module_name == "minitransformer" or module_name.startswith("minitransformer.")):
+        ours = module_name == "minitransformer" or module_name.startswith("minitransformer.")
+        if module is not None and ours:
             space = vars(module)
             for name, value in list(space.items()):
                 if id(value) in replacement:
@@ -102,8 +108,9 @@ def _rebind(replacement):
 
 
 def _timing(prof, fn):
-    """The op `fn`, timed in `prof`: its forward when it is the outermost traced call, the backward of
-    the node it returns (multi_head_attention returns (node, weights): the first item) whenever it runs."""
+    """The op `fn`, timed in `prof`: its forward when it is the outermost traced call, and the
+    backward of the node it returns whenever that runs (multi_head_attention returns
+    (node, weights): the first item)."""
     @functools.wraps(fn)
     def op(*args, **kwargs):
         outer = prof.depth == 0
@@ -120,21 +127,25 @@ def _timing(prof, fn):
         name = node._op if made else fn.__name__
         if outer:
             prof.record(name, "forward", prof.now() - start)
+        # wrapped once: masked_fill returns where's node
         if made and node._backward is not None and type(node._backward) is not _TimedBackward:
-            node._backward = _TimedBackward(prof, name, node._backward)  # once: masked_fill returns where's node
+            node._backward = _TimedBackward(prof, name, node._backward)
         return out
     return op
 
 
 class _TimedBackward:
-    """A node's backward closure that records the time it takes, while the profile that wrapped it is active."""
+    """A node's backward closure that records its time while the profile that wrapped it is
+    active."""
     __slots__ = ("prof", "name", "backward")
 
     def __init__(self, prof, name, backward):
-        self.prof, self.name, self.backward = prof, name, backward
+        self.prof = prof
+        self.name = name
+        self.backward = backward
 
     def __call__(self, g):
-        if _active is not self.prof:                     # backward() after the profile ended: not recorded
+        if _active is not self.prof:  # backward() after the profile ended: not recorded
             return self.backward(g)
         start = self.prof.now()
         grads = self.backward(g)

@@ -16,8 +16,6 @@ Conventions, shared by greedy_search, beam_search, their plain forms and the tes
   * A hypothesis y_1 .. y_n </s> has log_prob = sum of the n + 1 log p, </s> included, and
     |Y| = n + 1 counts the tokens INCLUDING </s> (an empty translation has |Y| = 1). Beam search
     ranks finished hypotheses by score = log_prob / lp(|Y|), lp = ((5 + |Y|) / 6) ** alpha (GNMT).
-  * Decoding runs with cores.py off (inside training too): its products are small, and a hand-off to
-    another thread each made it slower (greedy over the test set 3.9 -> 5.7 s; benchmarks/README.md).
 Left out on purpose: sampling, constraints, diverse beams, repetition penalties.
 """
 from dataclasses import dataclass
@@ -25,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend
-from .fast import cpu as cores
 from .attention import padding_mask
 from .config import SearchConfig
 from .text.data import encode_sources
@@ -133,7 +130,7 @@ def greedy_search(model, src, search=SearchConfig(), *, use_cache=True):
     if not len(lens):
         return results
     max_len = _max_lengths(model, lens, search.max_len_a, search.max_len_b)
-    with model.inference_mode(), cores.using(1):
+    with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                     # sentence of each row
         total, xp = None, backend.xp
@@ -186,7 +183,7 @@ def beam_search(model, src, search=SearchConfig(), *, use_cache=True, return_att
         return []
     max_len = _max_lengths(model, lens, search.max_len_a, search.max_len_b)
     exact = search.stop == "exact"
-    with model.inference_mode(), cores.using(1):
+    with model.inference_mode():
         step = _DecoderState(model, src_ids, use_cache, max_len)
         active = np.arange(len(lens))                                  # the sentences still searched
         alive = np.zeros((len(lens), 1))                               # (Ba, n) log_prob of the prefixes

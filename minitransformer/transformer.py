@@ -1,10 +1,11 @@
-"""The Transformer of "Attention Is All You Need" (Figure 1): its configuration, positional encodings,
-the feed-forward sub-layer, encoder and decoder layers and stacks, and the assembled model with one
-embedding matrix shared by source, target and the pre-softmax projection.
+"""The Transformer of "Attention Is All You Need" (Figure 1): its configuration, positional
+encodings, the feed-forward sub-layer, encoder and decoder layers and stacks, and the assembled
+model with one embedding matrix shared by source, target and the pre-softmax projection.
 
 Shapes (the legend for the whole package): B batch, S source length, T target length, D d_model,
-H heads, K = D/H head size, F d_ff, V vocabulary. Token ids are integer arrays (B, S) / (B, T); masks
-are boolean arrays, True where attention is allowed, broadcastable to (B, H, T_q, T_k) (attention.py).
+H heads, K = D/H head size, F d_ff, V vocabulary. Token ids are integer arrays (B, S) / (B, T);
+masks are boolean arrays, True where attention is allowed, broadcastable to (B, H, T_q, T_k)
+(see attention.py).
 Left out on purpose: anything not in the paper but the flagged options (pre-LN, learned positions,
 untied embeddings, dropout on attention weights and inside the FFN), which are all off by default.
 """
@@ -25,21 +26,26 @@ from .tensor import data_of
 
 # -------------------------------------------------------------------- building blocks
 class PositionalEncoding(nn.Module):
-    """x + PE[offset : offset + T]: PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
+    """x + PE[offset : offset + T], with PE(pos, 2i) = sin(pos / 10000^(2i/D)) and
+    PE(pos, 2i+1) = cos(pos / 10000^(2i/D)).
 
     Section 3.5. The table (max_len, D) is computed once. `offset` is the position of x's first
     token (incremental decoding: the number of positions already decoded). learned=True makes the
-    table a trained Parameter instead (Note: Table 3 row E; the paper keeps the sinusoids), drawn from
-    N(0, D^-1/2) like the embeddings.
+    table a trained Parameter instead (Note: Table 3 row E; the paper keeps the sinusoids), drawn
+    from N(0, D^-1/2) like the embeddings.
     """
 
     def __init__(self, d_model, max_len=1024, learned=False):
         super().__init__()
-        self.d_model, self.max_len, self.learned = d_model, max_len, learned
+        self.d_model = d_model
+        self.max_len = max_len
+        self.learned = learned
         if learned:
-            self.table = nn.Parameter(backend.host_rng().normal(0.0, d_model ** -0.5, (max_len, d_model)))
+            table = backend.host_rng().normal(0.0, d_model ** -0.5, (max_len, d_model))
+            self.table = nn.Parameter(table)
         else:
-            self.table = backend.asarray(sinusoids(max_len, d_model), dtype=backend.DEFAULT_DTYPE)  # (max_len, D)
+            table = sinusoids(max_len, d_model)  # (max_len, D)
+            self.table = backend.asarray(table, dtype=backend.DEFAULT_DTYPE)
 
     def forward(self, x, offset=0):
         T = x.shape[1]
@@ -53,12 +59,13 @@ class PositionalEncoding(nn.Module):
 
 
 def sinusoids(n_positions, d_model):
-    """The (n_positions, D) float64 NumPy table of section 3.5: sines at even, cosines at odd columns.
+    """The (n_positions, D) float64 table of section 3.5: sines at even, cosines at odd columns.
 
     sinusoids(2, 2) -> [[sin 0, cos 0], [sin 1, cos 1]]
     """
     pos = np.arange(n_positions, dtype=np.float64)[:, None]              # (P, 1)
-    freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,): 1/10000^(2i/D)
+    # (D/2,): 1/10000^(2i/D)
+    freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
     table = np.empty((n_positions, d_model))
     table[:, 0::2] = np.sin(pos * freq)
     table[:, 1::2] = np.cos(pos * freq)
@@ -80,11 +87,13 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(relu_dropout)
 
     def forward(self, x):
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))                # (B, T, D) -> (B, T, F) -> (B, T, D)
+        # (B, T, D) -> (B, T, F) -> (B, T, D)
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))
 
 
 def _sublayer(x, norm, dropout, fn, norm_first):
-    """Post-LN LayerNorm(x + Dropout(Sublayer(x))) (section 3.1, 5.4), or pre-LN x + Dropout(Sublayer(LayerNorm(x)))."""
+    """Post-LN LayerNorm(x + Dropout(Sublayer(x))) (section 3.1, 5.4), or pre-LN
+    x + Dropout(Sublayer(LayerNorm(x)))."""
     if norm_first:  # Note: pre-LN, not in the paper
         return x + dropout(fn(norm(x)))
     return norm(x + dropout(fn(x)))
@@ -96,7 +105,8 @@ class EncoderLayer(nn.Module):
     def __init__(self, config):
         super().__init__()
         c = config
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout,
+                                            self_attention=True)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.relu_dropout)
         self.norm_1 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
         self.norm_2 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
@@ -104,19 +114,23 @@ class EncoderLayer(nn.Module):
         self.norm_first = c.norm_first
 
     def forward(self, x, src_mask=None):
-        x = _sublayer(x, self.norm_1, self.dropout, lambda h: self.self_attn(h, mask=src_mask), self.norm_first)
+        x = _sublayer(x, self.norm_1, self.dropout,
+                      lambda h: self.self_attn(h, mask=src_mask), self.norm_first)
         return _sublayer(x, self.norm_2, self.dropout, self.ffn, self.norm_first)  # (B, S, D)
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention over the memory, then the FFN; each wrapped in
-    a residual connection and LayerNorm. `cache`: (self KVCache, encoder-decoder KVCache) or None."""
+    """Masked self-attention, encoder-decoder attention over the memory, then the FFN; each
+    wrapped in a residual connection and LayerNorm. `cache`: (self KVCache, encoder-decoder
+    KVCache) or None."""
 
     def __init__(self, config):
         super().__init__()
         c = config
-        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=True)
-        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout, self_attention=False)
+        self.self_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout,
+                                            self_attention=True)
+        self.cross_attn = MultiHeadAttention(c.d_model, c.n_heads, c.attention_dropout,
+                                             self_attention=False)
         self.ffn = FeedForward(c.d_model, c.d_ff, c.relu_dropout)
         self.norm_1 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
         self.norm_2 = nn.LayerNorm(c.d_model, c.layer_norm_eps)
@@ -129,7 +143,8 @@ class DecoderLayer(nn.Module):
         y = _sublayer(y, self.norm_1, self.dropout,
                       lambda h: self.self_attn(h, mask=tgt_mask, cache=self_cache), self.norm_first)
         y = _sublayer(y, self.norm_2, self.dropout,
-                      lambda h: self.cross_attn(h, memory, mask=src_mask, cache=cross_cache), self.norm_first)
+                      lambda h: self.cross_attn(h, memory, mask=src_mask, cache=cross_cache),
+                      self.norm_first)
         return _sublayer(y, self.norm_3, self.dropout, self.ffn, self.norm_first)  # (B, T, D)
 
 
@@ -139,7 +154,7 @@ class Encoder(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_encoder_layers))
-        self.norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_first else None
+        self.norm = _final_norm(config)
 
     def forward(self, x, src_mask=None):
         for layer in self.layers:
@@ -153,12 +168,17 @@ class Decoder(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.n_decoder_layers))
-        self.norm = nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_first else None
+        self.norm = _final_norm(config)
 
     def forward(self, y, memory, src_mask=None, tgt_mask=None, cache=None):
         for i, layer in enumerate(self.layers):
             y = layer(y, memory, src_mask, tgt_mask, None if cache is None else cache.layer(i))
         return y if self.norm is None else self.norm(y)                    # (B, T, D)
+
+
+def _final_norm(config):
+    """The LayerNorm after a stack of pre-LN layers; None for post-LN (the paper's)."""
+    return nn.LayerNorm(config.d_model, config.layer_norm_eps) if config.norm_first else None
 
 
 # -------------------------------------------------------------------- the model
@@ -171,17 +191,20 @@ class Transformer(nn.Module):
     embeddings and an output projection (Note: a deviation from the paper).
 
     Training: `model.loss(src, tgt_in, tgt_out)` (tgt_in = <s> y, tgt_out = y </s>). Decoding
-    (search.py, lesson 10): encode() once, then decode() one new token at a time with the DecoderCache
-    of init_cache(), under model.inference_mode().
+    (search.py, lesson 10): encode() once, then decode() one new token at a time with the
+    DecoderCache of init_cache(), under model.inference_mode().
     """
 
     def __init__(self, config):
         super().__init__()
         c = self.config = config
         self.src_embed = nn.Embedding(c.vocab_size, c.d_model)
-        self.tgt_embed = self.src_embed if c.share_embeddings else nn.Embedding(c.vocab_size, c.d_model)
-        # Note: untied embeddings only; the paper ties the output projection to the embeddings
-        self.out_proj = None if c.share_embeddings else nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.tgt_embed = self.src_embed
+        self.out_proj = None
+        if not c.share_embeddings:
+            self.tgt_embed = nn.Embedding(c.vocab_size, c.d_model)
+            # Note: untied embeddings only; the paper ties the output projection to the embeddings
+            self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
         learned = c.positional == "learned"
         self.src_pos = PositionalEncoding(c.d_model, c.max_len, learned)
         self.tgt_pos = PositionalEncoding(c.d_model, c.max_len, learned)
@@ -191,7 +214,8 @@ class Transformer(nn.Module):
 
     def extra_repr(self):
         c = self.config
-        return f"vocab_size={c.vocab_size}, d_model={c.d_model}, n_heads={c.n_heads}, parameters={self.num_parameters():,}"
+        return (f"vocab_size={c.vocab_size}, d_model={c.d_model}, n_heads={c.n_heads}, "
+                f"parameters={self.num_parameters():,}")
 
     def _embed(self, ids, embed, pos, offset=0):
         """Dropout(E[ids] * sqrt(D) + PE): section 3.4 and 3.5, dropout of section 5.4."""
@@ -209,14 +233,15 @@ class Transformer(nn.Module):
         """tgt_in (B, T) ids, memory (B, S, D) -> logits (B, T, V).
 
         Without a cache, tgt_mask defaults to causal AND the padding mask of tgt_in. With a cache
-        (a DecoderCache from init_cache(), under no_grad), tgt_in holds only the new positions, which
-        sit at positions cache.length onwards; tgt_mask=None then means that one new token sees every
-        cached position, and several new tokens get a causal mask offset by the cache.
+        (a DecoderCache from init_cache(), under no_grad), tgt_in holds only the new positions,
+        which sit at positions cache.length onwards; tgt_mask=None then means that one new token
+        sees every cached position, and several new tokens get a causal mask offset by the cache.
         """
         tgt_in = _ids(tgt_in, self.config.vocab_size)
-        if cache is None and tgt_in.shape[0] != memory.shape[0]:  # with a cache, beams share a sentence's memory
-            raise ValueError(f"tgt_in has {tgt_in.shape[0]} sentences but the memory has {memory.shape[0]}: "
-                             f"each target must face its own source")
+        # with a cache, beams share a sentence's memory
+        if cache is None and tgt_in.shape[0] != memory.shape[0]:
+            raise ValueError(f"tgt_in has {tgt_in.shape[0]} sentences but the memory has "
+                             f"{memory.shape[0]}: each target must face its own source")
         T = tgt_in.shape[1]
         offset = 0 if cache is None else cache.length
         if tgt_mask is None:
@@ -231,12 +256,16 @@ class Transformer(nn.Module):
         """Decoder output (B, T, D) -> logits (B, T, V): h E^T with the shared matrix, one GEMM."""
         B, T, D = h.shape
         h = h.reshape(B * T, D)                                           # (B*T, D)
-        logits = h @ self.tgt_embed.weight.T if self.out_proj is None else self.out_proj(h)  # (B*T, V)
+        if self.out_proj is None:
+            logits = h @ self.tgt_embed.weight.T                          # (B*T, V)
+        else:
+            logits = self.out_proj(h)
         return logits.reshape(B, T, self.config.vocab_size)
 
     def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
         """src (B, S), tgt_in (B, T) ids -> logits (B, T, V); masks from pad_id when not given."""
-        src, tgt_in = _ids(src, self.config.vocab_size), _ids(tgt_in, self.config.vocab_size)
+        src = _ids(src, self.config.vocab_size)
+        tgt_in = _ids(tgt_in, self.config.vocab_size)
         if src.shape[0] != tgt_in.shape[0]:
             raise ValueError(f"src has {src.shape[0]} sentences but tgt_in has {tgt_in.shape[0]}: "
                              f"each target must face its own source")
@@ -244,29 +273,34 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         return self.decode(tgt_in, self.encode(src, src_mask), src_mask, tgt_mask)
 
-    def loss(self, src, tgt_in, tgt_out, src_mask=None, tgt_mask=None, return_count=False, label_smoothing=None):
+    def loss(self, src, tgt_in, tgt_out, src_mask=None, tgt_mask=None, return_count=False,
+             label_smoothing=None):
         """Label-smoothed cross-entropy of the logits against tgt_out (B, T), averaged over non-pad
         target tokens; eps_ls is the config's unless label_smoothing is given (0.0 for validation).
         return_count=True also gives that token count."""
         eps = self.config.label_smoothing if label_smoothing is None else label_smoothing
-        tgt_in, tgt_out = _ids(tgt_in, self.config.vocab_size), _ids(tgt_out, self.config.vocab_size, "tgt_out", "classes")
+        tgt_in = _ids(tgt_in, self.config.vocab_size)
+        tgt_out = _ids(tgt_out, self.config.vocab_size, "tgt_out", "classes")
         if tgt_out.shape != tgt_in.shape:
-            raise ValueError(f"tgt_out has shape {tuple(tgt_out.shape)} but tgt_in has {tuple(tgt_in.shape)}: "
-                             f"they are the same sentences, y </s> and <s> y")
+            raise ValueError(f"tgt_out has shape {tuple(tgt_out.shape)} but tgt_in has "
+                             f"{tuple(tgt_in.shape)}: "
+                             "they are the same sentences, y </s> and <s> y")
         logits = self.forward(src, tgt_in, src_mask, tgt_mask)
         return F.cross_entropy(logits, tgt_out, ignore_index=self.config.pad_id,
                                label_smoothing=eps, return_count=return_count)
 
     def init_cache(self, capacity=0):
-        """An empty DecoderCache for incremental decoding (see the class docstring); capacity: the target
-        positions to reserve room for (search: the longest output + 1), so that no step grows a buffer."""
+        """An empty DecoderCache for incremental decoding (see the class docstring); capacity: the
+        target positions to reserve room for (search: the longest output + 1), so that no step
+        grows a buffer."""
         return DecoderCache(self.config.n_decoder_layers, capacity)
 
 
 def _ids(x, vocab_size, what="embedding", of="embeddings"):
-    """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array). Host ids
-    bound for a GPU are range-checked here, before they travel: there the embedding and cross_entropy see
-    device arrays, which they do not check (a sync); on the CPU they check the ids themselves."""
+    """Token ids as an integer array (B, L) on the current backend (from a Tensor, list or array).
+    Host ids bound for a GPU are range-checked here, before they travel: there the embedding and
+    cross_entropy see device arrays, which they do not check (a sync); on the CPU they check the
+    ids themselves."""
     ids = data_of(x)
     ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids
     if ids.dtype.kind not in "iu":

@@ -130,3 +130,37 @@ def training_config(**kw):
 
 def quiet(*args):
     pass
+
+
+@pytest.fixture
+def numpy_kernels(monkeypatch):
+    """fast/gpu.py's CUDA kernels modelled in NumPy, each in its C's argument order, so that the GPU's
+    whole-op alternatives (linear, attention, multi-head attention) run their own logic on the CPU."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from minitransformer import functional
+    from minitransformer.fast import gpu
+
+    def forward_rows(name, x, out=None):
+        assert name == "softmax_rows", name
+        return functional.softmax_array(x, out=out)
+
+    def backward_rows(name, y, dy, out=None, scale=1.0):   # (dy - sum(dy * y)) * y * scale
+        assert name == "softmax" and out is dy, name
+        out[...] = (dy - (dy * y).sum(axis=-1, keepdims=True)) * y * y.dtype.type(scale)
+        return out
+
+    def scale_and_mask(s, allowed, scale, fill):            # s = allowed ? s * scale : fill
+        s[...] = np.where(allowed, s * s.dtype.type(scale), s.dtype.type(fill))
+        return s
+
+    def column_sum(a, b=None, into=None):                  # the sums down the columns, added into `into`
+        sums = (a if b is None else a * b).sum(axis=0)
+        if into is None:
+            return sums
+        into += sums
+        return None
+    monkeypatch.setattr(gpu, "kernels", SimpleNamespace(forward_rows=forward_rows, backward_rows=backward_rows,
+                                                        scale_and_mask=scale_and_mask, column_sum=column_sum))

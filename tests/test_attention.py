@@ -250,21 +250,25 @@ def test_mha_matches_plain_in_float32(xp_backend, self_attention):
 
 
 @pytest.mark.parametrize("layout", ["qkv", "q_kv", "q_k_v"])
-def test_mha_with_the_gpus_layout_gives_the_same_bits(xp_backend, layout, monkeypatch):
-    """The GPU's way (head arrays copied C-ordered, the backward's GEMMs writing into C-ordered arrays
-    copied into the gradients after) against the CPU's (the GEMMs reading head views, their results copied
-    into the gradients' head views): the same numbers to the last bit, output and every gradient, for each
-    layout of the projections."""
+def test_mha_with_the_gpus_layout_gives_the_same_bits(layout, monkeypatch, numpy_kernels):
+    """The GPU's way (fast.gpu.multi_head_attention: head arrays copied C-ordered, the backward's GEMMs
+    writing into C-ordered arrays copied into the gradients after; its kernels modelled in NumPy) against
+    the plain one of multihead.py (head views; their gradients copied into the gradients' head views):
+    the same numbers to the last bit, output and every gradient, for each layout of the projections."""
+    from types import SimpleNamespace
+    from minitransformer.fast import gpu
     rng = np.random.default_rng(4)
     B, T, S, D, H = 3, 5, 7, 16, 4
     m = MultiHeadAttention(D, H, self_attention=layout != "q_kv")
     x, memory, v = (mt.tensor(rng.standard_normal((B, n, D)).astype(np.float32), requires_grad=True)
                     for n in (T, S, S))
     args = {"qkv": (x,), "q_kv": (x, memory), "q_k_v": (x, memory, v)}[layout]
-    g = backend.asarray(rng.standard_normal((B, T, D)).astype(np.float32))
+    g = rng.standard_normal((B, T, D)).astype(np.float32)
     results = []
     for gpu_way in (False, True):
-        monkeypatch.setattr(multihead, "contiguous_heads", lambda: gpu_way)
+        if gpu_way:
+            monkeypatch.setattr(multihead, "fast", SimpleNamespace(
+                on=lambda *arrays: True, multi_head_attention=gpu.multi_head_attention))
         for t in args + tuple(m.parameters()):
             t.grad = None
         y = m(*args, mask=padding_mask(np.array([[1] * 4 + [0] * (args[-1].shape[1] - 4)] * B)))

@@ -8,6 +8,7 @@ import pytest
 
 import minitransformer as mt
 from minitransformer import backend
+from minitransformer.run import host
 
 
 def test_default_is_numpy_float32():
@@ -73,8 +74,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
-from minitransformer import backend
-kept = backend.keep_freed_memory() if sys.argv[1] == "keep" else None
+from minitransformer.run import host
+kept = host.keep_freed_memory() if sys.argv[1] == "keep" else None
 def cycle():
     a = np.ones(12_000_000, np.float32)   # 48 MB, over glibc's largest mmap threshold: written, then freed
     del a
@@ -104,4 +105,4 @@ def test_freed_memory_is_kept_for_the_next_array():
 def test_keep_freed_memory_refuses_a_size_the_c_call_cannot_take():
     for bad in (-1, 2**31):
         with pytest.raises(ValueError, match="nbytes"):
-            backend.keep_freed_memory(bad)
+            host.keep_freed_memory(bad)

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -171,13 +172,81 @@ def test_an_answer_of_the_wrong_kind_fails_with_a_clear_line(lesson, name, code,
 
 
 def test_top_level_code_that_exits_or_never_ends_fails_the_file(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(check.time_limit.__wrapped__, "__defaults__", (1,))      # 1 s, not 30
+    monkeypatch.setattr(check, "CPU_SECONDS", 1)                 # 1 s, not 30
     path = tmp_path / "mine.py"
-    for code, why in (("exit()", "it calls exit()"), ("while True:\n    pass", "still running after 1 s: an endless loop?")):
+    endless = "still running after 1 s of CPU time: an endless loop?"
+    for code, why in (("exit()", "it calls exit()"), ("while True:\n    pass", endless)):
         path.write_text("import numpy as np\n" + code + "\n")
         status, lines, out = grade(capsys, "04", "--module", path)
         assert status == 1 and len(lines) == 4, out
         assert set(lines.values()) == {("FAIL", f"the file does not load: {why} (line 2)")}, out
+
+
+def spin(seconds):
+    """Use `seconds` of this process's CPU time."""
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+
+def test_the_time_limit_counts_only_the_cpu_time_of_your_code(monkeypatch):
+    """The grader's own work and the time your code waits do not count; your CPU time adds up over
+    the calls of one function's grading, and fails it, with the case, once spent."""
+    monkeypatch.setattr(check, "CPU_SECONDS", 0.5)
+    g = check.Grade(Path("mine.py"))
+    with check.time_limit(g):
+        spin(1.0)                                    # the grader's references
+        g.call(time.sleep, 1.0)                      # waiting: past the CPU limit on the clock
+        g.call(spin, 0.2)
+    g = check.Grade(Path("mine.py"))
+    spent = r"^case 3: still running after 0.5 s of CPU time: an endless loop\?$"
+    with pytest.raises(check.Fail, match=spent), check.time_limit(g):
+        for case in range(1, 4):
+            g.start(f"case {case}")
+            g.call(spin, 0.2)
+
+
+def test_an_answer_that_waits_past_the_backstop_fails(monkeypatch):
+    monkeypatch.setattr(check, "CPU_SECONDS", 0.1)
+    g = check.Grade(Path("mine.py"))
+    begin = time.monotonic()
+    waiting = r"still running after 0.4 s, though it uses little CPU time: is it waiting"
+    with pytest.raises(check.Fail, match=waiting), check.time_limit(g):
+        g.call(time.sleep, 30)
+    assert time.monotonic() - begin < 10
+
+
+SLOW_BEAM_SEARCH = """
+    import time
+
+    def beam_search(step, beam_size, max_len, alpha=0.0, _right=beam_search):
+        time.sleep(0.04)                            # 22 cases: about 0.9 s on the clock, little CPU
+        return _right(step, beam_size, max_len, alpha)
+    """
+ENDLESS_BEAM_SEARCH = """
+    def beam_search(step, beam_size, max_len, alpha=0.0):
+        finished = []
+        while len(finished) < beam_size:            # nothing is ever added: an endless loop
+            step([[]])
+    """
+
+
+def test_a_right_answer_slow_only_on_the_clock_passes_and_an_endless_loop_fails(tmp_path, capsys,
+                                                                                monkeypatch):
+    """Lesson 10's beam search once failed as an endless loop on a busy machine: the limit counted
+    the clock, and the grader's own search for its cases (about 1.5 s of CPU time) too."""
+    monkeypatch.setattr(check, "CPU_SECONDS", 0.5)
+    decoding.beam_search_cases.cache_clear()         # the grader's own work, in this grading
+    path = tmp_path / f"{stem('10')}.py"
+    path.write_text(answers_with("10", SLOW_BEAM_SEARCH))
+    status, lines, out = grade(capsys, "10", "beam_search", "--module", path)
+    assert status == 0 and lines["beam_search"][0] == "PASS", out
+    path.write_text(answers_with("10", ENDLESS_BEAM_SEARCH))
+    status, lines, out = grade(capsys, "10", "beam_search", "--module", path)
+    assert status == 1 and "Traceback" not in out
+    result, text = lines["beam_search"]
+    assert result == "FAIL", out
+    assert text.endswith("still running after 0.5 s of CPU time: an endless loop?"), out
 
 
 def test_every_exercise_has_catalogued_mistakes_and_the_issues_topics_ten_each():

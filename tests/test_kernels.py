@@ -26,7 +26,7 @@ import pytest
 import minitransformer as mt
 import minitransformer.functional as F
 from minitransformer import attention, backend
-from minitransformer.fast import kernel_source, kernels
+from minitransformer.fast import gpu as fast_gpu, kernel_source, kernels
 from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.optim import Adam
 
@@ -178,13 +178,14 @@ def test_kernel_sources_are_balanced_and_the_lesson_shows_the_one_compiled():
     assert kernel_source.SOFTMAX.strip() in [block.strip() for block in shown], "lessons/11_gpu.md shows another softmax kernel"
 
 
-def test_adam_scalars_are_the_papers_numbers_and_the_numpy_updates():
-    """kernels.adam_scalars (what adam and adam_from's callers use) against Adam's section 2: the step
-    alpha_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps_hat = eps sqrt(1 - b2^t); and Adam's NumPy update is
-    these very numbers, applied in its order (the same bits), as optim.Adam.update_numbers gives them."""
+def test_adam_update_numbers_are_the_papers_numbers_and_the_numpy_updates():
+    """Adam.update_numbers (what the fused kernels adam and adam_from are given) against Adam's section
+    2: the step alpha_t = lr sqrt(1 - b2^t) / (1 - b1^t), eps_hat = eps sqrt(1 - b2^t); and Adam's
+    NumPy update is these very numbers, applied in the kernel's order (the same bits)."""
     b1, b2, eps, wd = 0.9, 0.98, 1e-9, 0.01
+    numbers_of = Adam([mt.tensor(np.zeros(1), requires_grad=True)], betas=(b1, b2), eps=eps, weight_decay=wd)
     for t, lr in ((1, 1e-3), (5, 7e-4), (4000, 0.000699)):
-        got = kernels.adam_scalars(t, lr, (b1, b2), eps, wd)
+        got = numbers_of.update_numbers(t, lr)
         alpha, eps_hat = lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t), eps * math.sqrt(1 - b2 ** t)
         assert all(type(c) is float for c in got)
         assert got == pytest.approx((b1, 1 - b1, b2, 1 - b2, eps_hat, -alpha, 1 - lr * wd), rel=1e-15, abs=0)
@@ -198,7 +199,7 @@ def test_adam_scalars_are_the_papers_numbers_and_the_numpy_updates():
             w.grad = g = rng.standard_normal(1000).astype(dtype)
             opt.step(lr=lr)
             s = opt.update_numbers(t)                                   # t and the lr of the step just taken
-            assert s == kernels.adam_scalars(t, lr, (b1, b2), eps, wd) == opt.update_numbers(t, lr)
+            assert s == numbers_of.update_numbers(t, lr) == opt.update_numbers(t, lr)
             m = m * s[0] + g * s[1]                                      # the kernel's order, in NumPy
             v = v * s[2] + g * g * s[3]
             p = p * s[6] + m / (np.sqrt(v) + s[4]) * s[5]
@@ -429,23 +430,22 @@ def test_the_softmax_core_runs_the_row_kernel_in_place_and_into_a_strided_out(op
         assert_close(backend.to_numpy(got), want, tol(257) * (1 + np.abs(np.where(np.isfinite(want), want, 0))), op)
 
 
-def test_attention_backward_hands_the_kernel_p_then_dp_and_takes_ds_in_place(monkeypatch):
-    """Everywhere: with kernels.active patched on and softmax_backward_rows modelled in NumPy (its C, in its
-    argument order y, dy, dx, then the scale 1/sqrt(d_k)), attention's gradients equal the plain lines'."""
-    def kernel_model(name, y, dy, out=None, scale=1.0):
-        assert name == "softmax" and out is dy
-        out[...] = (dy - (dy * y).sum(axis=-1, keepdims=True)) * y * np.float32(scale)  # (dy - sum(dy * y)) * y * c
-        return out
+def test_the_gpus_attention_gives_the_plain_gradients_with_its_kernels_modelled(numpy_kernels):
+    """Everywhere: fast.gpu's attention (the scores scaled and masked in one launch, softmax's backward
+    and the 1/sqrt(d_k) in another, each GEMM writing into its array), its kernels modelled in NumPy in
+    their C's argument order, against attention.py's plain lines: output and gradients equal."""
     rng = np.random.default_rng(7)
-    q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
-    fn = lambda *t: scaled_dot_product_attention(*t, mask=np.tril(np.ones((5, 5), bool)))
-    plain = forward_backward("cpu", fn, [q, k, v])[1]
-    def scale_and_mask_model(s, allowed, scale, fill):                   # its C: s = allowed ? s * scale : fill
-        s[...] = np.where(allowed, s * np.float32(scale), np.float32(fill))
-        return s
-    monkeypatch.setattr(attention, "kernels", SimpleNamespace(active=lambda *arrays: True, backward_rows=kernel_model,
-                                                              scale_and_mask=scale_and_mask_model))
-    for a, b in zip(forward_backward("cpu", fn, [q, k, v])[1], plain):
+    q, k, v, g = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(4))
+    mask = np.tril(np.ones((5, 5), bool))
+    plain_o, plain_p, _ = attention.attention_forward(q, k, v, mask, 0.0, False)
+    o, p, kept = fast_gpu.attention_forward(q, k, v, mask, 0.0, False)
+    assert kept is None
+    np.testing.assert_array_equal(o, plain_o)
+    np.testing.assert_array_equal(p, plain_p)
+    outs = [np.empty_like(q) for _ in range(3)]
+    got = fast_gpu.attention_backward(g, q, k, v, p, None, 0.0, out=outs)
+    assert all(a is b for a, b in zip(got, outs)), "a gradient was not written into its array"
+    for a, b in zip(got, attention.attention_backward(g, q, k, v, plain_p, None, 0.0)):
         np.testing.assert_allclose(a, b, rtol=0, atol=tol(5 * 8) * (1 + np.abs(b).max()))
 
 

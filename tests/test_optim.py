@@ -217,8 +217,8 @@ def test_flat_buffer_update_equals_per_parameter_adam_with_skips(xp_backend):
 
 
 def test_optimizers_that_share_their_buffers_take_the_whole_step_in_parts(xp_backend):
-    """Rank threads: share() puts the weights and moments of a, b and c in a's buffers, a to update the
-    first third of every flat buffer (part (0, 3)), b the second, c the last: the same bits as one whole
+    """Rank threads: use_buffers() puts the weights and moments of a, b and c in a's buffers, a to
+    update the first third of every flat buffer (part (0, 3)), b the second, c the last: the same bits as one whole
     step, with skipped parameters splitting the runs. Other shapes are refused."""
     rng = np.random.default_rng(1)
     shapes = [(3, 4), (4,), (2, 2, 2), (5,)]
@@ -226,7 +226,9 @@ def test_optimizers_that_share_their_buffers_take_the_whole_step_in_parts(xp_bac
     whole, *ranks = ([param(x.copy(), np.float32) for x in start] for _ in range(4))
     opt, *opts = Adam(whole, lr=0.1), *(Adam(ps, lr=0.1) for ps in ranks)
     for k, o in enumerate(opts):
-        o.share(opts[0], (k, 3))
+        if k:
+            o.use_buffers(opts[0])
+        o.part = (k, 3)
     assert all(backend.xp.shares_memory(p.data, q.data) for p, q in zip(ranks[0], ranks[2]))
     for present in [(0, 1, 2, 3), (0, 2), (1, 2, 3)]:
         grads = {i: rng.standard_normal(shapes[i]).astype(np.float32) for i in present}
@@ -241,7 +243,7 @@ def test_optimizers_that_share_their_buffers_take_the_whole_step_in_parts(xp_bac
                                           backend.to_numpy(opt.flat[np.dtype(np.float32)][name]))
     assert opt.t == opts[1].t == [2, 2, 3, 2]
     with pytest.raises(ValueError, match="other sizes"):
-        Adam([param(np.zeros(3), np.float32)]).share(opts[0], (1, 2))
+        Adam([param(np.zeros(3), np.float32)]).use_buffers(opts[0])
 
 
 def test_replaced_parameter_arrays_are_taken_back_into_the_buffer(xp_backend):

@@ -40,7 +40,8 @@ def main(argv=None):
     args, unknown = parser.parse_known_args(argv)
     if unknown:                                        # named by the subcommand, with its usage line
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    # SIGTERM as Ctrl-C from the start (learning a BPE, reading a corpus), not only once training runs
+    # SIGTERM as Ctrl-C from the start (learning a BPE, reading a corpus), not only once training
+    # runs
     catch = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     previous = signal.signal(signal.SIGTERM, _terminate) if catch else None
     try:

@@ -1,5 +1,5 @@
-"""`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as JSON,
-and report the time taken and the compression on the input.
+"""`python -m minitransformer bpe`: learn a byte-level BPE tokenizer from text files, save it as
+JSON, and report the time taken and the compression on the input.
 
 Every option (files, vocabulary size, special tokens, --output) is checked before any reading.
 Left out on purpose: encoding corpora to ids (data.py does that when training), other tokenizers.

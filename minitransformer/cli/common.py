@@ -31,7 +31,8 @@ class UsageError(Exception):
 
 def run_command(args):
     """args.func(args), the subcommand parsed into args, -> its exit code, each error as one line on stderr:
-    a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each rank of train --ranks)."""
+    a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each rank of train
+    --ranks)."""
     try:
         return args.func(args) or 0
     except UsageError as e:
@@ -57,8 +58,9 @@ def examples(*lines):
 
 
 def existing(path, what, seekable=False):
-    """path itself when it is None, "-" (stdin), a file, or (unless it must be `seekable`: read twice, or
-    a zip archive) a pipe such as a FIFO or a shell's <(...); a UsageError naming `what` otherwise."""
+    """path itself when it is None, "-" (stdin), a file, or (unless it must be `seekable`: read
+    twice, or a zip archive) a pipe such as a FIFO or a shell's <(...); a UsageError naming `what`
+    otherwise."""
     if path is None or path == "-" or os.path.isfile(path):
         return path
     if os.path.isdir(path):
@@ -72,9 +74,9 @@ def existing(path, what, seekable=False):
 
 
 def writable_file(path, option, stdout=True):
-    """path itself when it is None, "-" (stdout, where `stdout` allows it) or a file that can be written
-    (its directory existing or creatable, and writable); a UsageError naming `option` otherwise.
-    Creates nothing."""
+    """path itself when it is None, "-" (stdout, where `stdout` allows it) or a file that can be
+    written (its directory existing or creatable, and writable); a UsageError naming `option`
+    otherwise. Creates nothing."""
     if path == "-" and not stdout:
         raise UsageError(f"{option} takes a file name, not stdout ('-')")
     if path is None or path == "-":
@@ -91,7 +93,8 @@ def writable_file(path, option, stdout=True):
 
 
 def same_file(a, b):
-    """True when the paths a and b name one file (through a link, ./, a hard link); never for None or '-'."""
+    """True when the paths a and b name one file (through a link, ./, a hard link); never for None
+    or '-'."""
     if a in (None, "-") or b in (None, "-"):
         return False
     return os.path.realpath(a) == os.path.realpath(b) or (os.path.exists(a) and os.path.exists(b)
@@ -99,8 +102,9 @@ def same_file(a, b):
 
 
 def not_an_input(path, option, inputs):
-    """path itself unless it is one of `inputs`, (what, path) pairs such as ("the --input file", "in.txt"),
-    that writing it would destroy; a UsageError naming `option` and the input otherwise."""
+    """path itself unless it is one of `inputs`, (what, path) pairs such as ("the --input file",
+    "in.txt"), that writing it would destroy; a UsageError naming `option` and the input
+    otherwise."""
     for what, other in inputs:
         if same_file(path, other):
             raise UsageError(f"{option} {path} is also {what} {other}; writing it would destroy that file: "
@@ -118,7 +122,8 @@ def writable_dir(path, option):
 def no_earlier_run(path, option, hint="", tokenizer=None):
     """path itself when it holds no file of an earlier run (rundir.check_new_run: a step checkpoint,
     checkpoint_best.npz, log.jsonl, and the tokenizer file `tokenizer` when the run learns one); a
-    UsageError naming `option` otherwise, before a new run mixes its files with them or replaces them."""
+    UsageError naming `option` otherwise, before a new run mixes its files with them or replaces
+    them."""
     _usage(check_new_run, path, option, hint, tokenizer)
     return path
 
@@ -133,7 +138,8 @@ def _usage(check, *args):
 
 @contextlib.contextmanager
 def writing(option, path):
-    """Name the option and the file, not atomic_write's temporary, when writing `path` fails (a full disk)."""
+    """Name the option and the file, not atomic_write's temporary, when writing `path` fails (a full
+    disk)."""
     try:
         yield
     except OSError as e:
@@ -147,9 +153,11 @@ def option_error(error, options):
 
 
 def prints(run):
-    """run_<name> writing stdout in UTF-8 whatever the locale (text in is UTF-8, so text out is, as with
+    """run_<name> writing stdout in UTF-8 whatever the locale (text in is UTF-8, so text out is, as
+    with
     --output and sacreBLEU), and returning 141 without a word when stdout's reader has gone away
-    (`| head -1`): what `cat` does, killed by SIGPIPE (128 + 13), so `set -o pipefail` still sees it."""
+    (`| head -1`): what `cat` does, killed by SIGPIPE (128 + 13), so `set -o pipefail` still sees
+    it."""
     @functools.wraps(run)
     def run_printing(args):
         if hasattr(sys.stdout, "reconfigure"):  # not on a StringIO that a caller put there
@@ -165,8 +173,8 @@ def prints(run):
 
 
 def use_device(name):
-    """Run everything after this on "cpu" or "gpu"; a RuntimeError naming --device and the reason when
-    no GPU is usable."""
+    """Run everything after this on "cpu" or "gpu"; a RuntimeError naming --device and the reason
+    when no GPU is usable."""
     try:
         backend.use(name)
     except RuntimeError as e:

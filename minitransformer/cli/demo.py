@@ -1,4 +1,5 @@
-"""`python -m minitransformer demo`: the offline end-to-end run, from nothing to a trained translator,
+"""`python -m minitransformer demo`: the offline end-to-end run, from nothing to a trained
+translator,
 on the task of demo_task.py: numbers in digits -> the same numbers in English words ("3 4 1 7 , 1 2"
 -> "three thousand four hundred seventeen , twelve").
 
@@ -97,13 +98,15 @@ def run_demo(args):
 
 
 def loss_curve(losses, width=60, height=8):
-    """The training loss as a text chart, one column per stretch of steps (its mean), for the terminal.
+    """The training loss as a text chart, one column per stretch of steps (its mean), for the
+    terminal.
 
     loss_curve([4.0, 2.0, 1.0], width=3, height=2) -> ["  4.00 |#  ", "  1.00 |###", "        step 1 .. 3"]
     """
     columns = [sum(part) / len(part) for part in
                (losses[i * len(losses) // width:(i + 1) * len(losses) // width] for i in range(width)) if part]
-    top, bottom = max(columns), min(columns)
+    top = max(columns)
+    bottom = min(columns)
     levels = [round((c - bottom) / (top - bottom) * (height - 1)) if top > bottom else 0 for c in columns]
     rows = []
     for row in range(height - 1, -1, -1):

@@ -1,7 +1,8 @@
 """`python -m minitransformer train`: train a Transformer on a parallel corpus from files.
 
 Checks every option first (the training settings, the model config, --max-len against the model's
-positions, the files, --out), reads the corpus, then leaves the rest to pipeline.prepare_training and the
+positions, the files, --out), reads the corpus, then leaves the rest to pipeline.prepare_training
+and the
 Trainer: the tokenizer (given, or learned and saved as OUT/tokenizer.json), the model from a preset
 or a JSON file of TransformerConfig fields, checkpoints and log.jsonl in --out, --resume.
 Data parallel: `--ranks 2` (threads of this process, a core each), or with no other flag under
@@ -100,8 +101,8 @@ OPTIONS = {"max_tokens": "--max-tokens", "accum": "--accum", "steps": "--steps",
 
 
 def model_config(spec, vocab_size):
-    """The TransformerConfig of a preset name or a JSON file ({"preset": "tiny", "d_model": 64, ...});
-    a UsageError naming the file and the field for a bad one."""
+    """The TransformerConfig of a preset name or a JSON file ({"preset": "tiny", "d_model": 64,
+    ...}); a UsageError naming the file and the field for a bad one."""
     if spec in PRESETS:
         return getattr(TransformerConfig, spec)(vocab_size=vocab_size)
     existing(spec, "config file", seekable=True)  # read again once the tokenizer is known
@@ -147,7 +148,8 @@ def training_config_of(args):
 
 
 def check_args(args):
-    """Every option, before any work: (TrainingConfig, --max-len); a UsageError naming the first bad one."""
+    """Every option, before any work: (TrainingConfig, --max-len); a UsageError naming the first bad
+    one."""
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
         existing(getattr(args, name), f"--{name.replace('_', '-')} file")
     existing(args.tokenizer, "--tokenizer file", seekable=True)  # read here for its size, and again by the run
@@ -176,8 +178,8 @@ def check_args(args):
                          f"mpiexec, leave it out and start one process per rank (lesson 12)")
     if args.max_tokens // args.ranks < 1:
         raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among --ranks {args.ranks}")
-    # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists; a damaged
-    # tokenizer file is named now too (exit 1), before the corpus is read
+    # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists; a
+    # damaged tokenizer file is named now too (exit 1), before the corpus is read
     config = model_config(args.config, args.vocab_size or BPE.load(args.tokenizer).vocab_size)
     longest = config.max_len - 1
     max_len = min(DEFAULT_MAX_LEN, longest) if args.max_len is None else args.max_len
@@ -196,7 +198,8 @@ def run_train(args):
     if args.ranks > 1:  # the ranks as threads of this process, each a share of every update's tokens
         share = argparse.Namespace(**{**vars(args), "ranks": 1, "max_tokens": args.max_tokens // args.ranks})
         return distributed.run_threads(run_command, (share,), args.ranks)
-    # one run writes in --out (rank 0 for all): a live run there is named at once, before any reading
+    # one run writes in --out (rank 0 for all): a live run there is named at once, before any
+    # reading
     with owning(args.out) if distributed.world().is_main else contextlib.nullcontext():
         if args.resume is None:
             no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ",

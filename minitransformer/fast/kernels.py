@@ -10,8 +10,6 @@ in `_cache`. CuPy compiles with -ftz=true: subnormal results flush to zero, so "
 holds for normal numbers only. On an H200 each is 1.4-4x faster than its plain form. Left out: float16,
 softmax over another axis (both take the NumPy path), warp-shuffle reductions (lesson 11 says why).
 """
-import math
-
 import numpy as np
 
 from .. import backend
@@ -67,7 +65,7 @@ _BUILD = {
         "m = m * b1 + g * one_minus_b1;"
         " v = v * b2 + g * g * one_minus_b2;"
         " p = p * decay + m / (sqrt(v) + eps_bc2) * step;", "mt_adam", options=("--fmad=false",)),
-    # the same, its 7 numbers read from device memory s (7,), in adam_scalars' order
+    # the same, its 7 numbers read from device memory s (7,), in Adam.update_numbers' order
     "adam_from": lambda xp: xp.ElementwiseKernel(
         "T g, raw T s", "T p, T m, T v",
         "m = m * s[0] + g * s[1];"
@@ -277,24 +275,15 @@ def embedding_backward(shape, ids, g):
     return dw
 
 
-def adam_scalars(t, lr, betas, eps, weight_decay):
-    """Adam's 7 numbers for step t (from 1) at rate lr, as Python floats: b1, 1 - b1, b2, 1 - b2, eps bc2,
-    -lr bc2 / bc1, 1 - lr weight_decay, with the bias corrections bc1 = 1 - b1^t, bc2 = sqrt(1 - b2^t).
-    The one place they are computed, so optim.Adam._update's NumPy path, adam and adam_from agree."""
-    b1, b2 = betas
-    bc1, bc2 = 1.0 - b1 ** t, math.sqrt(1.0 - b2 ** t)
-    return b1, 1.0 - b1, b2, 1.0 - b2, eps * bc2, -lr * bc2 / bc1, 1.0 - lr * weight_decay
-
-
-def adam(p, g, m, v, t, lr, betas, eps, weight_decay):
+def adam(p, g, m, v, numbers):
     """Fuses optim.Adam._update on flat arrays (plain form: plain.adam): one ElementwiseKernel reads p, g,
-    m, v once and writes p, m, v in place (no scratch buffer), with _update's numbers (adam_scalars)."""
-    scalars = adam_scalars(t, lr, betas, eps, weight_decay)
-    _kernel("adam")(g, *(p.dtype.type(c) for c in scalars), p, m, v)
+    m, v once and writes p, m, v in place (no scratch buffer), with _update's numbers
+    (Adam.update_numbers)."""
+    _kernel("adam")(g, *(p.dtype.type(c) for c in numbers), p, m, v)
 
 
 def adam_from(p, g, m, v, scalars):
-    """adam with its numbers in device memory: scalars (7,) of p's dtype, adam_scalars cast. A replayed
+    """adam with its numbers in device memory: scalars (7,) of p's dtype, Adam.update_numbers cast. A replayed
     CUDA graph re-runs a kernel with the arguments it was recorded with, so t and lr, which change every
     step, must reach it through memory the host rewrites before each replay. The same bits as adam."""
     _kernel("adam_from")(g, scalars, p, m, v)

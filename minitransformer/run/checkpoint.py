@@ -7,7 +7,8 @@ Inside the .npz:
     meta.json      a uint8 array holding the UTF-8 bytes of one JSON object: format, version, the
                    model config (TransformerConfig.to_dict()), step, optimizer scalars, batch-stream
                    position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
-The run directory of a training run is rundir.py's. Left out on purpose: sharded files, saving on a background thread, other dtypes than the model's.
+The run directory of a training run is rundir.py's. Left out on purpose: sharded files, saving on a
+background thread, other dtypes than the model's.
 """
 import json
 import math
@@ -21,7 +22,8 @@ import numpy as np
 from ..config import MAX_FLOATS, TransformerConfig, count_parameters
 from ..text.fileio import atomic_write
 
-FORMAT, VERSION = "minitransformer-checkpoint", 1
+FORMAT = "minitransformer-checkpoint"
+VERSION = 1
 META_KEY = "meta.json"
 
 
@@ -58,16 +60,19 @@ def save(path, model_state, meta, optim_arrays=None):
 
 
 # ---------------------------------------------------------------- reading
-# Validate first, then allocate: every member's .npy header (its shape and dtype) is read and checked
-# against the member's size in the zip directory, and the arrays' total against the size the config
-# implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the most ids embedded.
+# Validate first, then allocate: every member's .npy header (its shape and dtype) is read and
+# checked against the member's size in the zip directory, and the arrays' total against the size the
+# config implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the most
+# ids embedded.
 # DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is a zip bomb or a lie.
-MAX_META_BYTES, DEFLATE_RATIO, MAX_MEMBERS = 1 << 28, 1032, 1 << 17
+MAX_META_BYTES = 1 << 28
+DEFLATE_RATIO = 1032
+MAX_MEMBERS = 1 << 17
 
 
 def _header(zf, info, path):
-    """(shape, dtype, fortran order, where the data starts) of the .npy member `info`, from its header
-    alone (no data is read), checked to declare exactly the bytes the member holds."""
+    """(shape, dtype, fortran order, where the data starts) of the .npy member `info`, from its
+    header alone (no data is read), checked to declare exactly the bytes the member holds."""
     name = info.filename[:-len(".npy")]
     if info.file_size > DEFLATE_RATIO * max(info.compress_size, 1):
         raise CheckpointError(f"{path}: {name} claims {info.file_size:,} bytes packed into {info.compress_size:,}, "
@@ -90,8 +95,8 @@ def _header(zf, info, path):
 
 
 def _array(zf, name, header):
-    """The array of member `name` whose header _header checked, read in chunks of 256 KiB (as np.load
-    does) without parsing its header again."""
+    """The array of member `name` whose header _header checked, read in chunks of 256 KiB (as
+    np.load does) without parsing its header again."""
     shape, dtype, fortran, start = header
     array = np.empty(math.prod(shape), dtype)
     view = memoryview(array).cast("B")
@@ -124,8 +129,8 @@ def _read_meta(zf, header, path):
 
 
 def _check_sizes(headers, meta, path):
-    """Floating point arrays only, as many model floats as the config implies (at most MAX_FLOATS without
-    one), and at most two optimizer floats (Adam's m and v) per model float."""
+    """Floating point arrays only, as many model floats as the config implies (at most MAX_FLOATS
+    without one), and at most two optimizer floats (Adam's m and v) per model float."""
     for k, (_, dtype, *_) in headers.items():
         if dtype.kind != "f":
             raise CheckpointError(f"{path}: {k} holds {dtype} values; a checkpoint holds floating point arrays only")
@@ -146,8 +151,9 @@ def _check_sizes(headers, meta, path):
 
 
 def load(path):
-    """Read a checkpoint into a Checkpoint; a missing, damaged or hostile file raises CheckpointError
-    before any array is allocated (each member's header against its size, the arrays against the config)."""
+    """Read a checkpoint into a Checkpoint; a missing, damaged or hostile file raises
+    CheckpointError before any array is allocated (each member's header against its size, the arrays
+    against the config)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"{path} is a directory, not a checkpoint file" if os.path.isdir(path) else
@@ -174,7 +180,8 @@ def load(path):
 
 
 def _read(zf, path):
-    """load()'s work on the open zip: names, headers, meta and sizes checked, then the arrays read."""
+    """load()'s work on the open zip: names, headers, meta and sizes checked, then the arrays
+    read."""
     infos = zf.infolist()
     names = [i.filename for i in infos]
     ours = [n for n in names if n.endswith(".npy") and (n == META_KEY + ".npy" or n.startswith(("model/", "optim/")))]
@@ -203,7 +210,8 @@ def average(paths):
     stored in the inputs' dtype), with the meta of the last input and no optimizer state.
 
     Every parameter is averaged once: state_dict() lists a shared matrix under one name. Refused
-    (CheckpointError): checkpoints of another model configuration or tokenizer, two of the same step.
+    (CheckpointError): checkpoints of another model configuration or tokenizer, two of the same
+    step.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(f"average takes a list of checkpoint files, got one: {os.fsdecode(paths)}")
@@ -262,9 +270,10 @@ def tokenizer_from_json(text, source="the checkpoint"):
 def load_model(path, tokenizer_path=None):
     """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
 
-    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given: then it must be
-    that same tokenizer (merges, special tokens, pattern), or a CheckpointError names what differs. A
-    checkpoint that embeds none is taken at its word, as long as the vocabulary sizes agree.
+    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given: then it
+    must be that same tokenizer (merges, special tokens, pattern), or a CheckpointError names what
+    differs. A checkpoint that embeds none is taken at its word, as long as the vocabulary sizes
+    agree.
     """
     from ..transformer import Transformer
     ck = load(path)

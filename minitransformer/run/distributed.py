@@ -30,7 +30,7 @@ import traceback
 import numpy as np
 
 from .. import backend
-from ..fast import cpu as cores
+from . import host
 
 # what launchers tell a process about the size of its world: MPICH / Intel MPI / Slurm's PMI, Open MPI, MVAPICH
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
@@ -181,7 +181,10 @@ class ThreadWorld(LocalWorld):
         return copy.deepcopy(first) if self.rank else first       # each rank its own, as MPI's copies
 
     def share_(self, optimizer):
-        optimizer.share(self._gather(optimizer)[0], (self.rank, self.size))
+        first = self._gather(optimizer)[0]           # rank 0's optimizer: its buffers for every rank
+        if optimizer is not first:
+            optimizer.use_buffers(first)
+        optimizer.part = (self.rank, self.size)      # each rank's step updates its 1/N of them
         self.barrier()
         return True
 
@@ -197,18 +200,17 @@ class ThreadWorld(LocalWorld):
 
 def run_threads(main, args, ranks):
     """main(*args) as `ranks` ranks of one process, one thread each (rank 0 on this thread, for the
-    signals), every pass whole and the BLAS on one thread (cores.one_thread): data parallel without
+    signals), each with the BLAS on one thread (host.blas_threads): data parallel without
     mpiexec. Returns the exit code: 0, or the first failing rank's (run_main; a failure ends every rank)."""
     shared, codes = {"barrier": threading.Barrier(ranks), "slots": [None] * ranks}, [0] * ranks
 
     def rank(r):
         _here.world = ThreadWorld(r, ranks, shared)
         try:
-            with cores.one_thread():
-                codes[r] = run_main(main, *args)
+            codes[r] = run_main(main, *args)
         finally:
             _here.world = None
-    with cores.using(ranks):
+    with host.blas_threads(1):
         others = [threading.Thread(target=rank, args=(r,), name=f"rank {r}") for r in range(1, ranks)]
         for thread in others:
             thread.start()

@@ -1,4 +1,5 @@
-"""Metrics of translations and losses: corpus BLEU and chrF through sacreBLEU, exact match, perplexity.
+"""Metrics of translations and losses: corpus BLEU and chrF through sacreBLEU, exact match,
+perplexity.
 
 Imports nothing of the package. Left out on purpose: BLEU of our own (sacreBLEU is the reference
 implementation whose signature papers quote), TER and other metrics (sacrebleu.metrics has them).
@@ -21,7 +22,8 @@ def corpus_bleu(hypotheses, references, lowercase=False):
 
 
 def corpus_chrf(hypotheses, references):
-    """(score, signature) of sacreBLEU's chrF (character n-grams, default settings), as corpus_bleu."""
+    """(score, signature) of sacreBLEU's chrF (character n-grams, default settings), as
+    corpus_bleu."""
     import sacrebleu
     hypotheses, references = _checked(hypotheses, references, "chrF")
     chrf = sacrebleu.metrics.CHRF()
@@ -31,14 +33,16 @@ def corpus_chrf(hypotheses, references):
 
 def _checked(hypotheses, references, metric="BLEU"):
     """Lists of hypotheses and of reference lists, with a sentence when there is nothing to score, a
-    reference list has another length, a single string stands where a list goes, or an entry is no string."""
+    reference list has another length, a single string stands where a list goes, or an entry is no
+    string."""
     call = f"(corpus_{metric.lower()}(hypotheses, [references]))"
     if isinstance(hypotheses, str) or not hasattr(hypotheses, "__iter__"):
         raise TypeError(f"{metric}: hypotheses must be a list of strings, got {type(hypotheses).__name__}")
     if isinstance(references, str) or not hasattr(references, "__iter__"):
         raise TypeError(f"{metric}: references must be a list of reference lists {call}, "
                         f"got {type(references).__name__}")
-    hypotheses, references = list(hypotheses), list(references)
+    hypotheses = list(hypotheses)
+    references = list(references)
     if any(isinstance(r, str) for r in references):
         raise TypeError(f"{metric}: references must be a list of reference lists {call}, "
                         f"not a list of strings")
@@ -63,7 +67,8 @@ def exact_match(hypotheses, references):
     """The fraction of hypotheses equal to their reference, as strings: exact_match(["a", "b"], ["a", "c"]) -> 0.5."""
     if isinstance(hypotheses, str) or isinstance(references, str):
         raise TypeError("exact_match: hypotheses and references must be lists of strings, not one string")
-    hypotheses, references = list(hypotheses), list(references)
+    hypotheses = list(hypotheses)
+    references = list(references)
     if len(hypotheses) != len(references):
         raise ValueError(f"exact_match: {len(hypotheses)} hypotheses but {len(references)} references")
     return sum(h == r for h, r in zip(hypotheses, references)) / max(len(hypotheses), 1)

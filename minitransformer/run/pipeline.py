@@ -28,7 +28,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     """(trainer, tokenizer): a Trainer ready to train on the parallel lines train_src, train_tgt.
 
     tokenizer: a BPE, the path of a BPE file, or None to learn a joint BPE of vocab_size ids on both
-    sides (saved as out_dir/tokenizer.json; when resuming, the one saved there before is used again).
+    sides (saved as out_dir/tokenizer.json; when resuming, the one saved there before is used
+    again).
     model_config: a TransformerConfig, or a function vocab_size -> TransformerConfig (the vocabulary
     is known only once the tokenizer is). valid: (source lines, reference lines) or None.
     max_len: drop training pairs with a side longer than this many tokens (None: the longest the
@@ -39,8 +40,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     Data parallel (under mpiexec): every rank calls it alike; rank 0 alone learns or reads the
     tokenizer and finds the checkpoint to resume, and sends them to the others; only rank 0 logs.
     Everything is checked before the model is built: a corpus with no usable pair (all empty, or all
-    too long), empty validation lines, a validation line too long for the model's positions (named by
-    file and line) are ValueErrors.
+    too long), empty validation lines, a validation line too long for the model's positions (named
+    by file and line) are ValueErrors.
 
         trainer, tok = prepare_training(src, tgt, lambda v: TransformerConfig.small(vocab_size=v),
                                         TrainingConfig(steps=1000), "runs/x", vocab_size=8000)
@@ -65,7 +66,8 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
         if out_dir is not None and here.is_main and resume is None:  # before a tokenizer.json replaces theirs
             check_new_run(out_dir, "out_dir", "continue that run (--resume auto), or ",
                           None if tokenizer is not None else TOKENIZER_FILE)
-        # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size, not the one left there
+        # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size, not
+        # the one left there
         checkpoint = here.broadcast_object(checkpoint_to_resume(resume, out_dir, log) if here.is_main else None)
         tokenizer_path = None
         if here.is_main:
@@ -117,7 +119,8 @@ def check_valid_lines(valid, names):
 
 
 def check_valid_lengths(valid, names, tokenizer, longest):
-    """Every validation line fits the model's positions (evaluation translates and scores them all)."""
+    """Every validation line fits the model's positions (evaluation translates and scores them
+    all)."""
     for lines, name in zip(valid, names):
         try:
             encode_fitting(tokenizer, list(lines), longest + 1)

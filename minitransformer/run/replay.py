@@ -99,8 +99,10 @@ class StepGraphs:
         return loss
 
     def _adam_numbers(self, lr):
-        """Adam's host bookkeeping of one step (Adam.count_step) and its seven numbers on the device."""
-        numbers = self.opt.count_step(lr)
+        """Adam's host bookkeeping of one step (Adam.count_step: every parameter has its gradient
+        buffer, so every t advances alike) and its seven numbers on the device."""
+        runs = self.opt.count_step(lr)
+        numbers = self.opt.update_numbers(runs[0][3])
         xp = backend.xp
         for dtype, device_numbers in self.numbers.items():           # a host-to-device copy on our stream
             xp.copyto(device_numbers, xp.asarray(np.array(numbers, dtype)))  # (CuPy's setitem takes no host array)

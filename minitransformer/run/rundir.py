@@ -1,12 +1,12 @@
-"""The run directory of a training run: checkpoint_<step>.npz files (names that sort by step) and the
-best copy, of which the last `keep` that this run wrote are kept, log.jsonl, its one owner (run.lock),
-the check before a run starts in a directory, the run's identity, and the checks before resuming a
-checkpoint (checkpoint.py: the file itself).
+"""The run directory of a training run: checkpoint_<step>.npz files (names that sort by step) and
+the best copy, of which the last `keep` that this run wrote are kept, log.jsonl, its one owner
+(run.lock), the check before a run starts in a directory, the run's identity, and the checks before
+resuming a checkpoint (checkpoint.py: the file itself).
 
-One owner: a run holds an flock on out_dir/run.lock while it writes there (git's index.lock, SQLite's
-one writer). flock rather than a file made with O_EXCL: the kernel releases it when its process dies,
-even by kill -9, so a lock is never left held by a dead run; the file says who holds it ("pid host"),
-and a run that finds the file unlocked says once whose lock it takes over.
+One owner: a run holds an flock on out_dir/run.lock while it writes there (git's index.lock,
+SQLite's one writer). flock rather than a file made with O_EXCL: the kernel releases it when its
+process dies, even by kill -9, so a lock is never left held by a dead run; the file says who holds
+it ("pid host"), and a run that finds the file unlocked says once whose lock it takes over.
 Left out on purpose: several runs sharing one directory, cloud storage, waiting for a lock.
 """
 import contextlib
@@ -55,10 +55,10 @@ def list_checkpoints(out_dir):
 
 
 def check_new_run(out_dir, what, hint="", tokenizer=None):
-    """Before a new run in out_dir: it holds no file of an earlier run that the new one would mix with
-    its own or replace (a step checkpoint, checkpoint_best.npz, log.jsonl, and `tokenizer`, the name of
-    the tokenizer file the run will learn, when it learns one); else a CheckpointError naming `what`, then
-    `hint` ("continue that run (--resume auto), or "), then the ways out."""
+    """Before a new run in out_dir: it holds no file of an earlier run that the new one would mix
+    with its own or replace (a step checkpoint, checkpoint_best.npz, log.jsonl, and `tokenizer`, the
+    name of the tokenizer file the run will learn, when it learns one); else a CheckpointError
+    naming `what`, then `hint` ("continue that run (--resume auto), or "), then the ways out."""
     if not os.path.isdir(out_dir):
         return
     names = [os.path.basename(p) for p in list_checkpoints(out_dir)[-1:]] + list(RUN_FILES) + [tokenizer]
@@ -70,11 +70,12 @@ def check_new_run(out_dir, what, hint="", tokenizer=None):
 
 @contextlib.contextmanager
 def owning(out_dir):
-    """Hold out_dir/run.lock for the with-block (made with the directory if need be; nested blocks of one
-    process share it): a CheckpointError at once, naming the process and host, when a live run holds it.
-    A lock left by a process that ended without releasing it is taken over, said once on stderr. On
-    exit the lock file is removed (and out_dir, when this made it and nothing else was written).
-    out_dir None: nothing to hold (a run that writes no files, a rank of a data-parallel run but 0)."""
+    """Hold out_dir/run.lock for the with-block (made with the directory if need be; nested blocks
+    of one process share it): a CheckpointError at once, naming the process and host, when a live
+    run holds it. A lock left by a process that ended without releasing it is taken over, said once
+    on stderr. On exit the lock file is removed (and out_dir, when this made it and nothing else was
+    written). out_dir None: nothing to hold (a run that writes no files, a rank of a data-parallel
+    run but 0)."""
     key = None if out_dir is None else os.path.realpath(out_dir)
     if key is None or key in _held:
         yield
@@ -134,13 +135,15 @@ class RunDirectory:
 
     def __init__(self, out_dir, keep):
         check_int("RunDirectory", "keep", keep, 1)
-        self.out_dir, self.keep = out_dir, int(keep)
+        self.out_dir = out_dir
+        self.keep = int(keep)
         self.written = []  # step checkpoints this run wrote, oldest first
 
     def check_start(self, step):
         """Refuse (CheckpointError) a directory that holds a checkpoint of a later step than `step`,
         where this run starts: its files would be mixed with this run's and averaged with them.
-        Also remove the temporaries that a killed save left behind (fileio.remove_stale_temporaries)."""
+        Also remove the temporaries that a killed save left behind
+        (fileio.remove_stale_temporaries)."""
         later = [p for p in list_checkpoints(self.out_dir) if step_of(p) > step]
         if later:
             raise CheckpointError(
@@ -180,7 +183,8 @@ class RunDirectory:
 
 
 def jsonable(x):
-    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts strictly."""
+    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts
+    strictly."""
     if isinstance(x, dict):
         return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -193,10 +197,11 @@ def jsonable(x):
 
 
 def run_identity(tokenizer_json, pairs, model_config):
-    """What a run is, for resuming it: SHA-256 fingerprints of its tokenizer's JSON text, of its encoded
-    training pairs (ids and lengths, in order: another corpus of the same length, or the same lines
-    misaligned, differ) and of its model config dict, and the number of pairs. Saved in every
-    checkpoint and in log.jsonl's start line; its schedule is the checkpoint's "training" settings."""
+    """What a run is, for resuming it: SHA-256 fingerprints of its tokenizer's JSON text, of its
+    encoded training pairs (ids and lengths, in order: another corpus of the same length, or the
+    same lines misaligned, differ) and of its model config dict, and the number of pairs. Saved in
+    every checkpoint and in log.jsonl's start line; its schedule is the checkpoint's "training"
+    settings."""
     corpus = hashlib.sha256()
     for src, tgt in pairs:  # the lengths first: ([1, 2], [3]) and ([1], [2, 3]) differ
         corpus.update(np.asarray([len(src), len(tgt), *src, *tgt], dtype=np.int64).tobytes())
@@ -209,7 +214,8 @@ def _sha256(text):
 
 
 def _is(kind, value):
-    """value is JSON of `kind`: dict; bool; int (not a bool, 0 <= value < 2**53); float (any finite number)."""
+    """value is JSON of `kind`: dict; bool; int (not a bool, 0 <= value < 2**53); float (any finite
+    number)."""
     if kind is dict:
         return isinstance(value, dict)
     if kind is bool or isinstance(value, bool):
@@ -220,7 +226,8 @@ def _is(kind, value):
 
 
 def _check_fields(path, where, record, fields):
-    """record is a dict whose fields have the kinds in `fields`; else a CheckpointError naming the file."""
+    """record is a dict whose fields have the kinds in `fields`; else a CheckpointError naming the
+    file."""
     bad = ("is not a JSON object" if not isinstance(record, dict) else
            next((f"has no {k}, or a {k} that is not {'an integer from 0 to 2**53' if t is int else 'a ' + t.__name__}"
                  for k, t in fields.items() if not _is(t, record.get(k))), None))
@@ -229,8 +236,9 @@ def _check_fields(path, where, record, fields):
 
 
 def check_resume_data(path, meta):
-    """The resume data of checkpoint `path` (its meta dict) has every field, of the right JSON kind and
-    size, that Trainer.resume reads; else a CheckpointError naming the file (no traceback, nothing changed)."""
+    """The resume data of checkpoint `path` (its meta dict) has every field, of the right JSON kind
+    and size, that Trainer.resume reads; else a CheckpointError naming the file (no traceback,
+    nothing changed)."""
     for key in ("config", "optimizer", "iterator", "step"):
         if meta.get(key) is None:
             raise CheckpointError(f"{path} cannot be resumed from: it has no {key} "
@@ -240,7 +248,8 @@ def check_resume_data(path, meta):
                                                                "steps": int, "n_params": int})
     _check_fields(path, "batch stream", meta["iterator"], {"epoch": int, "index": int, "seed": int,
                                                            "max_tokens": int, "shuffle": bool, "n_pairs": int})
-    betas, counts = meta["optimizer"].get("betas"), meta["optimizer"].get("t")
+    betas = meta["optimizer"].get("betas")
+    counts = meta["optimizer"].get("t")
     if not (isinstance(betas, list) and len(betas) == 2 and all(_is(float, b) for b in betas)
             and isinstance(counts, list) and all(_is(int, t) for t in counts)):
         raise CheckpointError(f"{path} holds malformed resume data: its optimizer's betas or step counts")
@@ -249,11 +258,12 @@ def check_resume_data(path, meta):
 
 
 def load_resumable(path, model_config, identity, training, total_steps, log=print):
-    """load(path), checked to continue the run of a Trainer: its model config dict `model_config`, its
-    run_identity `identity`, its TrainingConfig dict `training`, `total_steps` to run; a CheckpointError
-    (one sentence naming the file) for malformed resume data, another model, tokenizer, corpus or
-    schedule, or a step past total_steps. Other steps or epochs than before are said through `log`, and
-    so is a checkpoint written before run identities existed (its corpus cannot be checked)."""
+    """load(path), checked to continue the run of a Trainer: its model config dict `model_config`,
+    its run_identity `identity`, its TrainingConfig dict `training`, `total_steps` to run; a
+    CheckpointError (one sentence naming the file) for malformed resume data, another model,
+    tokenizer, corpus or schedule, or a step past total_steps. Other steps or epochs than before are
+    said through `log`, and so is a checkpoint written before run identities existed (its corpus
+    cannot be checked)."""
     ck = load(path)
     meta = ck.meta
     check_resume_data(path, meta)
@@ -264,7 +274,8 @@ def load_resumable(path, model_config, identity, training, total_steps, log=prin
     if meta["step"] > total_steps:  # training nothing, it would only write that step again
         raise CheckpointError(f"{path} is at step {meta['step']:,}, past the {total_steps:,} steps of this run: "
                               f"ask for {meta['step']:,} steps or more (--steps)")
-    saved, mine = meta.get("identity"), identity
+    saved = meta.get("identity")
+    mine = identity
     if isinstance(meta.get("tokenizer"), str) and mine["tokenizer"] not in (None, _sha256(meta["tokenizer"])):
         raise CheckpointError(f"{path} was trained with another tokenizer than the one given")
     if not isinstance(saved, dict):

@@ -21,9 +21,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import backend
-from ..fast import cpu as cores
 from . import checkpoint as ckpt
-from . import distributed, rundir, translation
+from . import distributed, host, rundir, translation
 from ..config import TrainingConfig
 from ..text.corpus import encode_pairs
 from ..text.data import BatchIterator
@@ -197,16 +196,16 @@ class Trainer:
     def train(self):
         """Run until total_steps; returns a summary dict (stopped: "done", "interrupted" by Ctrl-C or a
         callback's KeyboardInterrupt, or "terminated" by SIGTERM; a checkpoint is saved in every case).
-        Holds out_dir's lock (rundir.owning: refused at once while another run writes there) and every
-        core (cores.using); refuses (CheckpointError) an out_dir holding a later checkpoint than the start."""
-        with rundir.owning(self.out_dir if self.run_dir is not None else None), cores.using():
+        Holds out_dir's lock (rundir.owning: refused at once while another run writes there); refuses
+        (CheckpointError) an out_dir holding a later checkpoint than the start."""
+        with rundir.owning(self.out_dir if self.run_dir is not None else None):
             return self._train()
 
     def _train(self):
         training_config = self.training_config
         total = self.total_steps
         self.model.train()
-        backend.keep_freed_memory()  # freed arrays stay in the heap for the next update: no page faults
+        host.keep_freed_memory()  # freed arrays stay in the heap for the next update: no page faults
         bar = tqdm(total=total, initial=self.step, disable=not (training_config.progress and self.world.is_main),
                    unit="step", dynamic_ncols=True)
         start, start_step, stopped, tokens = time.perf_counter(), self.step, "done", 0

@@ -1,7 +1,7 @@
 """Text in, text out: encode lines with a tokenizer, batch sentences of similar length, search
 (search.py), decode. What the translate subcommand and the examples call; and the evaluation of a
-model on a validation set that the Trainer runs at every eval_every and at the end: the loss per target
-token (without label smoothing), sacreBLEU and exact match of its translations.
+model on a validation set that the Trainer runs at every eval_every and at the end: the loss per
+target token (without label smoothing), sacreBLEU and exact match of its translations.
 Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode,
 other metrics than BLEU and exact match at evaluation (chrF: metrics.corpus_chrf).
 """
@@ -15,22 +15,24 @@ from .metrics import corpus_bleu, exact_match, perplexity
 
 
 def encode_lines(tokenizer, lines):
-    """Token ids of each line: tokenizer.encode_batch when it has one (BPE), else encode per line."""
+    """Token ids of each line: tokenizer.encode_batch when it has one (BPE), else encode per
+    line."""
     encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
     return encode(list(lines))
 
 
 def one_line(text):
-    """text with every line break (the ones str.splitlines knows: \\n, \\r, \\v, \\f, \\x85, \\u2028, \\u2029, ...)
+    """text with every line break (the ones str.splitlines knows: \\n, \\r, \\v, \\f, \\x85,
+    \\u2028, \\u2029, ...)
     made a space, so that one line in gives one line out: one_line("a\\nb\\u2028c") -> "a b c"."""
     return " ".join(text.splitlines())
 
 
 def encode_fitting(tokenizer, lines, max_len):
-    """The ids of each line, if every line fits a model of max_len positions (x </s>), else a FileError
-    naming the first line that does not (1-based; the caller names the file with in_file). Lines are
-    measured in characters first (corpus.most_characters), so a huge line is refused before it costs
-    any encoding."""
+    """The ids of each line, if every line fits a model of max_len positions (x </s>), else a
+    FileError naming the first line that does not (1-based; the caller names the file with in_file).
+    Lines are measured in characters first (corpus.most_characters), so a huge line is refused
+    before it costs any encoding."""
     longest = max_len - 1
     most = most_characters(tokenizer, longest)
     for n, line in enumerate(lines, 1):
@@ -48,11 +50,11 @@ def encode_fitting(tokenizer, lines, max_len):
 def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=64, progress=False):
     """Translate lines of text: encode with tokenizer.encode, batch sentences of similar length
     (batch_size sentences per batch), search with the settings of `search` (a SearchConfig),
-    tokenizer.decode, every line break made a space (one_line). Returns a list of strings in the order of `lines`, or with search.nbest > 1 a
-    list of n-best lists of strings. beam_size=1 with nbest=1 is greedy_search. Every argument and
-    every line is checked before any search: a line longer than the model's positions is a
-    checks.FileError naming it (1-based; the caller names the file with in_file). progress: a bar
-    of the sentences translated (tqdm, on stderr).
+    tokenizer.decode, every line break made a space (one_line). Returns a list of strings in the
+    order of `lines`, or with search.nbest > 1 a list of n-best lists of strings. beam_size=1 with
+    nbest=1 is greedy_search. Every argument and every line is checked before any search: a line
+    longer than the model's positions is a checks.FileError naming it (1-based; the caller names the
+    file with in_file). progress: a bar of the sentences translated (tqdm, on stderr).
     """
     check_search("translate_lines", search)
     check_int("translate_lines", "batch_size", batch_size, 1)
@@ -79,7 +81,8 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
 
 def validation_loss(model, batches):
     """The mean loss per target token over `batches` (data.Batch), label smoothing off."""
-    total, count = 0.0, 0
+    total = 0.0
+    count = 0
     for b in batches:
         loss = model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask, label_smoothing=0.0)
         total += float(loss.data) * b.n_tgt_tokens
@@ -90,12 +93,14 @@ def validation_loss(model, batches):
 
 
 def evaluate(model, tokenizer, sources, references, batches=None, search=SearchConfig()):
-    """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature", "exact_match"}
-    of the model in inference mode; `search`: the SearchConfig of translate_lines (nbest 1)."""
+    """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature",
+    "exact_match"} of the model in inference mode; `search`: the SearchConfig of translate_lines
+    (nbest 1)."""
     check_search("evaluate", search)
     if isinstance(sources, str) or isinstance(references, str):
         raise TypeError("evaluate: sources and references must be lists of sentences, not one string")
-    sources, references = list(sources), list(references)
+    sources = list(sources)
+    references = list(references)
     if len(sources) != len(references):   # before translating: the lengths would only differ after it
         raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references; they must pair up")
     if not sources:

@@ -24,13 +24,19 @@ from .fileio import atomic_write, read_text
 # it gives 29,365 validation tokens against 29,611 with GPT-2's pattern (benchmarks/bpe_speed.py).
 PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
-# The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to MAX_VOCAB = 0x110000 =
-# 1,114,112 ids (bpe_learn stores an id as a character); as merges are read, a token <= MAX_TOKEN_BYTES and all
-# tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833 bytes and would ask for 64 GiB). A pattern must cut
-# PROBE into words within PATTERN_SECONDS (runs trap catastrophic backtracking; encode: as much per 100,000 chars).
-MIN_VOCAB, MAX_VOCAB_BYTES, PATTERN_SECONDS = len(SPECIALS) + 256, 1 << 27, 1.0
-FORMAT, VERSION = "minitransformer-bpe", 1
+PAD_ID = 0
+BOS_ID = 1
+EOS_ID = 2
+# The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to MAX_VOCAB =
+# 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character); as merges are read, a token <=
+# MAX_TOKEN_BYTES and all tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833 bytes and would ask for
+# 64 GiB). A pattern must cut PROBE into words within PATTERN_SECONDS (runs trap catastrophic
+# backtracking; encode: as much per 100,000 chars).
+MIN_VOCAB = len(SPECIALS) + 256
+MAX_VOCAB_BYTES = 1 << 27
+PATTERN_SECONDS = 1.0
+FORMAT = "minitransformer-bpe"
+VERSION = 1
 PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>" + "".join(c * 48 + "!" for c in "a1 -")
 
 
@@ -45,7 +51,8 @@ def _chunks(text, size=1 << 20):
 
 
 def _surrogate(text):
-    """Words naming the first lone surrogate in text (UTF-8 cannot encode one) and where it stands."""
+    """Words naming the first lone surrogate in text (UTF-8 cannot encode one) and where it
+    stands."""
     i = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
     return (f"the lone surrogate {text[i]!r} at character {i}, which UTF-8 cannot encode (text read with "
             f"errors='surrogateescape'?)")
@@ -67,8 +74,12 @@ class BPE:
         if not pattern:
             fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []", "pattern", pattern)
         self.special_tokens = list(SPECIALS) + extra
-        self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
-        self.pattern, self._regex, self.source = pattern, regex.compile(pattern), "the tokenizer"
+        self.pad_id = PAD_ID
+        self.bos_id = BOS_ID
+        self.eos_id = EOS_ID
+        self.pattern = pattern
+        self._regex = regex.compile(pattern)
+        self.source = "the tokenizer"
         self._custom = pattern != PATTERN  # PATTERN matches every character; encode checks any other
         self._findall = self._timed_findall if self._custom else self._regex.findall  # PATTERN needs no time bound
         if self._regex.groups or "".join(self._findall(PROBE)) != PROBE:  # a TimeoutError names the pattern
@@ -79,7 +90,10 @@ class BPE:
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
         self.offset = len(self.special_tokens)  # the id of byte 0
         self.vocab = [t.encode("utf-8") for t in self.special_tokens] + [bytes([b]) for b in range(256)]
-        self.merges, self.ranks, total = [], {}, 0  # ranks: pair -> id of the merged token (= merge order)
+        # ranks: pair -> id of the merged token (= merge order)
+        self.merges = []
+        self.ranks = {}
+        total = 0
         if len(self.vocab) + len(merges) > MAX_VOCAB:
             raise ValueError(f"{len(self.vocab) + len(merges):,} ids are too many: at most {MAX_VOCAB:,}")
         for a, b in merges:
@@ -174,7 +188,8 @@ class BPE:
         return self._findall(text)
 
     def _timed_findall(self, text):
-        """A custom pattern's words of text, under a time bound (TimeoutError, one sentence): _findall."""
+        """A custom pattern's words of text, under a time bound (TimeoutError, one sentence):
+        _findall."""
         seconds = PATTERN_SECONDS * (1 + len(text) // 100_000)
         try:
             return self._regex.findall(text, timeout=seconds)
@@ -265,7 +280,8 @@ class BPE:
     # ---- files -----------------------------------------------------------------------------------
 
     def to_json(self):
-        """The text of the tokenizer file: one JSON object, one merge a line: [left id, right id, "merged text"]."""
+        """The text of the tokenizer file: one JSON object, one merge a line: [left id, right id,
+        "merged text"]."""
         head = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.special_tokens}
         lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
@@ -279,7 +295,8 @@ class BPE:
 
     @classmethod
     def load(cls, path):
-        """Read a file that save() wrote; another version or a damaged file raises checks.FileError."""
+        """Read a file that save() wrote; another version or a damaged file raises
+        checks.FileError."""
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
@@ -292,7 +309,8 @@ class BPE:
 
     @classmethod
     def from_json(cls, text, source="the tokenizer"):
-        """The inverse of to_json; errors name `source` (a file name, or where the text came from)."""
+        """The inverse of to_json; errors name `source` (a file name, or where the text came
+        from)."""
         try:
             d = json.loads(text)
         except (ValueError, RecursionError) as e:  # invalid JSON, or nested too deep

@@ -2,9 +2,10 @@
 
 Two learners with the same word counts in and the same merges out: learn_merges_naive recounts every
 pair at each merge (slow, plain: the reference) and learn_merges updates the counts incrementally
-(what BPE.train uses). Encoding applies the merges to a word, the same two ways: apply_merges_naive (the
-lowest-rank pair, again and again) and apply_merges (a heap, what BPE.encode uses). The tokenizer itself (pre-tokenization, encoding, the file) is in bpe.py,
-which imports this module; this one imports nothing of the package (lesson 08).
+(what BPE.train uses). Encoding applies the merges to a word, the same two ways: apply_merges_naive
+(the lowest-rank pair, again and again) and apply_merges (a heap, what BPE.encode uses). The
+tokenizer itself (pre-tokenization, encoding, the file) is in bpe.py, which imports this module;
+this one imports nothing of the package (lesson 08).
 """
 import heapq
 from collections import defaultdict
@@ -20,7 +21,8 @@ def merge(ids, pair, new_id):
 
     merge([1, 2, 3, 1, 2], (1, 2), 4) -> [4, 3, 4];  merge([5, 5, 5], (5, 5), 6) -> [6, 5]
     """
-    out, i = [], 0
+    out = []
+    i = 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
             out.append(new_id)
@@ -35,8 +37,8 @@ def merge(ids, pair, new_id):
 # ranks: (left id, right id) -> id of the merged token; a later merge has a larger id (its rank).
 
 def apply_merges_naive(ids, ranks):
-    """Merge the lowest-rank adjacent pair everywhere, again, until no pair has a rank: as training did.
-    O(n^2) in the word's length n. Fast form: apply_merges.
+    """Merge the lowest-rank adjacent pair everywhere, again, until no pair has a rank: as training
+    did. O(n^2) in the word's length n. Fast form: apply_merges.
 
     apply_merges_naive([97, 97, 98], {(97, 97): 256, (256, 98): 257}) -> [257]  ("aa", then "aab")
     """
@@ -49,12 +51,15 @@ def apply_merges_naive(ids, ranks):
 
 
 def apply_merges(ids, ranks):
-    """The same ids as apply_merges_naive in O(n log n): a heap of (rank, position) over a linked list of
-    symbols. Equal ranks pop left to right, as merge() goes; a merge only makes pairs of a larger rank (a
-    merge uses earlier ids), so every occurrence of a pair is merged before any pair made from it. An entry
-    whose pair has changed since it was pushed is stale and skipped."""
-    ids, n = list(ids), len(ids)
-    nxt, prv = list(range(1, n + 1)), list(range(-1, n - 1))            # the linked list; None: merged away
+    """The same ids as apply_merges_naive in O(n log n): a heap of (rank, position) over a linked
+    list of symbols. Equal ranks pop left to right, as merge() goes; a merge only makes pairs of a
+    larger rank (a merge uses earlier ids), so every occurrence of a pair is merged before any pair
+    made from it. An entry whose pair has changed since it was pushed is stale and skipped."""
+    ids = list(ids)
+    n = len(ids)
+    # the linked list; None: merged away
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
     heap = [(ranks[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in ranks]
     heapq.heapify(heap)
     while heap:
@@ -62,7 +67,10 @@ def apply_merges(ids, ranks):
         j = nxt[i]
         if ids[i] is None or j >= n or ranks.get((ids[i], ids[j])) != rank:
             continue                                                    # stale
-        ids[i], ids[j], nxt[i] = rank, None, nxt[j]                     # i becomes the merged token
+        # i becomes the merged token
+        ids[i] = rank
+        ids[j] = None
+        nxt[i] = nxt[j]
         if nxt[i] < n:
             prv[nxt[i]] = i
             if (ids[i], ids[nxt[i]]) in ranks:
@@ -73,7 +81,8 @@ def apply_merges(ids, ranks):
 
 
 # ---- the two learners: same word counts in, same merges out ----------------------------------
-# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right id).
+# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right
+# id).
 
 def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     """Each step: count every adjacent pair, merge the most frequent one everywhere.
@@ -82,7 +91,9 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     """
     words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
-    merges, size = [], {}                     # size: bytes of each merged token (a byte is 1)
+    # size: bytes of each merged token (a byte is 1)
+    merges = []
+    size = {}
     nbytes = lambda t: size.get(t, 1)
     for k in range(num_merges):
         stats = defaultdict(int)
@@ -120,7 +131,8 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     words = [w.encode("utf-8").decode("latin-1").translate(shift) for w in word_counts]
     freqs = list(word_counts.values())
     # 2. Count every adjacent pair once, and remember which words hold it.
-    counts, where = defaultdict(int), defaultdict(list)
+    counts = defaultdict(int)
+    where = defaultdict(list)
     for i, (w, f) in enumerate(zip(words, freqs)):
         for k in range(len(w) - 1):
             pair = w[k:k + 2]
@@ -129,7 +141,9 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     # 3. A heap of (-count, pair): the top is the most frequent pair, ties by the smallest pair.
     heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
     heapq.heapify(heap)
-    merges, size = [], {}                     # size: bytes of each merged token (a byte is 1)
+    # size: bytes of each merged token (a byte is 1)
+    merges = []
+    size = {}
     bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
     while len(merges) < num_merges and heap:
         # 4. Pop the best pair; an entry whose count has fallen since it was pushed is stale: put it
@@ -140,7 +154,9 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
                 heapq.heappush(heap, (-counts[pair], pair))
             continue
         # 5. The new token z = a b gets the next id (unless it is too long: then learning stops).
-        a, b, z = pair[0], pair[1], chr(offset + 256 + len(merges))
+        a = pair[0]
+        b = pair[1]
+        z = chr(offset + 256 + len(merges))
         if size.get(a, 1) + size.get(b, 1) > MAX_TOKEN_BYTES:
             break
         size[z] = size.get(a, 1) + size.get(b, 1)
@@ -151,8 +167,11 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
         #    occurrences in a row (a b a b) make one (z, z) instead of (z, a) and (b, z).
         new = defaultdict(int)  # counts of the new pairs, those that hold z
         for i in dict.fromkeys(where.pop(pair)):  # once per word: a long word is listed once per occurrence
-            w, f = words[i], freqs[i]
-            j, end = w.find(pair), -1        # j: this occurrence; end: just after the previous one
+            w = words[i]
+            f = freqs[i]
+            # j: this occurrence; end: just after the previous one
+            j = w.find(pair)
+            end = -1
             while j >= 0:
                 if j == end:                 # right after the previous occurrence: (b, a) is gone already
                     new[z + z] += f

@@ -1,5 +1,6 @@
-"""A parallel corpus: read it (two files, line i of one translating line i of the other), encode both
-sides to token ids with one tokenizer, and check the id pairs before anything is batched from them.
+"""A parallel corpus: read it (two files, line i of one translating line i of the other), encode
+both sides to token ids with one tokenizer, and check the id pairs before anything is batched from
+them.
 Left out on purpose: streaming corpora larger than memory, alignment or filtering beyond empty and
 too-long pairs.
 """
@@ -15,8 +16,10 @@ from .fileio import read_lines
 
 # ---------------------------------------------------------------- reading corpora
 def read_parallel(src_path, tgt_path):
-    """(source lines, target lines) of a parallel corpus; the two files must have equal line counts."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    """(source lines, target lines) of a parallel corpus; the two files must have equal line
+    counts."""
+    src = read_lines(src_path)
+    tgt = read_lines(tgt_path)
     if len(src) != len(tgt):
         raise ValueError(f"parallel files differ in length: {src_path} has {len(src):,} lines but "
                          f"{tgt_path} has {len(tgt):,}; line i of one must translate line i of the other")
@@ -41,9 +44,10 @@ class EncodeReport:
 
 
 def most_characters(tokenizer, n_tokens):
-    """The most characters a line spelled by n_tokens tokens can have: a byte-level BPE's token holds at
-    most its longest token's bytes, and a character is at least one byte; no bound (inf) for another
-    tokenizer. A longer line is too long before it is encoded (a 2 MB line costs no encoding time)."""
+    """The most characters a line spelled by n_tokens tokens can have: a byte-level BPE's token
+    holds at most its longest token's bytes, and a character is at least one byte; no bound (inf)
+    for another tokenizer. A longer line is too long before it is encoded (a 2 MB line costs no
+    encoding time)."""
     if not isinstance(tokenizer, BPE):
         return float("inf")
     return n_tokens * max(map(len, tokenizer.vocab))
@@ -52,7 +56,8 @@ def most_characters(tokenizer, n_tokens):
 def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     """Encode both sides with one joint tokenizer; drop pairs with an empty side, and pairs with a
     side longer than max_len tokens (counted without <s> and </s>; None: no limit). A side with more
-    characters than max_len tokens can spell is dropped unencoded, so the time stays linear in the corpus.
+    characters than max_len tokens can spell is dropped unencoded, so the time stays linear in the
+    corpus.
 
     Returns (pairs, report): pairs is a list of (src_ids, tgt_ids) lists of ints.
     encode_pairs(["a b", ""], ["x", "y"], tok) -> ([([a, b], [x])], "kept 1 of 2 pairs (1 empty)")
@@ -68,7 +73,10 @@ def encode_pairs(src_lines, tgt_lines, tokenizer, max_len=None):
     fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src_lines, tgt_lines)]
     src_ids = encode_batch([s if ok else "" for s, ok in zip(src_lines, fits)])
     tgt_ids = encode_batch([t if ok else "" for t, ok in zip(tgt_lines, fits)])
-    pairs, indices, empty, too_long = [], [], 0, 0
+    pairs = []
+    indices = []
+    empty = 0
+    too_long = 0
     for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
         if not src_lines[i].strip() or not tgt_lines[i].strip():
             empty += 1
@@ -89,10 +97,13 @@ def load_pairs(src_path, tgt_path, tokenizer, max_len=None):
 
 
 def check_pairs(pairs, pad_id, bos_id, eos_id, ids=None):
-    """Refuse, naming the first bad pair (ids[i] for pair i when given), what a Batch would get silently
-    wrong: <pad> sharing an id with <s> or </s>; a side that is text, or holds other than integer ids
-    >= 0; <pad>, <s> or </s> inside a sentence (Batch adds <s> and </s>, and takes <pad> for padding).
-    One vectorised pass when all is well; the pairs are searched one by one only to name a fault."""
+    """Refuse, naming the first bad pair (ids[i] for pair i when given), what a Batch would get
+    silently
+    wrong: <pad> sharing an id with <s> or </s>; a side that is text, or holds other than integer
+    ids
+    >= 0; <pad>, <s> or </s> inside a sentence (Batch adds <s> and </s>, and takes <pad> for
+    padding). One vectorised pass when all is well; the pairs are searched one by one only to name a
+    fault."""
     for name, value in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an integer token id, got {value!r}")

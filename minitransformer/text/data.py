@@ -73,21 +73,24 @@ class Batch:
     """
 
     def __init__(self, pairs, pad_id, bos_id, eos_id, ids=None):
-        xs, ys = [s for s, _ in pairs], [t for _, t in pairs]
+        xs = [s for s, _ in pairs]
+        ys = [t for _, t in pairs]
         src = pad(xs, pad_id, end=eos_id)                                    # (B, S)  x </s>
         tgt_in = pad(ys, pad_id, start=bos_id)                               # (B, T)  <s> y
         tgt_out = pad(ys, pad_id, end=eos_id)                                # (B, T)  y </s>
         self.n_src_tokens = sum(map(len, xs)) + len(xs)
         self.n_tgt_tokens = sum(map(len, ys)) + len(ys)
         # the masks of attention.py (padding_mask, causal_mask), made here on the host with NumPy
-        src_real, tgt_real = src != pad_id, tgt_in != pad_id
+        src_real = src != pad_id
+        tgt_real = tgt_in != pad_id
         if src_real.sum() != self.n_src_tokens or tgt_real.sum() != self.n_tgt_tokens:   # a <pad> inside
             check_pairs(pairs, pad_id, bos_id, eos_id, ids)                              # names the pair
         causal = np.tril(np.ones((tgt_in.shape[1],) * 2, dtype=bool))     # (T, T): key j <= query i
         src_mask = src_real[:, None, None, :]                               # (B, 1, 1, S)
         tgt_mask = tgt_real[:, None, None, :] & causal                      # (B, 1, T, T)
         self.src, self.tgt_in, self.tgt_out = (backend.asarray(a) for a in (src, tgt_in, tgt_out))
-        self.src_mask, self.tgt_mask = backend.asarray(src_mask), backend.asarray(tgt_mask)
+        self.src_mask = backend.asarray(src_mask)
+        self.tgt_mask = backend.asarray(tgt_mask)
         self.ids = None if ids is None else np.asarray(ids)
 
     def __len__(self):
@@ -107,24 +110,29 @@ def _lengths(pairs):
 
 
 def count_over_budget(pairs, max_tokens):
-    """How many pairs are longer than max_tokens padded on either side: each becomes a batch of its own."""
+    """How many pairs are longer than max_tokens padded on either side: each becomes a batch of its
+    own."""
     src_len, tgt_len = _lengths(pairs)
     return int((np.maximum(src_len, tgt_len) > max_tokens).sum())
 
 
 def _cut(order, src_len, tgt_len, max_tokens):
-    """Cut `order` into consecutive runs where len(run) * max(padded length, either side) <= max_tokens.
+    """Cut `order` into consecutive runs where len(run) * max(padded length, either side) <=
+    max_tokens.
 
     _cut([0, 1, 2], src_len=[2, 2, 3], tgt_len=[2, 2, 2], max_tokens=6) -> [[0, 1], [2]]
     (all three would pad to length 3: 3 * 3 = 9 > 6)
     """
     lengths = np.maximum(src_len[order], tgt_len[order]).tolist()
-    batches, start, longest = [], 0, 0
+    batches = []
+    start = 0
+    longest = 0
     for i, n in enumerate(lengths):
         longest_with = max(longest, n)
         if i > start and (i - start + 1) * longest_with > max_tokens:
             batches.append(order[start:i])
-            start, longest_with = i, n
+            start = i
+            longest_with = n
         longest = longest_with
     if len(lengths) > start:
         batches.append(order[start:])
@@ -134,13 +142,13 @@ def _cut(order, src_len, tgt_len, max_tokens):
 def batch_by_tokens(pairs, max_tokens, seed=0, shuffle=True, epoch=0):
     """Plan one epoch: a list of index arrays into `pairs`, each batch within `max_tokens`.
 
-    Pairs are sorted by (source length, target length) with a random tie-break, so that a batch holds
-    pairs of similar lengths and little padding (section 5.1: "batched together by approximate
+    Pairs are sorted by (source length, target length) with a random tie-break, so that a batch
+    holds pairs of similar lengths and little padding (section 5.1: "batched together by approximate
     sequence length"), then cut so that batch_size * longest padded length (x </s> or <s> y)
     <= max_tokens on each side; padding counts. A single pair longer than max_tokens becomes a batch
     of its own (over the budget: it is never dropped). With shuffle, the batch order and the
-    tie-break come from np.random.default_rng((seed, epoch)): each epoch differs, and is reproducible.
-    Without shuffle the batches come sorted by length, ties in corpus order.
+    tie-break come from np.random.default_rng((seed, epoch)): each epoch differs, and is
+    reproducible. Without shuffle the batches come sorted by length, ties in corpus order.
     """
     check_max_tokens("batch_by_tokens", max_tokens)
     src_len, tgt_len = _lengths(pairs)
@@ -170,10 +178,18 @@ class BatchIterator:
                  "long", "pairs")
         check_pairs(pairs, pad_id, bos_id, eos_id)
         check_max_tokens("BatchIterator", max_tokens)
-        self.pairs, self.max_tokens, self.seed, self.shuffle = pairs, int(max_tokens), int(seed), bool(shuffle)
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        self.epoch, self.index = 0, 0        # the position of the next batch
-        self._plan, self._plan_epoch = None, None
+        self.pairs = pairs
+        self.max_tokens = int(max_tokens)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.pad_id = pad_id
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        # the position of the next batch
+        self.epoch = 0
+        self.index = 0
+        self._plan = None
+        self._plan_epoch = None
 
     def plan(self, epoch=None):
         """The index arrays of one epoch's batches (cached for the current epoch)."""
@@ -198,16 +214,19 @@ class BatchIterator:
 
     def next_indices(self):
         """The pair indices of the next batch, moving the stream on, without building the batch (a
-        data-parallel rank builds only its own batches of an update, but counts the tokens of all)."""
+        data-parallel rank builds only its own batches of an update, but counts the tokens of
+        all)."""
         plan = self.plan()
         if self.index >= len(plan):
-            self.epoch, self.index = self.epoch + 1, 0
+            self.epoch = self.epoch + 1
+            self.index = 0
             plan = self.plan()
         self.index += 1
         return plan[self.index - 1]
 
     def target_tokens(self, idx):
-        """make_batch(idx).n_tgt_tokens without building it: the target ids plus </s> of each pair."""
+        """make_batch(idx).n_tgt_tokens without building it: the target ids plus </s> of each
+        pair."""
         return sum(len(self.pairs[i][1]) for i in idx) + len(idx)
 
     def epoch_batches(self, epoch=None):
@@ -227,4 +246,5 @@ class BatchIterator:
             if state[key] != mine[key]:
                 raise ValueError(f"cannot resume the batch stream: it was saved with {key}={state[key]!r} "
                                  f"but this one has {key}={mine[key]!r}")
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self.epoch = int(state["epoch"])
+        self.index = int(state["index"])

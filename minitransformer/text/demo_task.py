@@ -3,8 +3,8 @@
 "3 4 1 7 , 1 2" -> "three thousand four hundred seventeen , twelve". Digits are spaced so that each
 is a token of its own (any tokenizer keeps them apart), and attention has a visible alignment to
 learn: a digit's place (thousands, hundreds, tens) decides its words; spaced=False gives "3417, 12".
-Generated offline and reproducibly from a seed; the demo subcommand (cli/demo.py), lessons 09 and 12,
-the figures and the tests train on it. Imports only checks.py of the package.
+Generated offline and reproducibly from a seed; the demo subcommand (cli/demo.py), lessons 09 and
+12, the figures and the tests train on it. Imports only checks.py of the package.
 Left out on purpose: "and" (British "one hundred and one"), hyphens ("forty-five"), numbers >= 10^6.
 """
 import numpy as np
@@ -16,13 +16,14 @@ ONES = ("zero one two three four five six seven eight nine ten eleven twelve thi
 TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 # The demo's settings, tuned to reach >= 95% exact match on held-out lines in a few
-# minutes on a 2-core CPU (measured: 98.5% after 1,000 steps, 80 s in all when idle; earlier recipes: 124 s
-# and 243 s under load). Note: not the paper's settings: no dropout, and a warmup of 150 steps instead
-# of 4,000, so the rate peaks at 0.3 * 128^-0.5 * 150^-0.5 = 0.0022 (the paper's base model peaks at
-# 0.0007); this small, noise-free task and the tiny model learn faster that way. Why 0.3 and 150, not
-# the earlier 0.4 and 100: that peak was chaotic; rounding-level changes (the capstone's float64
-# LayerNorm, another BLAS thread count) sent the run into a minimum that miscounts the digits of the
-# last number (85.5% exact match, twice). This one gave 96-100% in 7 of 7 such runs (seeds 0-5).
+# minutes on a 2-core CPU (measured: 98.5% after 1,000 steps, 80 s in all when idle; earlier
+# recipes: 124 s and 243 s under load). Note: not the paper's settings: no dropout, and a warmup of
+# 150 steps instead of 4,000, so the rate peaks at 0.3 * 128^-0.5 * 150^-0.5 = 0.0022 (the paper's
+# base model peaks at 0.0007); this small, noise-free task and the tiny model learn faster that way.
+# Why 0.3 and 150, not the earlier 0.4 and 100: that peak was chaotic; rounding-level changes (the
+# capstone's float64 LayerNorm, another BLAS thread count) sent the run into a minimum that
+# miscounts the digits of the last number (85.5% exact match, twice). This one gave 96-100% in 7 of
+# 7 such runs (seeds 0-5).
 DEMO = dict(n_train=20000, n_test=200, max_numbers=2, max_digits=3, vocab_size=400, steps=1000,
             max_tokens=1000, warmup_steps=150, lr_scale=0.3, dropout=0.0, eval_every=250, overrides={})
 QUICK = dict(DEMO, n_train=3000, n_test=40, steps=150, max_tokens=600, eval_every=0,
@@ -47,7 +48,8 @@ def number_to_words(n):
     """English words for 0 <= n < 1,000,000, without "and" or hyphens.
 
     number_to_words(3417) -> "three thousand four hundred seventeen"
-    (3417 = 3 thousands, then 417 = 4 hundreds + 17: "three thousand" + "four hundred" + "seventeen")
+    (3417 = 3 thousands, then 417 = 4 hundreds + 17: "three thousand" + "four hundred" +
+    "seventeen")
     """
     check_int("number_to_words", "n", n, 0, 999_999)
     if n == 0:
@@ -73,19 +75,22 @@ def draw_lines(rng, m, max_numbers, max_digits):
 
 
 def generate(n, seed=0, max_numbers=3, max_digits=4, spaced=True):
-    """n distinct (source, target) line pairs, each of 1 to max_numbers numbers of up to max_digits digits.
+    """n distinct (source, target) line pairs, each of 1 to max_numbers numbers of up to max_digits
+    digits.
 
     generate(2, seed=0) -> (["8 5 , 7 1 9 6 , 7 3 3", "3 , 8 8"],
                             ["eighty five , seven thousand one hundred ninety six , seven hundred thirty three",
                              "three , eighty eight"])
-    spaced=False writes the sources as "85, 7196, 733". The same seed gives the same lines; sources are distinct, so
-    any split of them is disjoint.
+    spaced=False writes the sources as "85, 7196, 733". The same seed gives the same lines; sources
+    are distinct, so any split of them is disjoint.
     """
     check_int("generate", "n", n, 0)
     check_int("generate", "max_numbers", max_numbers, 1)
     check_int("generate", "max_digits", max_digits, 1, 6)
     rng = np.random.default_rng(seed)
-    seen, src, tgt = set(), [], []
+    seen = set()
+    src = []
+    tgt = []
     for _ in range(50):  # rounds of drawing; each round asks for what is still missing, and more
         if len(src) == n:
             return src, tgt
@@ -119,5 +124,6 @@ def split(src, tgt, n_heldout, seed=0):
 def make_splits(n_train, n_valid, n_test, seed=0, **kwargs):
     """Train, valid and test (src, tgt) lists, drawn together so that all three are disjoint."""
     src, tgt = generate(n_train + n_valid + n_test, seed, **kwargs)
-    a, b = n_train, n_train + n_valid
+    a = n_train
+    b = n_train + n_valid
     return (src[:a], tgt[:a]), (src[a:b], tgt[a:b]), (src[b:], tgt[b:])

@@ -1,16 +1,17 @@
-"""Files: read UTF-8 text (plain, .gz, or stdin), write a file atomically. Every reader and writer of
-the package goes through these functions, so they agree on encodings and on failure.
+"""Files: read UTF-8 text (plain, .gz, or stdin), write a file atomically. Every reader and writer
+of the package goes through these functions, so they agree on encodings and on failure.
 
-Reading: UTF-8, a leading byte-order mark dropped, only "\\n" ends a line (not U+2028 and friends, so
-parallel files stay aligned), a trailing "\\r" removed; an undecodable byte is an error naming the
-file and the line (a checks.FileError). Writing: to a temporary file in the same directory, then a
-rename, so a reader or a crash sees the old file or the new one, never half of one. A new file gets
-the mode a plain open() would give (the umask), a replaced one keeps its own (0600 stays 0600); a
-symbolic link that leads out of its folder is never written through; the temporary's name says which
-file it was for (hashed when the name is long, so that any legal name fits NAME_MAX), and the writer
-holds an flock on it, so that temporaries a killed writer left behind can be told from live ones and
-removed by the next write in that folder. A failed write (a full disk) names the file, not the temporary.
-Imports only checks.py of the package. Left out on purpose: other encodings, streaming reads (corpora are read whole).
+Reading: UTF-8, a leading byte-order mark dropped, only "\\n" ends a line (not U+2028 and friends,
+so parallel files stay aligned), a trailing "\\r" removed; an undecodable byte is an error naming
+the file and the line (a checks.FileError). Writing: to a temporary file in the same directory, then
+a rename, so a reader or a crash sees the old file or the new one, never half of one. A new file
+gets the mode a plain open() would give (the umask), a replaced one keeps its own (0600 stays 0600);
+a symbolic link that leads out of its folder is never written through; the temporary's name says
+which file it was for (hashed when the name is long, so that any legal name fits NAME_MAX), and the
+writer holds an flock on it, so that temporaries a killed writer left behind can be told from live
+ones and removed by the next write in that folder. A failed write (a full disk) names the file, not
+the temporary. Imports only checks.py of the package. Left out on purpose: other encodings,
+streaming reads (corpora are read whole).
 """
 import fcntl
 import gzip
@@ -70,8 +71,8 @@ def read_lines(path):
 
 
 def check_creatable(directory, what):
-    """Before any work: `directory` is a folder this user may write in, or its nearest existing ancestor
-    is (atomic_write makes the rest); else a ValueError "<what> cannot be written: ..."."""
+    """Before any work: `directory` is a folder this user may write in, or its nearest existing
+    ancestor is (atomic_write makes the rest); else a ValueError "<what> cannot be written: ..."."""
     nearest = directory or "."
     while not os.path.lexists(nearest):
         nearest = os.path.dirname(nearest) or "."
@@ -82,8 +83,9 @@ def check_creatable(directory, what):
 
 
 def check_writable_dir(path, what):
-    """Before any work: `path` is a directory this user may write in, or one that can be made; else a
-    ValueError "<what> <path> is a file, not a directory" or check_creatable's. Creates nothing."""
+    """Before any work: `path` is a directory this user may write in, or one that can be made; else
+    a ValueError "<what> <path> is a file, not a directory" or check_creatable's. Creates
+    nothing."""
     if os.path.lexists(path) and not os.path.isdir(path):
         raise ValueError(f"{what} {path} is a file, not a directory")
     check_creatable(os.path.normpath(path), f"{what} {path}")
@@ -98,16 +100,17 @@ def check_name(path, what):
 
 
 def temp_suffix(name):
-    """The end of a temporary's name for a file called `name`: "-" + name, or "-" + a hash of it when the
-    temporary's name would pass NAME_MAX (.tmp- and 8 random characters come before it)."""
+    """The end of a temporary's name for a file called `name`: "-" + name, or "-" + a hash of it
+    when the temporary's name would pass NAME_MAX (.tmp- and 8 random characters come before it)."""
     if len(TEMP_PREFIX) + 9 + len(os.fsencode(name)) <= NAME_MAX:
         return "-" + name
     return "-" + hashlib.sha256(os.fsencode(name)).hexdigest()[:16] + ".long-name"
 
 
 def inside_target(path):
-    """The real file that writing `path` changes: path itself, or the file its symbolic link points to
-    when that lies in the link's own folder (or below it); a FileError naming the link otherwise."""
+    """The real file that writing `path` changes: path itself, or the file its symbolic link points
+    to when that lies in the link's own folder (or below it); a FileError naming the link
+    otherwise."""
     path = os.fspath(path)
     target = os.path.realpath(path)
     folder = os.path.realpath(os.path.dirname(path) or ".")
@@ -118,8 +121,9 @@ def inside_target(path):
 
 
 def remove_stale_temporaries(directory):
-    """Delete the temporaries a killed atomic_write left in `directory` (named by TEMP_PATTERN, older than
-    STALE_SECONDS, locked by no live writer); returns their names. Other files are never touched."""
+    """Delete the temporaries a killed atomic_write left in `directory` (named by TEMP_PATTERN,
+    older than STALE_SECONDS, locked by no live writer); returns their names. Other files are never
+    touched."""
     removed = []
     names = os.listdir(directory) if os.path.isdir(directory) else []
     for name in filter(TEMP_PATTERN.fullmatch, names):

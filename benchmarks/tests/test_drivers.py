@@ -1,0 +1,109 @@
+"""The scripts in benchmarks/: each shows --help, and refuses a bad option before any work with one
+line naming it (exit 2, no traceback, nothing written); the BPE benchmark loads the package's BPE
+alone, and the kernel profile's dry run tables each framework. They are run as a user runs them, in
+a subprocess from the repository's root."""
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*.py")
+                 if p.name not in ("torch_reference.py", "cublas_capture.py"))  # imported modules
+
+# (script, arguments, a pattern of the one error line)
+BAD = [
+    ("benchmarks/bpe_speed.py", ["--vocab-size", "100"],
+     r"--vocab-size must be between 259 .*got 100"),
+    ("benchmarks/code_size.py", ["--rev", "no-such-revision"],
+     r"--rev no-such-revision is not a commit of this repository"),
+    ("benchmarks/compare_versions.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),
+    ("benchmarks/data_parallel.py", ["--ranks", "1"], r"--ranks must be at least 2 .*got 1"),
+    ("benchmarks/decode_speed.py", ["--n", "0"], r"--n must be at least 1, got 0"),
+    ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),
+    ("benchmarks/gpu_kernel_profile.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+    ("benchmarks/gpu_kernel_profile.py", ["--device", "cpu", "--cuda-graphs"],
+     r"--cuda-graphs replays CUDA graphs: give --device gpu"),
+    ("benchmarks/gpu_kernel_profile.py", ["--data-dir", "{tmp}"],
+     r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
+    ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"],
+     r"--minutes must be a number above 0, got 0\.0"),
+    ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"],
+     r"--data-dir .* lacks train\.de\.gz"),
+    ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--rounds", "0"], r"--rounds must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--ranks", "1", "0"], r"--ranks must be at least 1, got 0"),
+    ("benchmarks/train_step.py", ["--ranks", "2", "--device", "gpu"], r"--ranks is for the CPU"),
+    ("benchmarks/train_step.py", ["--cuda-graphs"],
+     r"--cuda-graphs replays CUDA graphs: give --device gpu"),
+    ("benchmarks/train_step.py", ["--torch-keep-freed"],
+     r"--torch-keep-freed sets PyTorch.s heap: it needs --torch"),
+    ("benchmarks/train_step.py", ["--data-dir", "{tmp}"],
+     r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
+]
+
+
+def run(script, args):
+    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_has_help_with_its_defaults(script):
+    done = run(script, ["--help"])
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "--" in done.stdout
+
+
+def test_every_script_has_a_bad_input_case():
+    assert {script for script, _, _ in BAD} == set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script, args, message", BAD,
+                         ids=[f"{s}{' '.join(a)}" for s, a, _ in BAD])
+def test_a_bad_option_is_one_line_before_any_work(script, args, message, tmp_path):
+    done = run(script, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith(f"{Path(script).name}: error: "), done.stderr
+    # argparse's usage first
+    assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), done.stderr
+    assert re.search(message, lines[-1]), lines[-1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing is written"
+
+
+def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():
+    """bpe_speed.py times minitransformer.text.bpe alone (a package import would load the engine
+    too); once bpe.py used relative imports, loading it by its path failed and every run said
+    'failed'."""
+    code = ("import sys; sys.path.insert(0, 'benchmarks'); import bpe_speed; "
+            "bpe = bpe_speed.load_bpe(); "
+            "merges = bpe.BPE.train(['low lower lowest'], 260, min_frequency=1).merges; "
+            "assert merges == [(111, 114)]; "
+            "assert 'minitransformer.tensor' not in sys.modules; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_kernel_profile_tables_each_framework_or_says_it_needs_pytorch(tmp_path):
+    """gpu_kernel_profile.py's dry run on the CPU (PyTorch's CPU ops, ours none); without PyTorch,
+    one line."""
+    out = run("benchmarks/gpu_kernel_profile.py",
+              ["--device", "cpu", "--preset", "tiny", "--steps", "1", "--max-tokens", "64",
+               "--top", "3", "--json", str(tmp_path / "p.json")])
+    if importlib.util.find_spec("torch") is None:
+        assert out.returncode == 2
+        assert out.stderr.strip().splitlines()[-1].endswith("install torch beside it")
+        assert not (tmp_path / "p.json").exists()
+        return
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert set(result) == {"ours", "PyTorch eager"} and not result["ours"]["by_name"]
+    eager = result["PyTorch eager"]
+    assert eager["busy_ms"] > 0 and "aten::mm" in eager["by_name"]
+    assert out.stdout.count("| kernel | calls a step | ms a step | share |") == 2
