@@ -6,7 +6,9 @@ change that could touch speed, and report the ratio.
     python benchmarks/compare_versions.py --base 7b531d2 --repeats 15 --preset small
     python benchmarks/compare_versions.py --base HEAD~1 --preset small --only 64 --repeats 5   # decoding only
 
-Six workloads, each timed alternately (A, B, A, B, ...): a training step of a preset (forward, label-
+Seven workloads, each timed alternately (A, B, A, B, ...): one update as the recipe trains on a CPU
+(2 rank threads of one process, Trainer.train_step on 1,024 tokens each, the gradients summed, one
+shared copy of the weights; --preset small is the recipe's model), a training step of a preset (forward, label-
 smoothed loss, backward, Adam update) on fixed Multi30k-shaped batches of random ids, the Trainer's own
 step around it (batch stream, weighting, seeding, schedule; 2,048-token batches), one Adam update of
 all the preset's parameters, the engine's overhead per node (a chain of relu(h * w + b) on (16, 16)
@@ -69,15 +71,61 @@ def training_step(mt, preset, vocab, batch_shapes, seed=0):
     return step
 
 
+def module(mt, *names):
+    """The first of `names` (dotted, inside package mt) that this version of the package has: a module
+    moved between versions is found under its old name and its new one."""
+    for name in names:
+        try:
+            return importlib.import_module(f"{mt.__name__}.{name}")
+        except ModuleNotFoundError:
+            continue
+    raise SystemExit(f"compare_versions.py: error: {mt.__name__} has none of {', '.join(names)}")
+
+
+def random_pairs(vocab, seed, n_pairs):
+    """n_pairs (source ids, target ids) of random ids, lengths as Multi30k's (3-50)."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.gamma(6.0, 2.6, (n_pairs, 2)).round(), 3, 50).astype(int)
+    return [(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist()) for s, t in lengths]
+
+
+def rank_threads_update(mt, preset, vocab, ranks=2, seed=0, n_pairs=3000):
+    """A closure running one update of the recipe's CPU path (examples/multi30k.py): `ranks` rank
+    threads of one process (distributed.run_threads), each running Trainer.train_step on its share of
+    a 2,048-token update (pre-LN, dropout 0.2, label smoothing 0.2), the gradients summed, one shared
+    copy of the weights with each rank updating its part. The Trainers are built at the first call."""
+    distributed = module(mt, "run.distributed", "distributed")
+    training = module(mt, "run.training", "training")
+    module(mt, "run.host", "backend").keep_freed_memory()     # as the Trainer does when it trains
+    pairs = random_pairs(vocab, seed, n_pairs)
+    trainers = [None] * ranks
+
+    def main():
+        world = distributed.world()
+        if trainers[world.rank] is None:
+            mt.backend.seed(seed)
+            config = getattr(mt.transformer.TransformerConfig, preset)(
+                vocab_size=vocab, norm_first=True, dropout=0.2, label_smoothing=0.2)
+            settings = training.TrainingConfig(steps=10**6, max_tokens=2048 // ranks, warmup_steps=4000,
+                                               progress=False)
+            trainer = training.Trainer(mt.transformer.Transformer(config), None, pairs, None, settings,
+                                       world=world)
+            for flat in trainer.optimizer.flat.values():
+                world.broadcast_(flat["data"])
+            trainer._shared = world.share_(trainer.optimizer)   # as Trainer.train does
+            trainers[world.rank] = trainer
+        trainers[world.rank].train_step()
+        return 0
+    return lambda: distributed.run_threads(main, (), ranks)
+
+
 def trainer_step(mt, preset, vocab, seed=0, n_pairs=3000):
     """A closure running Trainer.train_step (the batch stream, token weighting, dropout seeding, Adam and
     the schedule around the same model step) on random pairs of Multi30k-like lengths."""
     mt.backend.seed(seed)
     model = mt.transformer.Transformer(getattr(mt.transformer.TransformerConfig, preset)(vocab_size=vocab))
-    rng = np.random.default_rng(seed)
-    lengths = np.clip(rng.gamma(6.0, 2.6, (n_pairs, 2)).round(), 3, 50).astype(int)
-    pairs = [(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist()) for s, t in lengths]
-    training = importlib.import_module(f"{mt.__name__}.training")
+    pairs = random_pairs(vocab, seed, n_pairs)
+    training = module(mt, "run.training", "training")
     training_config = training.TrainingConfig(steps=10**6, max_tokens=2048, warmup_steps=4000, progress=False)
     trainer = training.Trainer(model, None, pairs, None, training_config)
     return trainer.train_step
@@ -170,6 +218,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]  # (sentences, source length, target length)
         workloads = {
+            f"recipe update, 2 rank threads ({args.preset})": lambda m: rank_threads_update(m, args.preset, 8000),
             f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
             f"Trainer.train_step ({args.preset})": lambda m: trainer_step(m, args.preset, 8000),
             f"Adam update ({args.preset})": lambda m: adam_update(m, args.preset, 8000),

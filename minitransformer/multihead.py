@@ -95,6 +95,11 @@ class MultiHeadAttention(nn.Module):
     on the attention weights P (Note: the paper applies no dropout there; tensor2tensor's later
     versions and the Annotated Transformer do). Plain form: plain.multi_head_attention, with separate
     (D, D) projections and no cache.
+
+    Note: the key projection's bias b^K has a zero gradient. It adds q_i . b^K to every score of query
+    i's row, a constant that the softmax cancels, so what backward gives it is rounding noise (which
+    Adam, dividing by sqrt(v) + 1e-9, turns into steps of full size and random sign). Compare
+    gradients, or weights after training, without it; the paper's projections have no bias at all.
     """
 
     def __init__(self, d_model, n_heads, dropout=0.0, self_attention=True):

@@ -22,34 +22,6 @@ _mode = threading.local()   # grad mode per thread (.on, True unless set): a ran
 _clock = itertools.count()  # versions: a tensor's is the tick of its making or of its latest write
 
 
-class no_grad(contextlib.ContextDecorator):
-    """Build no graph inside `with no_grad():` (or a function decorated with @no_grad())."""
-
-    def __enter__(self):
-        self._prev, _mode.on = is_grad_enabled(), False
-
-    def __exit__(self, *exc):
-        _mode.on = self._prev
-
-
-def is_grad_enabled():
-    return getattr(_mode, "on", True)
-
-
-def unbroadcast(g, shape):
-    """Sum `g` down to `shape`: the adjoint of NumPy broadcasting.
-
-    unbroadcast(ones((2, 3)), (1, 3)) -> [[2, 2, 2]];  unbroadcast(ones((2, 3)), ()) -> 6
-    """
-    if g.shape == shape:
-        return g
-    extra = g.ndim - len(shape)
-    if extra < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[extra:])):
-        return None  # g does not broadcast from `shape`: the caller names the op
-    axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
-    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
-
-
 class Tensor:
     """An n-d array that records how it was computed. `.data` is a numpy or cupy array."""
 
@@ -59,54 +31,6 @@ class Tensor:
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
         self._data, self.version, self.grad, self.requires_grad = data, next(_clock), None, requires_grad
         self._parents, self._backward, self._op = _parents, _backward, _op
-
-    def __del__(self):  # a node dropped without backward: the arrays it locked become writable again
-        for array in getattr(self, "_saved", ()):
-            array.setflags(write=True)
-
-    def _set_data(self, array):
-        self._data, self.version = array, next(_clock)
-    data = property(operator.attrgetter("_data"), _set_data, doc="The array; assigning it counts as a change (`version`).")
-
-    def changed(self):
-        """Say that `.data` was written in place (as Adam's step does): graphs that saved it refuse backward."""
-        self.version = next(_clock)
-
-    def assign(self, values):
-        """Write `values` into `.data` in place, even while a graph holds it read-only (that graph then
-        refuses backward): what load_state_dict does, so that views into `.data` stay valid."""
-        if type(self._data) is np.ndarray and not self._data.flags.writeable:  # CuPy arrays have no flag
-            self._data.setflags(write=True)
-        self._data[...] = values
-        self.changed()
-
-    # ---------------------------------------------------------------- information
-    shape = property(lambda self: self.data.shape)
-    dtype = property(lambda self: self.data.dtype)
-    ndim = property(lambda self: self.data.ndim)
-    size = property(lambda self: self.data.size)
-    device = property(lambda self: backend.device_of(self.data))
-
-    def __len__(self):
-        return len(self.data)
-
-    def __repr__(self):
-        made = f", op={self._op}" if self._op else (", requires_grad=True" if self.requires_grad else "")
-        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{made})"
-
-    def numpy(self):
-        """The values as a NumPy array (a copy from the GPU)."""
-        return backend.to_numpy(self.data)
-
-    def item(self):
-        """The value of a one-element tensor as a Python number (synchronises on the GPU)."""
-        if self.size != 1:
-            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
-        return self.data.reshape(()).item()
-
-    def detach(self):
-        """The same array, cut from the graph."""
-        return Tensor(self.data)
 
     # ---------------------------------------------------------------- the engine
     def backward(self, grad=None):
@@ -168,6 +92,55 @@ class Tensor:
         """Reverse the axes, or permute them: t.transpose(0, 2, 1) or t.transpose((0, 2, 1))."""
         return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
 
+    # ---------------------------------------------------------------- information
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+    ndim = property(lambda self: self.data.ndim)
+    size = property(lambda self: self.data.size)
+    device = property(lambda self: backend.device_of(self.data))
+
+    def __len__(self):
+        return len(self.data)
+
+    def __repr__(self):
+        made = f", op={self._op}" if self._op else (", requires_grad=True" if self.requires_grad else "")
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{made})"
+
+    def numpy(self):
+        """The values as a NumPy array (a copy from the GPU)."""
+        return backend.to_numpy(self.data)
+
+    def item(self):
+        """The value of a one-element tensor as a Python number (synchronises on the GPU)."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a tensor with one element, got shape {self.shape}")
+        return self.data.reshape(()).item()
+
+    def detach(self):
+        """The same array, cut from the graph."""
+        return Tensor(self.data)
+
+    # ---------------------------------------------------------------- versions and read-only locks
+    def __del__(self):  # a node dropped without backward: the arrays it locked become writable again
+        for array in getattr(self, "_saved", ()):
+            array.setflags(write=True)
+
+    def _set_data(self, array):
+        self._data, self.version = array, next(_clock)
+    data = property(operator.attrgetter("_data"), _set_data, doc="The array; assigning it counts as a change (`version`).")
+
+    def changed(self):
+        """Say that `.data` was written in place (as Adam's step does): graphs that saved it refuse backward."""
+        self.version = next(_clock)
+
+    def assign(self, values):
+        """Write `values` into `.data` in place, even while a graph holds it read-only (that graph then
+        refuses backward): what load_state_dict does, so that views into `.data` stay valid."""
+        if type(self._data) is np.ndarray and not self._data.flags.writeable:  # CuPy arrays have no flag
+            self._data.setflags(write=True)
+        self._data[...] = values
+        self.changed()
+
 
 _FREED = object()  # the _backward of a node whose graph backward() has walked and freed
 
@@ -191,36 +164,20 @@ def _topological_order(root):
     return order
 
 
-def _lock(parents):
-    """The NumPy arrays of the leaf parents that were writable, now read-only (until _free)."""
-    locked = ()
-    for p in parents:
-        if p._backward is None and type(p._data) is np.ndarray and p._data.flags.writeable:
-            p._data.setflags(write=False)
-            locked += (p._data,)
-    return locked
+def make_node(data, parents, backward, op):
+    """Wrap an op's output; record `backward` only when grad mode is on and a parent needs it."""
+    if getattr(_mode, "on", True):
+        for p in parents:
+            if p.requires_grad:
+                node = Tensor(data, True, parents, backward, op)
+                node._saved = _lock(parents)                 # its leaf inputs, read-only until it is freed
+                return node
+    return Tensor(data, False, (), None, op)
 
 
-def _check_saved(node):
-    """Fail, naming the op, when an input of `node` was written after the forward pass made the node."""
-    for i, p in enumerate(node._parents):
-        if p.version > node.version:
-            raise RuntimeError(f"backward() reached a {node._op!r} node whose input {i} (shape {p.shape}) was changed after "
-                               "the forward pass (t.data = ..., an optimizer step): run the forward pass again after the change")
-
-
-def _free(node):
-    """Drop a node's graph once backward has passed it, and make its inputs' arrays writable again."""
-    for array in node._saved:
-        array.setflags(write=True)
-    node._parents, node._backward, node._saved = (), _FREED, ()
-
-
-def grad_into(t):
-    """t's .grad where an op's backward may add its share of dL/dt there itself, returning None for t: a leaf
-    holding a gradient already (Adam.gradient_buffers, an earlier backward). In the op's last kernel (a GEMM with
-    beta 1, a column sum that adds: llm.c's way) the engine's add costs no launch. Else None."""
-    return t.grad if t._backward is None and t.requires_grad and t.grad is not None else None
+# The elementary ops live in ops.py, which needs Tensor and make_node from this module: the one import
+# circle of the package, closed here at the bottom (ops.py imports this module at its top). Tensor's
+# methods above call them as ops.add, ops.sum, ... (never a bare `sum`: the builtins stay builtins).
 
 
 def _first_gradient(root, grad):
@@ -257,6 +214,53 @@ def _parent_gradients(node, pgrads):
         yield p, pg
 
 
+def unbroadcast(g, shape):
+    """Sum `g` down to `shape`: the adjoint of NumPy broadcasting.
+
+    unbroadcast(ones((2, 3)), (1, 3)) -> [[2, 2, 2]];  unbroadcast(ones((2, 3)), ()) -> 6
+    """
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[extra:])):
+        return None  # g does not broadcast from `shape`: the caller names the op
+    axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
+    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
+
+
+def _bad_backward(node, pgrads):
+    """A TypeError naming the op whose backward returned something else than one array (or None) per parent."""
+    n = len(node._parents)
+    shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n  # then a wrong shape may be the fault
+    name = lambda g: type(g).__name__ + (f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
+    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: " + ", ".join(map(name, pgrads))
+           if isinstance(pgrads, (tuple, list)) else type(pgrads).__name__)
+    raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
+                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the "
+                    f"parent's (output {node.shape}; parents {', '.join(str(p.shape) for p in node._parents)})")
+
+
+def grad_into(t):
+    """t's .grad where an op's backward may add its share of dL/dt there itself, returning None for t: a leaf
+    holding a gradient already (Adam.gradient_buffers, an earlier backward). In the op's last kernel (a GEMM with
+    beta 1, a column sum that adds: llm.c's way) the engine's add costs no launch. Else None."""
+    return t.grad if t._backward is None and t.requires_grad and t.grad is not None else None
+
+
+class no_grad(contextlib.ContextDecorator):
+    """Build no graph inside `with no_grad():` (or a function decorated with @no_grad())."""
+
+    def __enter__(self):
+        self._prev, _mode.on = is_grad_enabled(), False
+
+    def __exit__(self, *exc):
+        _mode.on = self._prev
+
+
+def is_grad_enabled():
+    return getattr(_mode, "on", True)
+
+
 def tensor(data, requires_grad=False, dtype=None):
     """A Tensor on the current backend. Python floats and lists become float32 (the default dtype);
     arrays keep their dtype unless `dtype` is given."""
@@ -289,32 +293,31 @@ def as_tensor(x, like=None):
     return Tensor(backend.asarray(x))
 
 
-def _bad_backward(node, pgrads):
-    """A TypeError naming the op whose backward returned something else than one array (or None) per parent."""
-    n = len(node._parents)
-    shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n  # then a wrong shape may be the fault
-    name = lambda g: type(g).__name__ + (f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
-    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: " + ", ".join(map(name, pgrads))
-           if isinstance(pgrads, (tuple, list)) else type(pgrads).__name__)
-    raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
-                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the "
-                    f"parent's (output {node.shape}; parents {', '.join(str(p.shape) for p in node._parents)})")
+# -------------------------------------------------------------------- the version clock and read-only locks
+def _lock(parents):
+    """The NumPy arrays of the leaf parents that were writable, now read-only (until _free)."""
+    locked = ()
+    for p in parents:
+        if p._backward is None and type(p._data) is np.ndarray and p._data.flags.writeable:
+            p._data.setflags(write=False)
+            locked += (p._data,)
+    return locked
 
 
-def make_node(data, parents, backward, op):
-    """Wrap an op's output; record `backward` only when grad mode is on and a parent needs it."""
-    if getattr(_mode, "on", True):
-        for p in parents:
-            if p.requires_grad:
-                node = Tensor(data, True, parents, backward, op)
-                node._saved = _lock(parents)                 # its leaf inputs, read-only until it is freed
-                return node
-    return Tensor(data, False, (), None, op)
+def _check_saved(node):
+    """Fail, naming the op, when an input of `node` was written after the forward pass made the node."""
+    for i, p in enumerate(node._parents):
+        if p.version > node.version:
+            raise RuntimeError(f"backward() reached a {node._op!r} node whose input {i} (shape {p.shape}) was changed after "
+                               "the forward pass (t.data = ..., an optimizer step): run the forward pass again after the change")
 
 
-# The elementary ops live in ops.py, which needs Tensor and make_node from this module: the one import
-# circle of the package, closed here at the bottom (ops.py imports this module at its top). Tensor's
-# methods above call them as ops.add, ops.sum, ... (never a bare `sum`: the builtins stay builtins).
+def _free(node):
+    """Drop a node's graph once backward has passed it, and make its inputs' arrays writable again."""
+    for array in node._saved:
+        array.setflags(write=True)
+    node._parents, node._backward, node._saved = (), _FREED, ()
+
+
 from . import ops  # noqa: E402
 from .ops import concat, stack, where  # noqa: E402,F401  (re-exported: mt.concat, mt.stack, mt.where)
-

@@ -13,31 +13,33 @@ from collections import Counter
 
 import regex
 
-from .bpe_learn import MAX_TOKEN_BYTES, MAX_VOCAB, apply_merges, learn_merges, learn_merges_naive, merge  # noqa: F401 (merge: lesson 08)
+from .bpe_learn import (MAX_TOKEN_BYTES, MAX_VOCAB, apply_merges, learn_merges,  # noqa: F401
+                        learn_merges_naive, merge)  # (merge: lesson 08)
 from ..checks import FileError, SettingError, check_int, fail
 from .fileio import atomic_write, read_text
 
 # Pre-tokenization. A word is an optional leading space and then a run of letters (with their
 # combining marks, and inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of
 # digits or a run of other symbols; whitespace stands alone. It is GPT-2's pattern without its
-# English contractions ('s 't 're ...), which suits European languages. On Multi30k (10k vocab)
-# it gives 29,365 validation tokens against 29,611 with GPT-2's pattern (benchmarks/bpe_speed.py).
+# English contractions ('s 't 're ...), which suits European languages: on Multi30k it gives fewer
+# validation tokens than GPT-2's pattern (benchmarks/README.md, 'BPE learner').
 PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
 PAD_ID = 0
 BOS_ID = 1
 EOS_ID = 2
-# The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to MAX_VOCAB =
-# 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character); as merges are read, a token <=
-# MAX_TOKEN_BYTES and all tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833 bytes and would ask for
-# 64 GiB). A pattern must cut PROBE into words within PATTERN_SECONDS (runs trap catastrophic
-# backtracking; encode: as much per 100,000 chars).
+# The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to
+# MAX_VOCAB = 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character); as merges are
+# read, a token <= MAX_TOKEN_BYTES and all tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833
+# bytes and would ask for 64 GiB). A pattern must cut PROBE into words within PATTERN_SECONDS
+# (runs trap catastrophic backtracking; encode: as much per 100,000 chars).
 MIN_VOCAB = len(SPECIALS) + 256
 MAX_VOCAB_BYTES = 1 << 27
 PATTERN_SECONDS = 1.0
 FORMAT = "minitransformer-bpe"
 VERSION = 1
-PROBE = "Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>" + "".join(c * 48 + "!" for c in "a1 -")
+PROBE = ("Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"
+         + "".join(c * 48 + "!" for c in "a1 -"))
 
 
 def _chunks(text, size=1 << 20):
@@ -51,11 +53,10 @@ def _chunks(text, size=1 << 20):
 
 
 def _surrogate(text):
-    """Words naming the first lone surrogate in text (UTF-8 cannot encode one) and where it
-    stands."""
+    """Words naming the first lone surrogate in text (UTF-8 cannot encode one), and where."""
     i = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
-    return (f"the lone surrogate {text[i]!r} at character {i}, which UTF-8 cannot encode (text read with "
-            f"errors='surrogateescape'?)")
+    return (f"the lone surrogate {text[i]!r} at character {i}, which UTF-8 cannot encode "
+            "(text read with errors='surrogateescape'?)")
 
 
 # ---- the tokenizer ------------------------------------------------------------------------------
@@ -65,14 +66,17 @@ class BPE:
 
     def __init__(self, merges=(), special_tokens=(), pattern=PATTERN):
         if isinstance(special_tokens, str):
-            raise TypeError(f"special_tokens takes a list of strings, not one str: [{special_tokens!r}]")
+            raise TypeError("special_tokens takes a list of strings, not one str: "
+                            f"[{special_tokens!r}]")
         extra = [t for t in special_tokens if t not in SPECIALS]
         if not all(isinstance(t, str) and t and not t.isspace() for t in extra):
-            fail("BPE", f"special tokens must be non-empty strings, got {extra}", "special_tokens", extra)
+            fail("BPE", f"special tokens must be non-empty strings, got {extra}",
+                 "special_tokens", extra)
         if len(set(extra)) != len(extra):
             fail("BPE", f"special tokens are repeated: {extra}", "special_tokens", extra)
         if not pattern:
-            fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []", "pattern", pattern)
+            fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []",
+                 "pattern", pattern)
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id = PAD_ID
         self.bos_id = BOS_ID
@@ -80,33 +84,39 @@ class BPE:
         self.pattern = pattern
         self._regex = regex.compile(pattern)
         self.source = "the tokenizer"
-        self._custom = pattern != PATTERN  # PATTERN matches every character; encode checks any other
-        self._findall = self._timed_findall if self._custom else self._regex.findall  # PATTERN needs no time bound
-        if self._regex.groups or "".join(self._findall(PROBE)) != PROBE:  # a TimeoutError names the pattern
-            fail("BPE", f"the pattern {pattern!r} does not cut every text into words (it drops characters or has "
-                 f"a capturing group): encode would lose text", "pattern", pattern)
+        # PATTERN matches every character and needs no time bound; encode checks any other
+        self._custom = pattern != PATTERN
+        self._findall = self._timed_findall if self._custom else self._regex.findall
+        # a pattern that backtracks catastrophically: a TimeoutError names it
+        if self._regex.groups or "".join(self._findall(PROBE)) != PROBE:
+            fail("BPE", f"the pattern {pattern!r} does not cut every text into words (it drops "
+                 "characters or has a capturing group): encode would lose text",
+                 "pattern", pattern)
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
         self.offset = len(self.special_tokens)  # the id of byte 0
-        self.vocab = [t.encode("utf-8") for t in self.special_tokens] + [bytes([b]) for b in range(256)]
-        # ranks: pair -> id of the merged token (= merge order)
+        self.vocab = [t.encode("utf-8") for t in self.special_tokens]
+        self.vocab += [bytes([b]) for b in range(256)]
         self.merges = []
-        self.ranks = {}
+        self.ranks = {}  # pair -> id of the merged token (= merge order)
         total = 0
         if len(self.vocab) + len(merges) > MAX_VOCAB:
-            raise ValueError(f"{len(self.vocab) + len(merges):,} ids are too many: at most {MAX_VOCAB:,}")
+            raise ValueError(f"{len(self.vocab) + len(merges):,} ids are too many: "
+                             f"at most {MAX_VOCAB:,}")
         for a, b in merges:
+            name = f"merge {len(self.merges)} ({a}, {b})"
             if not (self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab)):
-                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) uses an id that is neither a byte "
-                                 f"nor an earlier merge")
-            token = self.vocab[a] + self.vocab[b]  # at most 2 x MAX_TOKEN_BYTES: its parts passed this check
+                raise ValueError(f"{name} uses an id that is neither a byte nor an earlier merge")
+            # at most 2 x MAX_TOKEN_BYTES: its parts passed this check
+            token = self.vocab[a] + self.vocab[b]
             total += len(token)
             if len(token) > MAX_TOKEN_BYTES or total > MAX_VOCAB_BYTES:
-                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) makes a token of {len(token):,} bytes, {total:,} "
-                                 f"in all: at most {MAX_TOKEN_BYTES:,} and {MAX_VOCAB_BYTES:,}")
+                raise ValueError(f"{name} makes a token of {len(token):,} bytes, {total:,} in all: "
+                                 f"at most {MAX_TOKEN_BYTES:,} and {MAX_VOCAB_BYTES:,}")
             if (a, b) in self.ranks:
-                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) repeats merge {self.ranks[(a, b)] - self.offset - 256}")
+                earlier = self.ranks[(a, b)] - self.offset - 256
+                raise ValueError(f"{name} repeats merge {earlier}")
             self.ranks[(a, b)] = len(self.vocab)
             self.merges.append((a, b))
             self.vocab.append(token)
@@ -134,31 +144,31 @@ class BPE:
         check_int("BPE.train", "min_frequency", min_frequency, 1)
         tok = cls((), special_tokens, pattern)
         if vocab_size > MAX_VOCAB:
-            fail("BPE.train", f"vocab_size {vocab_size:,} is too large: at most {MAX_VOCAB:,} ids", "vocab_size",
-                 vocab_size)
+            fail("BPE.train", f"vocab_size {vocab_size:,} is too large: at most {MAX_VOCAB:,} ids",
+                 "vocab_size", vocab_size)
         if vocab_size < tok.vocab_size:
-            fail("BPE.train", f"vocab_size {vocab_size} is too small: the {tok.offset} special tokens and 256 bytes "
-                 f"already take {tok.vocab_size} ids", "vocab_size", vocab_size)
+            fail("BPE.train", f"vocab_size {vocab_size} is too small: the {tok.offset} special "
+                 f"tokens and 256 bytes already take {tok.vocab_size} ids",
+                 "vocab_size", vocab_size)
         words = tok.count_words(lines_or_paths)
         if all(w.isspace() for w in words):  # nothing, or blank lines only
-            items = [lines_or_paths] if isinstance(lines_or_paths, os.PathLike) else lines_or_paths
-            files = [os.fspath(p) for p in items if isinstance(p, os.PathLike)] if isinstance(items, list) else []
-            what = (f"{', '.join(files)} hold{'s' * (len(files) == 1)} no text to learn merges from" if files
-                    else "there are no words to learn merges from")
-            raise ValueError(f"the training corpus is empty: {what}")
+            raise ValueError(f"the training corpus is empty: {_nothing_in(lines_or_paths)}")
+        n_merges = vocab_size - tok.vocab_size
         try:
             if naive:
-                merges = learn_merges_naive(words, vocab_size - tok.vocab_size, min_frequency, tok.offset)
+                merges = learn_merges_naive(words, n_merges, min_frequency, tok.offset)
             else:
-                merges = learn_merges(words, vocab_size - tok.vocab_size, min_frequency, tok.offset, progress)
+                merges = learn_merges(words, n_merges, min_frequency, tok.offset, progress)
         except UnicodeEncodeError as e:
             raise ValueError(f"the corpus word {e.object!r} holds {_surrogate(e.object)}") from None
         return cls(merges, tok.special_tokens, pattern)
 
     @classmethod
-    def train_naive(cls, lines_or_paths, vocab_size, min_frequency=2, special_tokens=(), pattern=PATTERN):
+    def train_naive(cls, lines_or_paths, vocab_size, min_frequency=2, special_tokens=(),
+                    pattern=PATTERN):
         """The same as train(), by recounting every pair each merge: slow, plain, the reference."""
-        return cls.train(lines_or_paths, vocab_size, min_frequency, special_tokens, pattern, naive=True)
+        return cls.train(lines_or_paths, vocab_size, min_frequency, special_tokens, pattern,
+                         naive=True)
 
     def count_words(self, lines_or_paths):
         """Count the pre-tokenized words of a corpus; special tokens are cut out, not counted.
@@ -188,13 +198,14 @@ class BPE:
         return self._findall(text)
 
     def _timed_findall(self, text):
-        """A custom pattern's words of text, under a time bound (TimeoutError, one sentence):
-        _findall."""
+        """_findall of a custom pattern: its words of text, under a time bound (a TimeoutError of
+        one sentence)."""
         seconds = PATTERN_SECONDS * (1 + len(text) // 100_000)
         try:
             return self._regex.findall(text, timeout=seconds)
         except TimeoutError:
-            raise TimeoutError(f"the pattern {self.pattern!r} of {self.source} backtracks catastrophically") from None
+            raise TimeoutError(f"the pattern {self.pattern!r} of {self.source} "
+                               "backtracks catastrophically") from None
 
     # ---- encoding and decoding -------------------------------------------------------------------
 
@@ -205,7 +216,8 @@ class BPE:
         """
         ids = self._cache.get(word)
         if ids is None:
-            ids = apply_merges([b + self.offset for b in word.encode("utf-8")], self.ranks)  # plain: apply_merges_naive
+            symbols = [b + self.offset for b in word.encode("utf-8")]
+            ids = apply_merges(symbols, self.ranks)  # plain: apply_merges_naive
             if len(self._cache) >= 1 << 20:
                 self._cache.clear()
             self._cache[word] = ids
@@ -219,9 +231,12 @@ class BPE:
         encode("<s>hi", special=True) -> [1, id of "hi"]  (after enough merges)
         """
         if not isinstance(text, str):
-            raise TypeError(f"encode takes one str, got {type(text).__name__}" + (
-                " (decode bytes first: text.decode('utf-8'))" if isinstance(text, bytes) else
-                " (encode_batch takes a list of them)" if isinstance(text, (list, tuple)) else ""))
+            hint = ""
+            if isinstance(text, bytes):
+                hint = " (decode bytes first: text.decode('utf-8'))"
+            elif isinstance(text, (list, tuple)):
+                hint = " (encode_batch takes a list of them)"
+            raise TypeError(f"encode takes one str, got {type(text).__name__}{hint}")
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
         try:
@@ -231,8 +246,8 @@ class BPE:
                     continue
                 words = self._findall(part)
                 if self._custom and sum(map(len, words)) != len(part):
-                    raise ValueError(f"the pattern {self.pattern!r} drops characters of {part[:40]!r}: "
-                                     f"encode would lose text")
+                    raise ValueError(f"the pattern {self.pattern!r} drops characters of "
+                                     f"{part[:40]!r}: encode would lose text")
                 for word in words:
                     ids.extend(self._encode_word(word))
         except UnicodeEncodeError:
@@ -244,7 +259,8 @@ class BPE:
     def encode_batch(self, texts, **kwargs):
         """encode() each text: encode_batch(["a", "b"]) -> [[ids of "a"], [ids of "b"]]."""
         if isinstance(texts, str):
-            raise TypeError("encode_batch takes a list of texts, not one str (that would encode each character apart)")
+            raise TypeError("encode_batch takes a list of texts, not one str "
+                            "(that would encode each character apart)")
         return [self.encode(t, **kwargs) for t in texts]
 
     def decode(self, ids, skip_special=False):
@@ -255,9 +271,11 @@ class BPE:
         try:
             ids = list(map(operator.index, ids))                      # 3.0 or "3" is no id
         except TypeError:
-            raise TypeError(f"decode takes one sequence of integer ids, got {str(ids)[:60]}") from None
+            raise TypeError("decode takes one sequence of integer ids, "
+                            f"got {str(ids)[:60]}") from None
         if ids and not 0 <= min(ids) <= max(ids) < len(self.vocab):
-            raise ValueError(f"ids must lie in 0..{len(self.vocab) - 1}; got {min(ids)}..{max(ids)}")
+            raise ValueError(f"ids must lie in 0..{len(self.vocab) - 1}; "
+                             f"got {min(ids)}..{max(ids)}")
         if skip_special:
             ids = [i for i in ids if i >= self.offset]
         return b"".join([self.vocab[i] for i in ids]).decode("utf-8", errors="replace")
@@ -280,14 +298,16 @@ class BPE:
     # ---- files -----------------------------------------------------------------------------------
 
     def to_json(self):
-        """The text of the tokenizer file: one JSON object, one merge a line: [left id, right id,
-        "merged text"]."""
+        """The text of the tokenizer file: one JSON object, one merge a line:
+        [left id, right id, "merged text"]."""
         head = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.special_tokens}
-        lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}," for k, v in head.items()]
+        lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},"
+                 for k, v in head.items()]
         merges = [json.dumps([a, b, self.id_to_token(self.offset + 256 + k)], ensure_ascii=False)
                   for k, (a, b) in enumerate(self.merges)]
-        return "{\n" + "\n".join(lines) + '\n  "merges": [\n    ' + ",\n    ".join(merges) + "\n  ]\n}\n"
+        body = ",\n    ".join(merges)
+        return "{\n" + "\n".join(lines) + '\n  "merges": [\n    ' + body + "\n  ]\n}\n"
 
     def save(self, path):
         """Write to_json() to path, atomically."""
@@ -295,8 +315,7 @@ class BPE:
 
     @classmethod
     def load(cls, path):
-        """Read a file that save() wrote; another version or a damaged file raises
-        checks.FileError."""
+        """Read a file that save() wrote; another version or a damaged file: checks.FileError."""
         path = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as f:
@@ -304,22 +323,21 @@ class BPE:
         except FileNotFoundError:
             raise FileNotFoundError(f"cannot read {path}: no such file") from None
         except UnicodeDecodeError as e:
-            raise FileError(path, None, f"is not a tokenizer file: it is not valid JSON ({e})") from None
+            raise _not_json(path, e) from None
         return cls.from_json(text, path)
 
     @classmethod
     def from_json(cls, text, source="the tokenizer"):
-        """The inverse of to_json; errors name `source` (a file name, or where the text came
-        from)."""
+        """The inverse of to_json; errors name `source` (a file name, or where the text is from)."""
         try:
             d = json.loads(text)
         except (ValueError, RecursionError) as e:  # invalid JSON, or nested too deep
-            raise FileError(source, None, f"is not a tokenizer file: it is not valid JSON ({e})") from None
+            raise _not_json(source, e) from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise FileError(source, None, f'is not a tokenizer file: it lacks "format": "{FORMAT}"')
         if d.get("version") != VERSION:
-            raise FileError(source, None, f"has format version {d.get('version')!r}, but this code reads "
-                                          f"version {VERSION}")
+            raise FileError(source, None, f"has format version {d.get('version')!r}, "
+                                          f"but this code reads version {VERSION}")
         try:
             merges = d["merges"]
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
@@ -334,3 +352,19 @@ class BPE:
         except (KeyError, TypeError, IndexError, ValueError, regex.error, TimeoutError) as e:
             raise FileError(source, None, f"is a damaged tokenizer file: {e}") from None
         return tok
+
+
+def _nothing_in(lines_or_paths):
+    """Why a corpus has no words: the files that hold none, or that there are none."""
+    items = [lines_or_paths] if isinstance(lines_or_paths, os.PathLike) else lines_or_paths
+    files = []
+    if isinstance(items, list):
+        files = [os.fspath(p) for p in items if isinstance(p, os.PathLike)]
+    if not files:
+        return "there are no words to learn merges from"
+    return f"{', '.join(files)} hold{'s' * (len(files) == 1)} no text to learn merges from"
+
+
+def _not_json(source, error):
+    """The FileError of a tokenizer file that is not JSON."""
+    return FileError(source, None, f"is not a tokenizer file: it is not valid JSON ({error})")
