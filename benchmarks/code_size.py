@@ -8,10 +8,12 @@ docstring: the string statement that comes first in a module, class or function 
 comment-only lines and docstring lines are therefore not code lines; a string that spans lines
 counts each line it spans (tinygrad's sz.py counts lines the same way). Tokens per line (code
 tokens / code lines) shows how densely the code is written: packing statements sideways raises it.
+Token counts depend on the Python version (3.12 splits an f-string into several tokens; 3.11 reads
+it as one STRING); the code lines do not.
 
 Without --rev it reads the working tree's minitransformer/**/*.py; with --rev it reads those files
 as they were at that git revision (git show REV:path). tests/test_style.py holds the package to
-the 250-code-line budget counted here.
+the 300-code-line budget counted here.
 """
 import argparse
 import ast

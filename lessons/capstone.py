@@ -186,9 +186,10 @@ def adapters(mine, package, beam_every=1):
             return o.astype(q.dtype, copy=False), p.astype(q.dtype, copy=False), None
         swaps[attention, "attention_forward"] = attention_forward
     if "attention_backward" in mine:
-        def attention_backward(g, q, k, v, p, kept, dropout_p, *needed, out=(None, None, None)):
+        def attention_backward(g, q, k, v, p, kept, dropout_p, *needed):
             if kept is not None:                                       # dropout on the weights: the package's
-                return package[attention, "attention_backward"](g, q, k, v, p, kept, dropout_p, *needed, out=out)
+                package_backward = package[attention, "attention_backward"]
+                return package_backward(g, q, k, v, p, kept, dropout_p, *needed)
             grads = cast(mine["attention_backward"](q, k, v, p, g), (q, k, v))
             return tuple(d if need else None for d, need in zip(grads, needed))
         swaps[attention, "attention_backward"] = attention_backward

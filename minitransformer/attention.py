@@ -1,5 +1,5 @@
-"""Attention, eq. (1): boolean masks, and scaled dot-product attention as one fused op with a hand-derived
-backward. Multi-head attention, built on it, is multihead.py.
+"""Attention, eq. (1): boolean masks, and scaled dot-product attention as one fused op with a
+hand-derived backward. Multi-head attention, built on it, is multihead.py.
 
 Masks are plain boolean arrays of the current backend (not Tensors: they carry no gradient), True
 where attention is allowed, broadcastable to (B, H, T_q, T_k). The plain form, from elementary ops:
@@ -15,7 +15,8 @@ from . import functional as F
 from .profiler import traced
 from .tensor import data_of, make_node
 
-NEG = -1e9  # the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
+# the "minus infinity" given to masked scores: finite, so a fully masked row makes no NaN
+NEG = -1e9
 
 
 # -------------------------------------------------------------------- masks
@@ -63,20 +64,23 @@ def attention_forward(q, k, v, mask, dropout_p, training):
 
 
 def _check_mask(mask, q, k):
-    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying what
-    it is."""
+    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying
+    what it is."""
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
     if mask.dtype != bool:
-        additive = " (for an additive mask of 0 and -inf, pass mask == 0)" if mask.dtype.kind == "f" else ""
-        raise TypeError("attention: the mask must be boolean, True where attention is allowed, got dtype "
-                        f"{mask.dtype}{additive}")
-    if len(mask.shape) > len(scores) or any(n not in (1, m) for n, m in zip(mask.shape[::-1], scores[::-1])):
-        raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
-                         f"(B, H, Tq, Tk) = {tuple(scores)}")
+        additive = (" (for an additive mask of 0 and -inf, pass mask == 0)"
+                    if mask.dtype.kind == "f" else "")
+        raise TypeError("attention: the mask must be boolean, True where attention is allowed, "
+                        f"got dtype {mask.dtype}{additive}")
+    if len(mask.shape) > len(scores) or any(n not in (1, m)
+                                            for n, m in zip(mask.shape[::-1], scores[::-1])):
+        raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to "
+                         f"the scores' (B, H, Tq, Tk) = {tuple(scores)}")
 
 
 def attention_backward(g, q, k, v, p, kept, dropout_p, need_q=True, need_k=True, need_v=True):
-    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed. See scaled_dot_product_attention."""
+    """dO (B, H, Tq, K) -> (dQ, dK, dV), each None when not needed.
+    See scaled_dot_product_attention."""
     if fast.on(g, q, k, v, p):
         return fast.attention_backward(g, q, k, v, p, kept, dropout_p, need_q, need_k, need_v)
     xp = backend.xp
@@ -98,18 +102,22 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q=True, need_k=True,
 
 
 @traced
-def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=True, return_weights=False):
-    """Eq. (1), softmax(q k^T / sqrt(d_k)) v, as ONE graph node: q (B, H, Tq, K), k and v (B, H, Tk, K)
-    -> O (B, H, Tq, K); with return_weights=True also P (B, H, Tq, Tk), the attention weights before
-    dropout (a plain array; read it, do not write to it: backward uses it). Plain form: plain.attention.
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=True,
+                                 return_weights=False):
+    """Eq. (1), softmax(q k^T / sqrt(d_k)) v, as ONE graph node: q (B, H, Tq, K), k and v
+    (B, H, Tk, K) -> O (B, H, Tq, K); with return_weights=True also P (B, H, Tq, Tk), the attention
+    weights before dropout (a plain array; read it, do not write to it: backward uses it).
+    Plain form: plain.attention.
 
     Forward:  S = q k^T / sqrt(d_k);  S = -1e9 where mask is False;  P = softmax(S) over the keys;
               rows whose keys are all masked get P = 0 (output 0, gradients 0, never NaN);
               P_drop = P * M / (1 - p) with M ~ Bernoulli(1 - p) when training (inverted dropout);
               O = P_drop v.
-    Backward: dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k), dV = P_drop^T dO, dS = P * (dP - rowsum(dP * P)).
+    Backward: dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k), dV = P_drop^T dO,
+              dS = P * (dP - rowsum(dP * P)).
               From dO: O = P_drop v is a matmul, so dV = P_drop^T dO and dP_drop = dO V^T.
-              Dropout is an elementwise product by the constant M / (1 - p): dP = dP_drop * M / (1 - p).
+              Dropout is an elementwise product by the constant M / (1 - p):
+              dP = dP_drop * M / (1 - p).
               Softmax per row, y = softmax(s): dy_i/ds_j = y_i (delta_ij - y_j), so
               dS_j = sum_i dP_i y_i (delta_ij - y_j) = P_j (dP_j - sum_i dP_i P_i).
               Masked entries have P = 0, hence dS = 0: no gradient reaches a masked score (the
@@ -117,7 +125,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, training=Tru
               dQ = c dS K, dK = c dS^T Q.
     Saved for backward: q, k, v, P and (with dropout) the boolean mask M; S and P_drop are not kept.
     """
-    qd, kd, vd = q.data, k.data, v.data
+    qd = q.data
+    kd = k.data
+    vd = v.data
     mask = None if mask is None else backend.asarray(data_of(mask))
     out, p, kept = attention_forward(qd, kd, vd, mask, dropout_p, training)
 

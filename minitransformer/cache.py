@@ -54,8 +54,7 @@ class KVCache:
         return None if self._v is None else self._v[:self.length].transpose(1, 2, 0, 3)
 
     def set(self, k, v):
-        """Hold k, v (B, H, S, K), the memory's keys and values, handed over (reorder may write
-        them)."""
+        """Hold the memory's keys and values k, v (B, H, S, K), handed over: reorder writes them."""
         self._k = k.transpose(2, 0, 1, 3)  # (S, B, H, K) views
         self._v = v.transpose(2, 0, 1, 3)
         self.length = k.shape[2]
@@ -94,8 +93,7 @@ class KVCache:
             self.apply(moves(index, shared, self.length, self._k.shape[1]))
 
     def apply(self, plan):
-        """Carry out a plan of moves(), made once for all the layers of a decoder (they move
-        alike)."""
+        """Carry out a plan of moves(), made once for all the layers of a decoder alike."""
         if plan is None:                                   # nothing moves
             return
         index, dst, src, pos = plan

@@ -59,8 +59,7 @@ class FileError(ValueError):
 
 
 def fail(owner, msg, setting=None, value=None):
-    """Raise SettingError(owner, setting, msg, value): msg is one sentence, naming the setting
-    first."""
+    """Raise SettingError(owner, setting, msg, value); msg: one sentence, the setting first."""
     raise SettingError(owner, setting, msg, value)
 
 

@@ -109,8 +109,7 @@ class TransformerConfig:
 
     @classmethod
     def base(cls, **overrides):
-        """The paper's base model: D 512, F 2048, 8 heads, 6 + 6 layers, P_drop 0.1 (~65M
-        parameters)."""
+        """The paper's base model: D 512, F 2048, 8 heads, 6 + 6 layers, P_drop 0.1 (~65M)."""
         return cls._preset({}, overrides)
 
     @classmethod

@@ -1,11 +1,11 @@
 """Fused ops: each one graph node whose backward was derived by hand (derivations in lessons/04).
 
-softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, relu, dropout, embedding
-and linear. Fusing saves graph nodes, temporaries and time; the tests check every op against the same
-computation composed of elementary Tensor ops, their plain forms in plain.py. Each docstring says what the
-op computes, then under `Backward:` its derivative and the derivation. The NumPy below runs unchanged on
-CuPy; on the GPU each op hands over to its whole-op alternative in fast/ (`if fast.on(x): return
-fast.softmax(x)`: one seam line), which must give these numbers.
+softmax, log_softmax, cross_entropy (label smoothing, ignore_index), layer_norm, relu, dropout,
+embedding and linear. Fusing saves graph nodes, temporaries and time; the tests check every op
+against the same computation composed of elementary Tensor ops, their plain forms in plain.py. Each
+docstring says what the op computes, then under `Backward:` its derivative and the derivation. The
+NumPy below runs unchanged on CuPy; on the GPU each op hands over to its whole-op alternative in
+fast/ (`if fast.on(x): return fast.softmax(x)`: one seam line), which must give these numbers.
 Left out: gradients of integer inputs (targets, ids).
 """
 
@@ -20,7 +20,8 @@ from .tensor import Tensor, data_of, make_node
 def _check_input(x, op, axis=None, name="input"):
     """x is a floating Tensor (with `axis`, one of its axes): else one sentence naming the op."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: the {name} must be a Tensor, got {type(x).__name__} (wrap an array: mt.tensor(a))")
+        raise TypeError(f"{op}: the {name} must be a Tensor, got {type(x).__name__} "
+                        "(wrap an array: mt.tensor(a))")
     if x.dtype.kind != "f":
         raise TypeError(f"{op}: the {name} must hold floating-point numbers, got dtype {x.dtype}")
     if isinstance(axis, int) and not -x.ndim <= axis < x.ndim:
@@ -31,8 +32,9 @@ def _check_input(x, op, axis=None, name="input"):
 def softmax_array(x, axis=-1, out=None):
     """softmax(x) over `axis` of a plain array, no graph: exp(x - max) / sum(exp(x - max)).
 
-    The one stable softmax of the package: softmax, attention and search call it. out=x overwrites x.
-    On the GPU (last axis) the fused softmax_rows kernel computes it. Plain form: plain.softmax."""
+    The one stable softmax of the package: softmax, attention and search call it. out=x
+    overwrites x. On the GPU (last axis) the fused softmax_rows kernel computes it.
+    Plain form: plain.softmax."""
     if fast.on(x) and axis in (-1, x.ndim - 1):
         return fast.forward_rows("softmax_rows", x, out)
     xp = backend.xp
@@ -58,8 +60,8 @@ def log_softmax_array(x, axis=-1, out=None):
 # -------------------------------------------------------------------- softmax
 @traced
 def softmax(x, axis=-1):
-    """y = softmax(x) over `axis`: exp(x - m) / sum(exp(x - m)), m = max(x) (the shift cancels; it keeps
-    exp from overflowing), as one graph node. Plain form: plain.softmax.
+    """y = softmax(x) over `axis`: exp(x - m) / sum(exp(x - m)), m = max(x) (the shift cancels; it
+    keeps exp from overflowing), as one graph node. Plain form: plain.softmax.
 
     Backward: dx = y * (dy - sum(dy * y, axis)). dy_j/dx_i = y_j (delta_ij - y_i), so
     dx_i = sum_j dy_j y_j (delta_ij - y_i) = y_i (dy_i - sum_j dy_j y_j).
@@ -81,10 +83,12 @@ def softmax(x, axis=-1):
 
 @traced
 def log_softmax(x, axis=-1):
-    """y = log softmax(x) over `axis`: x - logsumexp(x), as one graph node. Plain form: plain.log_softmax.
+    """y = log softmax(x) over `axis`: x - logsumexp(x), as one graph node.
+    Plain form: plain.log_softmax.
 
     Backward: dx = dy - exp(y) * sum(dy, axis). d logsumexp(x) / dx_j = softmax(x)_j = exp(y_j), so
-    dy_i/dx_j = delta_ij - exp(y_j) and dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
+    dy_i/dx_j = delta_ij - exp(y_j) and
+    dx_j = sum_i dy_i (delta_ij - exp(y_j)) = dy_j - exp(y_j) sum_i dy_i.
     """
     _check_input(x, "log_softmax", axis)
     if fast.on(x) and axis in (-1, x.ndim - 1):
@@ -102,54 +106,58 @@ def log_softmax(x, axis=-1):
 # -------------------------------------------------------------------- cross-entropy
 @traced
 def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return_count=False):
-    """The mean over the n_tokens rows whose target is not `ignore_index` of -sum_j q_j log softmax(z)_j,
-    q = (1-eps) onehot(target) + eps/V (label smoothing eps). Plain form: plain.cross_entropy.
+    """The mean over the n_tokens rows whose target is not `ignore_index` of
+    -sum_j q_j log softmax(z)_j, q = (1-eps) onehot(target) + eps/V (label smoothing eps).
+    Plain form: plain.cross_entropy.
 
-    logits z: (..., V); target: integer ids (...), a Tensor or an array, range-checked on the host (a
-    device target is not: that would sync). return_count=True returns (loss, n_tokens), n_tokens an int.
-    Per row, loss_row = -(1-eps) logp[target] - (eps/V) sum_j logp_j = lse(z) - (1-eps) z[target] - eps mean(z):
-    one pass over the vocabulary, where a single exp of the shifted logits gives both lse and p (kept
-    for backward), so no softmax_array (it gives p alone) and no (N, V) one-hot matrix. All-ignored
-    batches give loss 0 and zero gradient.
+    logits z: (..., V); target: integer ids (...), a Tensor or an array, range-checked on the host
+    (a device target is not: that would sync). return_count=True returns (loss, n_tokens),
+    n_tokens an int. Per row, loss_row = -(1-eps) logp[target] - (eps/V) sum_j logp_j
+    = lse(z) - (1-eps) z[target] - eps mean(z):
+    one pass over the vocabulary, where a single exp of the shifted logits gives both lse and p
+    (kept for backward), so no softmax_array (it gives p alone) and no (N, V) one-hot matrix.
+    All-ignored batches give loss 0 and zero gradient.
 
-    Backward: dz = (p - q) / n_tokens on counted rows, 0 on ignored rows, p = softmax(z): d lse / dz_j
-    = p_j, and sum_j q_j = 1, so d loss_row / dz_j = p_j - q_j.
+    Backward: dz = (p - q) / n_tokens on counted rows, 0 on ignored rows, p = softmax(z):
+    d lse / dz_j = p_j, and sum_j q_j = 1, so d loss_row / dz_j = p_j - q_j.
     """
     xp = backend.xp
     _check_input(logits, "cross_entropy", -1, "logits")
     V = logits.shape[-1]
     check_real("cross_entropy", "label_smoothing", label_smoothing, 0.0, 1.0, high_open=False)
-    if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer))):
-        raise TypeError(f"cross_entropy: ignore_index must be an integer id or None, got {ignore_index!r}")
+    if ignore_index is not None and (isinstance(ignore_index, bool)
+                                     or not isinstance(ignore_index, (int, np.integer))):
+        raise TypeError("cross_entropy: ignore_index must be an integer id or None, "
+                        f"got {ignore_index!r}")
     eps = float(label_smoothing)
     t = data_of(target)
-    t = np.asarray(t) if backend.device_of(t) == "cpu" else t         # lists, numbers, NumPy scalars
+    t = np.asarray(t) if backend.device_of(t) == "cpu" else t  # lists, numbers, NumPy scalars
     check_target(t, logits.shape[:-1], V, ignore_index)
-    t = backend.asarray(t).reshape(-1)                                # (N,)
-    z = logits.data.reshape(-1, V)                                    # (N, V)
+    t = backend.asarray(t).reshape(-1)                         # (N,)
+    z = logits.data.reshape(-1, V)                             # (N, V)
     dtype = z.dtype
     rows = xp.arange(t.shape[0])
     valid = (t != ignore_index) if ignore_index is not None else xp.ones(t.shape, dtype=bool)
-    t = xp.where(valid, t, 0)                                         # a safe id for ignored rows
-    n = valid.sum(dtype=dtype)                                        # counted tokens, on the device
-    w = valid.astype(dtype) / xp.maximum(n, 1)                        # (N,) 1/n, or 0 for ignored rows
+    t = xp.where(valid, t, 0)                                  # a safe id for ignored rows
+    n = valid.sum(dtype=dtype)                                 # counted tokens, on the device
+    w = valid.astype(dtype) / xp.maximum(n, 1)                 # (N,) 1/n, or 0 for ignored rows
     if fast.on(z):
         return fast.cross_entropy(logits, z, t, w, n, eps, return_count)
-    p = z - z.max(axis=1, keepdims=True)                              # (N, V) shifted: a row's max is 0
-    z_t = p[rows, t]                                                  # (N,) each row's target logit
-    z_mean = p.mean(axis=1) if eps else 0.0                           # (N,)
-    xp.exp(p, out=p)                                                  # (N, V) exp: softmax times s
-    s = p.sum(axis=1)                                                 # (N,)
-    row_loss = xp.log(s) - (1.0 - eps) * z_t - eps * z_mean          # (N,)
-    loss = xp.asarray((row_loss * w).sum(), dtype=dtype)              # ()
+    p = z - z.max(axis=1, keepdims=True)                       # (N, V) shifted: a row's max is 0
+    z_t = p[rows, t]                                           # (N,) each row's target logit
+    z_mean = p.mean(axis=1) if eps else 0.0                    # (N,)
+    xp.exp(p, out=p)                                           # (N, V) exp: softmax times s
+    s = p.sum(axis=1)                                          # (N,)
+    row_loss = xp.log(s) - (1.0 - eps) * z_t - eps * z_mean    # (N,)
+    loss = xp.asarray((row_loss * w).sum(), dtype=dtype)       # ()
 
     def backward(g):
-        c = w * g                                                     # (N,) g/n per counted row, else 0
-        dz = p                                                        # the saved exp, reused in place
-        dz *= (c / s)[:, None]                                        # c * softmax(z)
+        c = w * g                                              # (N,) g/n per counted row, else 0
+        dz = p                                                 # the saved exp, reused in place
+        dz *= (c / s)[:, None]                                 # c * softmax(z)
         if eps:
-            dz -= (c * (eps / V))[:, None]                            # - c * eps/V
-        dz[rows, t] -= c * (1.0 - eps)                                # - c * (1 - eps) at the targets
+            dz -= (c * (eps / V))[:, None]                     # - c * eps/V
+        dz[rows, t] -= c * (1.0 - eps)                         # - c * (1 - eps) at the targets
         return (dz.reshape(logits.shape),)
     out = make_node(loss, (logits,), backward, "cross_entropy")
     return (out, int(n)) if return_count else out
@@ -162,15 +170,16 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     sigma = sqrt(var(x) + eps). Plain form: plain.layer_norm.
     Note: the paper does not give eps; 1e-6 as in the tensor2tensor reference code.
 
-    Backward: dx = (1/sigma) * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma; dgamma = sum(dy * xhat),
-    dbeta = sum(dy). With dxhat_i/dx_j = (delta_ij - 1/D - xhat_i xhat_j / D) / sigma (mu and var both
-    depend on every x_j), dx_j = (1/sigma) (g_j - mean(g) - xhat_j mean(g * xhat)). dgamma and dbeta
-    are summed over all leading axes (every position shares gamma and beta).
+    Backward: dx = (1/sigma) * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma;
+    dgamma = sum(dy * xhat), dbeta = sum(dy). With
+    dxhat_i/dx_j = (delta_ij - 1/D - xhat_i xhat_j / D) / sigma (mu and var both depend on every
+    x_j), dx_j = (1/sigma) (g_j - mean(g) - xhat_j mean(g * xhat)). dgamma and dbeta are summed
+    over all leading axes (every position shares gamma and beta).
     """
     _check_input(x, "layer_norm")
     if x.shape[-1:] != gamma.shape:
-        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end in d={gamma.shape[0]} "
-                         f"(gamma shape {gamma.shape})")
+        raise ValueError(f"layer_norm: input of shape {tuple(x.shape)} does not end in "
+                         f"d={gamma.shape[0]} (gamma shape {gamma.shape})")
     if fast.on(x, gamma, beta):
         return fast.layer_norm(x, gamma, beta, eps)
     xp = backend.xp
@@ -208,7 +217,8 @@ def dropout(x, p, training=True):
     """y = x * mask, mask = keep / (1 - p), keep ~ Bernoulli(1 - p) drawn from backend.rng().
 
     Inverted dropout: survivors are scaled by 1/(1-p) at training time, so E[y] = x and evaluation
-    needs no rescaling. The identity (the same Tensor) when not training or p == 0. Plain form: plain.dropout.
+    needs no rescaling. The identity (the same Tensor) when not training or p == 0.
+    Plain form: plain.dropout.
 
     Backward: dx = dy * mask (y is linear in x, the mask a constant).
     """
@@ -226,10 +236,11 @@ def dropout(x, p, training=True):
 
 # -------------------------------------------------------------------- embedding and linear
 def _scatter_rows(shape, ids, g):
-    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the CPU
-    by np.add.at over the flattened matrix (NumPy's fast 1-D path; benchmarks/README.md, 'Embedding');
-    on the GPU fast.embedding_backward in the same order (the CPU's bits), else (fused off)
-    backend.scatter_add: the same bits every run, where atomic adds would land in the hardware's order."""
+    """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the
+    CPU by np.add.at over the flattened matrix (NumPy's fast 1-D path; benchmarks/README.md,
+    'Embedding'); on the GPU fast.embedding_backward in the same order (the CPU's bits), else (fused
+    off) backend.scatter_add: the same bits every run, where atomic adds would land in the
+    hardware's order."""
     if fast.on(g):
         return fast.embedding_backward(shape, backend.xp.asarray(ids), g)
     out = backend.xp.zeros(shape, dtype=g.dtype)                      # (V, D)
@@ -243,20 +254,23 @@ def _scatter_rows(shape, ids, g):
 
 @traced
 def embedding(weight, ids):
-    """weight[ids]: the rows of weight (V, D) at integer ids (...), an array or a Tensor -> (..., D).
+    """weight[ids]: the rows of weight (V, D) at integer ids (...), an array or a Tensor
+    -> (..., D).
 
     Ids are range-checked when they are on the host (a device array is not: that would sync).
     Plain form: weight[ids], Tensor indexing (ops.getitem).
 
-    Backward: dweight[v] = the sum of dy over the positions whose id is v (a scatter-add: repeated ids add up).
+    Backward: dweight[v] = the sum of dy over the positions whose id is v (a scatter-add: repeated
+    ids add up).
     """
     ids = data_of(ids)
-    ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids  # lists, numbers: checked on the host
+    # lists, numbers: checked on the host
+    ids = np.asarray(ids) if backend.device_of(ids) == "cpu" else ids
     if ids.dtype.kind not in "iu":
         raise TypeError(f"embedding: ids must be integers, got dtype {ids.dtype}")
     V, D = weight.shape
     check_ids(ids, V)
-    flat = ids.reshape(-1)                          # (N,) kept where they came: the backward sorts them there
+    flat = ids.reshape(-1)  # (N,) kept where they came: the backward sorts them there
     ids = backend.asarray(ids)
 
     def backward(g):

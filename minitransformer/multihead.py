@@ -1,6 +1,7 @@
-"""Multi-head attention (section 3.2.2): the heads as views of fused projections, attention over all of
-them as one graph node (eq. 1 from attention.py), and the module, which reads and fills a key/value
-cache of cache.py when decoding incrementally (beams of one sentence sharing its memory's keys and values).
+"""Multi-head attention (section 3.2.2): the heads as views of fused projections, attention over
+all of them as one graph node (eq. 1 from attention.py), and the module, which reads and fills a
+key/value cache of cache.py when decoding incrementally (beams of one sentence sharing its memory's
+keys and values).
 
 The plain form, with separate (D, D) projections and no cache: plain.multi_head_attention.
 """
@@ -16,8 +17,8 @@ from .tensor import Tensor, data_of, is_grad_enabled, make_node
 
 # -------------------------------------------------------------------- multi-head attention
 def _split(x, n_parts, n_heads):
-    """(B, T, n_parts * D) array -> a view (n_parts, B, H, T, K), no copy: the head split is a reshape
-    (B, T, n, H, K) and a transpose."""
+    """(B, T, n_parts * D) array -> a view (n_parts, B, H, T, K), no copy: the head split is a
+    reshape (B, T, n, H, K) and a transpose."""
     B, T, width = x.shape
     return x.reshape(B, T, n_parts, n_heads, width // (n_parts * n_heads)).transpose(2, 0, 3, 1, 4)
 
@@ -33,21 +34,25 @@ def _merge_heads(o):
     return o.transpose(0, 2, 1, 3).reshape(B, T, H * K)  # (B, T, H, K) -> (B, T, D)
 
 
-# The projection layouts: how many of q, k, v each projection Tensor holds, side by side on its last axis.
-FUSED_QKV = (3,)        # self-attention: one (B, T, 3D) projection [q | k | v]
-Q_AND_KV = (1, 2)       # encoder-decoder attention: q (B, Tq, D) and the memory's [k | v] (B, Tk, 2D)
-SEPARATE = (1, 1, 1)    # q, k, v from three projections
-LAYOUT_OF = {len(layout): layout for layout in (FUSED_QKV, Q_AND_KV, SEPARATE)}  # by number of projections
+# The projection layouts: how many of q, k, v each projection Tensor holds, side by side on its
+# last axis.
+FUSED_QKV = (3,)      # self-attention: one (B, T, 3D) projection [q | k | v]
+Q_AND_KV = (1, 2)     # encoder-decoder attention: q (B, Tq, D) and the memory's [k | v] (B, Tk, 2D)
+SEPARATE = (1, 1, 1)  # q, k, v from three projections
+# the layouts by number of projections
+LAYOUT_OF = {len(layout): layout for layout in (FUSED_QKV, Q_AND_KV, SEPARATE)}
 
 
 def _head_arrays(parts, n_heads):
-    """The arrays q, k, v (B, H, T, K) inside the projections `parts`, laid out as LAYOUT_OF[len(parts)]."""
+    """The arrays q, k, v (B, H, T, K) inside the projections `parts`, laid out as
+    LAYOUT_OF[len(parts)]."""
     return [h for t, n in zip(parts, LAYOUT_OF[len(parts)]) for h in _heads(t.data, n, n_heads)]
 
 
 @traced
 def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True):
-    """Split heads, attend (eq. 1), merge heads, as one graph node: O (B, Tq, D) and P (B, H, Tq, Tk).
+    """Split heads, attend (eq. 1), merge heads, as one graph node: O (B, Tq, D) and
+    P (B, H, Tq, Tk).
 
     Plain form: plain.multi_head_attention between its projections. `parts` are the projections,
     Tensors whose last axis holds q, k, v side by side in that order, in one of three layouts
@@ -77,7 +82,8 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
                 result.append(None)
                 continue
             buf = backend.xp.empty(t.shape, dtype=t.dtype)                # (B, T, n*D)
-            for view, grad in zip(_split(buf, n, n_heads), heads):        # (B, H, T, K) views into buf
+            # (B, H, T, K) views into buf
+            for view, grad in zip(_split(buf, n, n_heads), heads):
                 view[...] = grad
             result.append(buf)
         return tuple(result)
@@ -85,7 +91,8 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
     The h projections of each of Q, K, V are one (D, D) matrix (the heads are a reshape of its
     output), and they are fused further: self_attention=True keeps one w_qkv (D, 3D), so that
@@ -93,12 +100,12 @@ class MultiHeadAttention(nn.Module):
     keeps w_q (D, D) and w_kv (D, 2D), one GEMM for the memory's keys and values. Other inputs (k
     not q, or v not k) still work, through column slices of the fused weights. `dropout` is the rate
     on the attention weights P (Note: the paper applies no dropout there; tensor2tensor's later
-    versions and the Annotated Transformer do). Plain form: plain.multi_head_attention, with separate
-    (D, D) projections and no cache.
+    versions and the Annotated Transformer do). Plain form: plain.multi_head_attention, with
+    separate (D, D) projections and no cache.
 
-    Note: the key projection's bias b^K has a zero gradient. It adds q_i . b^K to every score of query
-    i's row, a constant that the softmax cancels, so what backward gives it is rounding noise (which
-    Adam, dividing by sqrt(v) + 1e-9, turns into steps of full size and random sign). Compare
+    Note: the key projection's bias b^K has a zero gradient. It adds q_i . b^K to every score of
+    query i's row, a constant that the softmax cancels, so what backward gives it is rounding noise
+    (which Adam, dividing by sqrt(v) + 1e-9, turns into steps of full size and random sign). Compare
     gradients, or weights after training, without it; the paper's projections have no bias at all.
     """
 
@@ -107,10 +114,14 @@ class MultiHeadAttention(nn.Module):
         check_int("MultiHeadAttention", "d_model", d_model, 1)
         check_int("MultiHeadAttention", "n_heads", n_heads, 1)
         if d_model % n_heads:
-            raise ValueError(f"MultiHeadAttention: d_model={d_model} must split evenly across n_heads={n_heads}")
-        self.d_model, self.n_heads = d_model, n_heads
-        self.dropout_p, self.self_attention = dropout, self_attention
-        self.recorded = None  # a list: every forward call appends its weights P to it (collect_attention)
+            raise ValueError(f"MultiHeadAttention: d_model={d_model} must split evenly across "
+                             f"n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.dropout_p = dropout
+        self.self_attention = self_attention
+        # a list: every forward call appends its weights P to it (collect_attention)
+        self.recorded = None
         if self_attention:
             self.w_qkv = nn.Linear(d_model, 3 * d_model)   # [W^Q | W^K | W^V]
             _init_blocks(self.w_qkv, 3)
@@ -125,27 +136,32 @@ class MultiHeadAttention(nn.Module):
                 f"self_attention={self.self_attention}")
 
     def forward(self, q, k=None, v=None, mask=None, cache=None, return_weights=False):
-        """q (B, Tq, D), k and v (B, Tk, D) -> (B, Tq, D); with return_weights also P (B, H, Tq, Tk).
+        """q (B, Tq, D), k and v (B, Tk, D) -> (B, Tq, D); with return_weights also
+        P (B, H, Tq, Tk).
 
         k defaults to q, v to k. mask: boolean, True = allowed, broadcastable to (B, H, Tq, Tk).
         cache: a KVCache, under no_grad only. Self-attention appends the new positions' keys and
-        values to it and attends over all of them (pass mask=None for one new position). Encoder-
-        decoder attention computes the memory's (k) keys and values on the first call and reuses them.
+        values to it and attends over all of them (pass mask=None for one new position).
+        Encoder-decoder attention computes the memory's (k) keys and values on the first call and
+        reuses them.
         """
         k = q if k is None else k
         v = k if v is None else v
-        if not all(isinstance(x, Tensor) and x.ndim == 3 for x in (q, k, v)) or (cache is None and not (
-                q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1])):
+        if not all(isinstance(x, Tensor) and x.ndim == 3 for x in (q, k, v)) or (
+                cache is None
+                and not (q.shape[0] == k.shape[0] == v.shape[0] and k.shape[1] == v.shape[1])):
             shapes = [x.shape if isinstance(x, Tensor) else type(x).__name__ for x in (q, k, v)]
-            raise ValueError(f"MultiHeadAttention: q, k and v must be Tensors (batch, length, d_model={self.d_model})"
-                             f" of one batch size, k and v of one length, got {', '.join(map(str, shapes))}")
+            raise ValueError(
+                "MultiHeadAttention: q, k and v must be Tensors "
+                f"(batch, length, d_model={self.d_model}) of one batch size, k and v of one "
+                f"length, got {', '.join(map(str, shapes))}")
         if cache is not None:
             out, p = self._forward_cached(q, k, v, mask, cache)
         else:
             o, p = multi_head_attention(self._project(q, k, v), self.n_heads, mask,
                                         self.dropout_p, self.training)  # (B, Tq, D)
             out = self.w_o(o)                                            # (B, Tq, D)
-        if self.recorded is not None:                                    # P (B, H, Tq, Tk), on request
+        if self.recorded is not None:                          # P (B, H, Tq, Tk), on request
             self.recorded.append(p)
         return (out, p) if return_weights else out
 
@@ -163,19 +179,21 @@ class MultiHeadAttention(nn.Module):
     def _forward_cached(self, q, k, v, mask, cache):
         """Incremental decoding on arrays: no graph, so no gradients."""
         if is_grad_enabled():
-            raise RuntimeError("the key/value cache is for inference only: decode with a cache inside "
-                               "`with mt.no_grad():` (it keeps arrays, not a graph, so no gradient could flow)")
+            raise RuntimeError(
+                "the key/value cache is for inference only: decode with a cache inside "
+                "`with mt.no_grad():` (it keeps arrays, not a graph, so no gradient could flow)")
         H = self.n_heads
         if self.self_attention:
             parts = self._project(q, k, v)
             qh, kh, vh = _head_arrays(parts, H)                          # (B, H, n, K) each
             kh, vh = cache.append(kh, vh)                                # (B, H, T, K)
-        elif cache.empty:                                                # first step: the memory's k, v
+        elif cache.empty:                                    # first step: the memory's k, v
             qh, kh, vh = _head_arrays(self._project(q, k, v), H)
             cache.set(kh, vh)                                            # (B, H, S, K)
         else:
             (qh,) = _heads(self.w_q(q).data, 1, H)                       # (B, H, Tq, K)
-            kh, vh = cache.k, cache.v                                    # (B / g, H, S, K)
+            kh = cache.k                                                 # (B / g, H, S, K)
+            vh = cache.v                                                 # (B / g, H, S, K)
         mask = None if mask is None else backend.asarray(data_of(mask))
         o, p = _attend_in_groups(qh, kh, vh, mask, self.dropout_p, self.training)
         return self.w_o(Tensor(_merge_heads(o))), p                      # (B, Tq, D)
@@ -190,12 +208,13 @@ def _attend_in_groups(q, k, v, mask, dropout_p, training):
     m = k.shape[0]
     mask_rows = None if mask is None else mask.shape[0]
     if B % m or mask_rows not in (None, 1, m):
-        raise ValueError(f"attention: {B} query rows cannot share {m} key/value rows (and {mask_rows} mask "
-                         "rows) in equal groups")
+        raise ValueError(f"attention: {B} query rows cannot share {m} key/value rows "
+                         f"(and {mask_rows} mask rows) in equal groups")
     g = B // m
     if g == 1:
         return attention.attention_forward(q, k, v, mask, dropout_p, training)[:2]
-    grouped = q.reshape(m, g, H, Tq, K).transpose(0, 2, 1, 3, 4).reshape(m, H, g * Tq, K)   # (m, H, g*Tq, K)
+    # (m, H, g*Tq, K)
+    grouped = q.reshape(m, g, H, Tq, K).transpose(0, 2, 1, 3, 4).reshape(m, H, g * Tq, K)
     o, p, _ = attention.attention_forward(grouped, k, v, mask, dropout_p, training)
     ungroup = lambda a: a.reshape(m, H, g, Tq, -1).transpose(0, 2, 1, 3, 4).reshape(B, H, Tq, -1)
     return ungroup(o), ungroup(p)                                   # (B, H, Tq, K), (B, H, Tq, S)
@@ -209,8 +228,10 @@ def _linear_block(x, linear, i, width):
 
 
 def _init_blocks(linear, n):
-    """Initialise a fused (D, n*D) weight as n separate Xavier-uniform (D, D) matrices, so that fusing
-    W^Q, W^K, W^V into one matrix does not shrink their initial scale (Xavier over (D, 3D) would)."""
+    """Initialise a fused (D, n*D) weight as n separate Xavier-uniform (D, D) matrices, so that
+    fusing W^Q, W^K, W^V into one matrix does not shrink their initial scale (Xavier over (D, 3D)
+    would)."""
     d_in, d_out = linear.weight.shape
     a = math.sqrt(6.0 / (d_in + d_out // n))
-    linear.weight.data[...] = backend.asarray(backend.host_rng().uniform(-a, a, (d_in, d_out)), dtype=linear.weight.dtype)
+    linear.weight.data[...] = backend.asarray(backend.host_rng().uniform(-a, a, (d_in, d_out)),
+                                              dtype=linear.weight.dtype)

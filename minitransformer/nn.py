@@ -191,8 +191,7 @@ class Module:
 
 
 def _check_sizes(owner, **sizes):
-    """Each size is an integer of at least 1 (Linear(d / 2, ...) gives a float), else one sentence
-    names it."""
+    """Each size is an integer >= 1 (Linear(d / 2, ...) gives a float), or one sentence says so."""
     for name, n in sizes.items():
         check_int(owner, name, n, 1)
 

@@ -1,8 +1,9 @@
 """The elementary ops behind Tensor's operators and methods, each with its backward beside it.
 
-Every op returns `make_node(output, parents, backward, name)`; `backward(g)` returns one gradient per parent
-(None where none is needed) and the engine in tensor.py unbroadcasts and adds them up. Each docstring
-says what the op computes, then `Backward:` its derivative, dy being g, the gradient of the output.
+Every op returns `make_node(output, parents, backward, name)`; `backward(g)` returns one gradient
+per parent (None where none is needed) and the engine in tensor.py unbroadcasts and adds them up.
+Each docstring says what the op computes, then `Backward:` its derivative, dy being g, the gradient
+of the output.
 Fused ops with hand-derived gradients (softmax, cross-entropy, LayerNorm, attention) live in
 functional.py and attention.py.
 """
@@ -23,9 +24,10 @@ def _check_device(tensors):
 
 
 def _as_operands(a, b, op):
-    """Both operands as Tensors on one device. A number, list or array beside a floating Tensor takes
-    that Tensor's dtype (as PyTorch does with scalars): a float32 graph stays float32 even when it
-    meets a float64 NumPy value. Complex numbers, strings and objects are refused, naming the op."""
+    """Both operands as Tensors on one device. A number, list or array beside a floating Tensor
+    takes that Tensor's dtype (as PyTorch does with scalars): a float32 graph stays float32 even
+    when it meets a float64 NumPy value. Complex numbers, strings and objects are refused, naming
+    the op."""
     if isinstance(a, Tensor) and isinstance(b, Tensor):
         if type(a.data) is not type(b.data):
             _check_device((a, b))
@@ -43,8 +45,9 @@ def _operand(x, like, op):
     kind = getattr(x, "dtype", None)
     kind = kind.kind if kind is not None else np.asarray(x).dtype.kind
     if kind not in "biuf":
-        raise TypeError(f"{op}: cannot combine a {like.dtype} Tensor with a value of dtype kind {kind!r} "
-                        f"({type(x).__name__}); only real numbers and booleans")
+        raise TypeError(
+            f"{op}: cannot combine a {like.dtype} Tensor with a value of dtype kind {kind!r} "
+            f"({type(x).__name__}); only real numbers and booleans")
     if like.dtype.kind == "f":
         return Tensor(backend.asarray(x, dtype=like.dtype))
     return as_tensor(x)                              # an integer Tensor: NumPy's promotion rules
@@ -73,7 +76,8 @@ def mul(a, b):
     Backward: da = dy * b, db = dy * a."""
     a, b = _as_operands(a, b, "mul")
     return make_node(a.data * b.data, (a, b),
-                lambda g: (g * b.data if a.requires_grad else None, g * a.data if b.requires_grad else None), "mul")
+                     lambda g: (g * b.data if a.requires_grad else None,
+                                g * a.data if b.requires_grad else None), "mul")
 
 
 @traced
@@ -83,7 +87,7 @@ def div(a, b):
     a, b = _as_operands(a, b, "div")
     out = a.data / b.data
     return make_node(out, (a, b), lambda g: (g / b.data if a.requires_grad else None,
-                                        -g * out / b.data if b.requires_grad else None), "div")
+                                             -g * out / b.data if b.requires_grad else None), "div")
 
 
 @traced
@@ -92,8 +96,10 @@ def pow(a, p):
     Backward: da = dy * p a^(p-1); with a tensor exponent also dp = dy * a^p log(a)."""
     a, p = _as_operands(a, p, "pow")
     out = a.data ** p.data
-    return make_node(out, (a, p), lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
-                                        g * out * backend.xp.log(a.data) if p.requires_grad else None), "pow")
+    return make_node(out, (a, p),
+                     lambda g: (g * p.data * a.data ** (p.data - 1) if a.requires_grad else None,
+                                g * out * backend.xp.log(a.data) if p.requires_grad else None),
+                     "pow")
 
 
 @traced
@@ -105,10 +111,12 @@ def neg(a):
 
 @traced
 def matmul(a, b):
-    """C = A B, batched and broadcast over the leading axes (a vector is lifted to a matrix and back).
+    """C = A B, batched and broadcast over the leading axes (a vector is lifted to a matrix and
+    back).
     Backward: dA = dC B^T, dB = A^T dC, from C_ij = sum_k A_ik B_kj."""
     a, b = _as_operands(a, b, "matmul")
-    A, B = a.data, b.data
+    A = a.data
+    B = b.data
     if A.ndim < 2 or B.ndim < 2:  # vectors: lift to matrices, matmul, then squeeze the axis back
         A2 = A[None, :] if A.ndim == 1 else A
         B2 = B[:, None] if B.ndim == 1 else B
@@ -117,8 +125,10 @@ def matmul(a, b):
         shape = out.shape[:-2] + out.shape[-2:-1] * (A.ndim > 1) + out.shape[-1:] * (B.ndim > 1)
         return reshape(out, shape)
     if A.shape[-1] != B.shape[-2]:
-        raise ValueError(f"matmul: shapes {tuple(A.shape)} and {tuple(B.shape)} do not fit: the last axis of the first "
-                         f"({A.shape[-1]}) must equal the second-to-last of the second ({B.shape[-2]})")
+        raise ValueError(
+            f"matmul: shapes {tuple(A.shape)} and {tuple(B.shape)} do not fit: the last axis of "
+            f"the first ({A.shape[-1]}) must equal the second-to-last of the second "
+            f"({B.shape[-2]})")
     xp = backend.xp
     # backend.matmul is A @ B (cuBLAS's own GEMM while CUDA graphs record a step: lesson 11)
 
@@ -169,8 +179,8 @@ def where(cond, a, b):
     c = cond.data if isinstance(cond, Tensor) else backend.asarray(cond)
     xp = backend.xp
     return make_node(xp.where(c, a.data, b.data), (a, b),
-                lambda g: (xp.where(c, g, 0) if a.requires_grad else None,
-                           xp.where(c, 0, g) if b.requires_grad else None), "where")
+                     lambda g: (xp.where(c, g, 0) if a.requires_grad else None,
+                                xp.where(c, 0, g) if b.requires_grad else None), "where")
 
 
 @traced
@@ -204,7 +214,9 @@ def sum(a, axis=None, keepdims=False):
     Backward: da = dy broadcast back over the summed axes (d sum / da_i = 1)."""
     axes = _axes(axis, a.ndim)
     out = backend.xp.asarray(a.data.sum(axis=axes, keepdims=keepdims))
-    return make_node(out, (a,), lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims), a.shape),), "sum")
+    return make_node(
+        out, (a,),
+        lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims), a.shape),), "sum")
 
 
 @traced
@@ -214,7 +226,10 @@ def mean(a, axis=None, keepdims=False):
     axes = _axes(axis, a.ndim)
     n = int(np.prod([a.shape[i] for i in axes]))
     out = backend.xp.asarray(a.data.mean(axis=axes, keepdims=keepdims))
-    return make_node(out, (a,), lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims) / n, a.shape),), "mean")
+    return make_node(
+        out, (a,),
+        lambda g: (backend.xp.broadcast_to(_restore_axes(g, axes, keepdims) / n, a.shape),),
+        "mean")
 
 
 @traced
@@ -228,8 +243,9 @@ def max(a, axis=None, keepdims=False):
         hit = a.data == out
         share = _restore_axes(g, axes, keepdims) / hit.sum(axis=axes, keepdims=True).astype(g.dtype)
         return (hit * share,)
-    return make_node(out if keepdims else out.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes)),
-                (a,), backward, "max")
+    return make_node(
+        out if keepdims else out.reshape(tuple(n for i, n in enumerate(a.shape) if i not in axes)),
+        (a,), backward, "max")
 
 
 # -------------------------------------------------------------------- shapes and indexing
@@ -286,7 +302,7 @@ def concat(tensors, axis=0):
     ax = axis % tensors[0].ndim
     bounds = np.cumsum([t.shape[ax] for t in tensors])[:-1].tolist()
     return make_node(xp.concatenate([t.data for t in tensors], axis=ax), tuple(tensors),
-                lambda g: tuple(xp.split(g, bounds, axis=ax)), "concat")
+                     lambda g: tuple(xp.split(g, bounds, axis=ax)), "concat")
 
 
 @traced
@@ -298,4 +314,4 @@ def stack(tensors, axis=0):
     xp = backend.xp
     ax = axis % (tensors[0].ndim + 1)
     return make_node(xp.stack([t.data for t in tensors], axis=ax), tuple(tensors),
-                lambda g: tuple(xp.moveaxis(g, ax, 0)), "stack")
+                     lambda g: tuple(xp.moveaxis(g, ax, 0)), "stack")

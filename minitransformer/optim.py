@@ -1,9 +1,10 @@
-"""Optimisation: Adam with the paper's betas, the warmup schedule of eq. (3), gradient-norm clipping.
+"""Optimisation: Adam with the paper's betas, the warmup schedule of eq. (3), gradient-norm
+clipping.
 
 Every update runs in place on one flat buffer of all parameters (no new arrays per step), so it
 costs a few passes over memory (one on the GPU, with the fused kernel of fast/kernels.py). The state
-splits into JSON-able scalars and named arrays, so a checkpoint stores it without pickle. Left out on
-purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
+splits into JSON-able scalars and named arrays, so a checkpoint stores it without pickle. Left out
+on purpose: parameter groups, AMSGrad, other optimisers (the paper uses only Adam).
 """
 import math
 
@@ -26,7 +27,8 @@ class Adam:
 
     One flat buffer per dtype holds every parameter side by side (each `p.data` becomes a view into
     it), and flat buffers beside it hold the gradients and the moments, so an update is a handful of
-    whole-buffer operations instead of a dozen per parameter (on a GPU: a handful of kernel launches).
+    whole-buffer operations instead of a dozen per parameter (on a GPU: a handful of kernel
+    launches).
     A parameter whose .grad is None is skipped, and its own step count t does not advance; a run of
     parameters updated together must share t, so skipping splits the update into a few runs.
     """
@@ -37,14 +39,16 @@ class Adam:
         self.params = list(params)
         if not self.params:
             fail("Adam", "params is an empty parameter list: there is nothing to update", "params")
-        first = {}                            # id -> index: a shared weight listed twice would be updated twice
+        # id -> index: a shared weight listed twice would be updated twice
+        first = {}
         for i, p in enumerate(self.params):
             if not isinstance(p, Tensor) or p.dtype.kind != "f":
-                raise TypeError(f"Adam: parameter {i} must be a floating-point Tensor, got {type(p).__name__}"
+                raise TypeError(f"Adam: parameter {i} must be a floating-point Tensor, "
+                                f"got {type(p).__name__}"
                                 + (f" of dtype {p.dtype}" if isinstance(p, Tensor) else ""))
             if first.setdefault(id(p), i) != i:
-                fail("Adam", f"parameter {i} is parameter {first[id(p)]} again; list each parameter once "
-                     f"(model.parameters() does)", "params")
+                fail("Adam", f"parameter {i} is parameter {first[id(p)]} again; list each "
+                     f"parameter once (model.parameters() does)", "params")
         _check_lr(lr)
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             fail("Adam", f"betas must be two numbers in [0, 1), got {betas}", "betas", betas)
@@ -52,24 +56,34 @@ class Adam:
             check_real("Adam", "betas", beta, 0.0, 1.0)
         check_real("Adam", "eps", eps, 0.0)
         check_real("Adam", "weight_decay", weight_decay, 0.0)
-        self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(map(float, betas)), float(eps), float(weight_decay)
-        self.steps = 0                        # calls to step()
-        self.part = None                      # (k, n): step() updates the k-th of n slices of each buffer
-        self.t = [0] * len(self.params)       # updates each parameter has had (for bias correction)
-        self.flat = {}                        # dtype -> {"data", "grad", "m", "v", "scratch"}: flat arrays
-        self.where = []                       # per parameter: (dtype, start, stop) in its flat arrays
+        self.lr = float(lr)
+        self.betas = tuple(map(float, betas))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+        # calls to step()
+        self.steps = 0
+        # (k, n): step() updates the k-th of n slices of each buffer
+        self.part = None
+        # updates each parameter has had (for bias correction)
+        self.t = [0] * len(self.params)
+        # dtype -> {"data", "grad", "m", "v", "scratch"}: flat arrays
+        self.flat = {}
+        # per parameter: (dtype, start, stop) in its flat arrays
+        self.where = []
         xp = backend.xp
         for dtype in dict.fromkeys(p.data.dtype for p in self.params):
             group = [i for i, p in enumerate(self.params) if p.data.dtype == dtype]
             size = sum(self.params[i].data.size for i in group)
-            self.flat[dtype] = {k: xp.zeros(size, dtype=dtype) for k in ("data", "grad", "m", "v", "scratch")}
+            self.flat[dtype] = {k: xp.zeros(size, dtype=dtype)
+                                for k in ("data", "grad", "m", "v", "scratch")}
         starts = {dtype: 0 for dtype in self.flat}
         for p in self.params:
             start = starts[p.data.dtype]
             starts[p.data.dtype] = stop = start + p.data.size
             self.where.append((p.data.dtype, start, stop))
         self._views = [self._view(i, "data") for i in range(len(self.params))]
-        self._grads = [self._view(i, "grad") for i in range(len(self.params))]  # step() copies each .grad in
+        # step() copies each .grad in
+        self._grads = [self._view(i, "grad") for i in range(len(self.params))]
         for p, view in zip(self.params, self._views):
             view[...] = p.data
             p.data = view                     # the parameter now lives in the flat buffer
@@ -90,25 +104,27 @@ class Adam:
         return [self._view(i, "v") if t else None for i, t in enumerate(self.t)]
 
     def step(self, lr=None):
-        """One update of every parameter that has a gradient; `lr` (from a schedule) replaces self.lr.
-        With `part` = (k, n) set, only the k-th of n equal slices of each flat buffer is updated (rank
-        threads sharing one copy: distributed.ThreadWorld.share_); every parameter's t still advances."""
+        """One update of every parameter that has a gradient; `lr` (from a schedule) replaces
+        self.lr. With `part` = (k, n) set, only the k-th of n equal slices of each flat buffer is
+        updated (rank threads sharing one copy: distributed.ThreadWorld.share_); every parameter's t
+        still advances."""
         for dtype, start, stop, t in self.count_step(lr):
             flat = self.flat[dtype]
-            if self.part is not None:                       # this rank's slice of the run, maybe none
+            if self.part is not None:         # this rank's slice of the run, maybe none
                 k, n = self.part
                 size = flat["data"].size
                 start = max(start, size * k // n)
                 stop = min(stop, size * (k + 1) // n)
             if start < stop:
                 run = slice(start, stop)
-                self._update(*(flat[name][run] for name in ("data", "grad", "m", "v", "scratch")), t)
+                self._update(*(flat[name][run] for name in ("data", "grad", "m", "v", "scratch")),
+                             t)
 
     def count_step(self, lr=None):
-        """The host's part of a step: lr set, each gradient copied into the flat gradient buffer, each
-        updated parameter's t advanced. Returns the runs [dtype, start, stop, t] of neighbours that are
-        updated together (a parameter without a gradient splits a run). A replayed CUDA graph does the
-        device's part itself (run/replay.py)."""
+        """The host's part of a step: lr set, each gradient copied into the flat gradient buffer,
+        each updated parameter's t advanced. Returns the runs [dtype, start, stop, t] of neighbours
+        that are updated together (a parameter without a gradient splits a run). A replayed CUDA
+        graph does the device's part itself (run/replay.py)."""
         if lr is not None:
             self.lr = _check_lr(lr)
         runs = []
@@ -121,7 +137,8 @@ class Adam:
             if p.grad is not self._grads[i]:      # (it is there already after gradient_buffers())
                 self._grads[i][...] = p.grad
             self.t[i] += 1
-            p.changed()                           # a graph that saved p before this step refuses backward
+            # a graph that saved p before this step refuses backward
+            p.changed()
             dtype, start, stop = self.where[i]
             if runs and runs[-1][0] == dtype and runs[-1][2] == start and runs[-1][3] == self.t[i]:
                 runs[-1][2] = stop
@@ -131,8 +148,9 @@ class Adam:
         return runs
 
     def use_buffers(self, other):
-        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same shapes), this
-        optimizer's own dropped: the rank threads of one process hold one copy (ThreadWorld.share_)."""
+        """Keep the weights and the moments in `other`'s flat buffers (an Adam over the same
+        shapes), this optimizer's own dropped: the rank threads of one process hold one copy
+        (ThreadWorld.share_)."""
         if self.where != other.where:
             raise ValueError("Adam.use_buffers: the other optimizer's parameters have other sizes")
         for dtype, flat in self.flat.items():
@@ -169,10 +187,11 @@ class Adam:
         p += buf
 
     def update_numbers(self, t, lr=None):
-        """The 7 numbers of an update at step t (from 1) and rate lr (None: self.lr), as Python floats:
-        b1, 1 - b1, b2, 1 - b2, eps sqrt(bc2), -lr sqrt(bc2) / bc1, 1 - lr weight_decay, with the bias
-        corrections bc1 = 1 - b1^t, bc2 = 1 - b2^t. The one place they are computed, so that _update,
-        the fused kernel and a replayed CUDA graph (which reads them from device memory) agree."""
+        """The 7 numbers of an update at step t (from 1) and rate lr (None: self.lr), as Python
+        floats: b1, 1 - b1, b2, 1 - b2, eps sqrt(bc2), -lr sqrt(bc2) / bc1, 1 - lr weight_decay,
+        with the bias corrections bc1 = 1 - b1^t, bc2 = 1 - b2^t. The one place they are computed,
+        so that _update, the fused kernel and a replayed CUDA graph (which reads them from device
+        memory) agree."""
         lr = self.lr if lr is None else _check_lr(lr)
         b1, b2 = self.betas
         bc1 = 1.0 - b1 ** t
@@ -181,8 +200,9 @@ class Adam:
                 1.0 - lr * self.weight_decay)
 
     def gradient_buffers(self):
-        """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into them
-        (zeros for a parameter without a gradient): what the ranks of a data-parallel run add up."""
+        """The flat gradient arrays, one per dtype, with every parameter's .grad made a view into
+        them (zeros for a parameter without a gradient): what the ranks of a data-parallel run add
+        up."""
         for p, buffer in zip(self.params, self._grads):
             if p.grad is not buffer:
                 buffer[...] = 0 if p.grad is None else p.grad
@@ -203,21 +223,28 @@ class Adam:
         arrays = {}
         for i, t in enumerate(self.t):
             if t:
-                arrays[f"m.{i}"], arrays[f"v.{i}"] = (backend.host_copy(self._view(i, k)) for k in "mv")
+                arrays[f"m.{i}"], arrays[f"v.{i}"] = (backend.host_copy(self._view(i, k))
+                                                      for k in "mv")
         return scalars, arrays
 
     def load_state_dict(self, scalars, arrays):
-        """Restore what state_dict() gave (arrays go to the current backend, in each parameter's dtype)."""
+        """Restore what state_dict() gave (arrays go to the current backend, in each parameter's
+        dtype)."""
         n = len(self.params)
         if scalars["n_params"] != n:
             raise ValueError(f"the optimizer state holds {scalars['n_params']} parameters but this "
                              f"optimizer has {n}: was it saved for another model?")
-        self.lr, self.betas, self.eps = float(scalars["lr"]), tuple(scalars["betas"]), float(scalars["eps"])
-        self.weight_decay, self.steps, self.t = float(scalars["weight_decay"]), int(scalars["steps"]), list(scalars["t"])
+        self.lr = float(scalars["lr"])
+        self.betas = tuple(scalars["betas"])
+        self.eps = float(scalars["eps"])
+        self.weight_decay = float(scalars["weight_decay"])
+        self.steps = int(scalars["steps"])
+        self.t = list(scalars["t"])
         for i, p in enumerate(self.params):
             if f"m.{i}" not in arrays:
                 continue
-            m, v = np.asarray(arrays[f"m.{i}"]), np.asarray(arrays[f"v.{i}"])
+            m = np.asarray(arrays[f"m.{i}"])
+            v = np.asarray(arrays[f"v.{i}"])
             if m.shape != p.data.shape or v.shape != p.data.shape:
                 raise ValueError(f"optimizer state for parameter {i} has shape {m.shape}, but the "
                                  f"parameter has shape {p.data.shape}")
@@ -228,13 +255,15 @@ class Adam:
 
 
 def _check_lr(lr):
-    """lr as a float, if it is a finite number >= 0 (a negative rate climbs the loss, NaN ruins every weight)."""
+    """lr as a float, if it is a finite number >= 0 (a negative rate climbs the loss, NaN ruins
+    every weight)."""
     check_real("Adam", "lr", lr, 0.0)
     return float(lr)
 
 
 def noam_schedule(step, d_model, warmup_steps=4000, scale=1.0):
-    """The learning rate of eq. (3) times `scale`: scale * plain.noam_schedule(step, d_model, warmup_steps).
+    """The learning rate of eq. (3) times `scale`:
+    scale * plain.noam_schedule(step, d_model, warmup_steps).
 
     It rises linearly for warmup_steps steps, peaks at step = warmup_steps with
     d_model^-0.5 * warmup_steps^-0.5, then decays as 1/sqrt(step). Steps count from 1; step 0 is
@@ -245,13 +274,16 @@ def noam_schedule(step, d_model, warmup_steps=4000, scale=1.0):
 
 
 class WarmupSchedule:
-    """noam_schedule with its settings held: WarmupSchedule(512)(4000) -> 0.000699. Plain form: plain.noam_schedule."""
+    """noam_schedule with its settings held: WarmupSchedule(512)(4000) -> 0.000699.
+    Plain form: plain.noam_schedule."""
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
         check_int("WarmupSchedule", "d_model", d_model, 1)
         check_int("WarmupSchedule", "warmup_steps", warmup_steps, 1)
         check_real("WarmupSchedule", "scale", scale, 0.0, low_open=True)
-        self.d_model, self.warmup_steps, self.scale = int(d_model), int(warmup_steps), float(scale)
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
 
     def __call__(self, step):
         return noam_schedule(step, self.d_model, self.warmup_steps, self.scale)
@@ -262,7 +294,8 @@ class WarmupSchedule:
         return self(self.warmup_steps)
 
     def __repr__(self):
-        return f"WarmupSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, scale={self.scale})"
+        return (f"WarmupSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, "
+                f"scale={self.scale})")
 
 
 def clip_grad_norm(params, max_norm):
@@ -277,10 +310,12 @@ def clip_grad_norm(params, max_norm):
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    if backend.device == "gpu":   # one copy kernel and one dot product, not ~100 dots and adds (launch-bound)
+    # on the GPU, one copy kernel and one dot product, not ~100 dots and adds (launch-bound); on
+    # the CPU, a dot per array and no copy: there the copy costs more than it saves
+    if backend.device == "gpu":
         flat = xp.concatenate([g.reshape(-1) for g in grads])
         squares = xp.vdot(flat, flat)
-    else:                         # a dot per array, no copy: 3x faster than the copy on 97 arrays of 8M floats
+    else:
         squares = sum(xp.vdot(g.reshape(-1), g.reshape(-1)) for g in grads)
     total = math.sqrt(float(squares))                                 # the one host read
     if math.isfinite(total) and total > max_norm:

@@ -135,8 +135,7 @@ def _timing(prof, fn):
 
 
 class _TimedBackward:
-    """A node's backward closure that records its time while the profile that wrapped it is
-    active."""
+    """A node's backward closure, timed while the profile that wrapped it is active."""
     __slots__ = ("prof", "name", "backward")
 
     def __init__(self, prof, name, backward):

@@ -1,12 +1,13 @@
 """Tensor: an array plus the graph that made it, and reverse-mode autodiff over that graph.
 
-The elementary ops are in ops.py: each computes its output with `backend.xp` and attaches a `backward(g)` closure
-returning one gradient array per parent; the engine alone unbroadcasts and adds them up (an op may add a leaf's
-share into its existing .grad itself: grad_into). Saved inputs must not change before backward: `version` ticks
-one clock at a tensor's making and at each write the package sees (`t.data = ...`, `+=`, Adam's step, `assign`),
-so a parent newer than its node makes backward name the op, and a node keeps its leaf parents' NumPy arrays
-read-only until freed, so `w.data[...] = x` fails at once. Left out on purpose: higher-order gradients,
-retain_graph (backward frees the graph), a guard on CuPy arrays and op outputs.
+The elementary ops are in ops.py: each computes its output with `backend.xp` and attaches a
+`backward(g)` closure returning one gradient array per parent; the engine alone unbroadcasts and
+adds them up (an op may add a leaf's share into its existing .grad itself: grad_into). Saved inputs
+must not change before backward: `version` ticks one clock at a tensor's making and at each write
+the package sees (`t.data = ...`, `+=`, Adam's step, `assign`), so a parent newer than its node
+makes backward name the op, and a node keeps its leaf parents' NumPy arrays read-only until freed,
+so `w.data[...] = x` fails at once. Left out on purpose: higher-order gradients, retain_graph
+(backward frees the graph), a guard on CuPy arrays and op outputs.
 """
 import contextlib
 import itertools
@@ -17,20 +18,27 @@ import numpy as np
 
 from . import backend
 
-_mode = threading.local()   # grad mode per thread (.on, True unless set): a rank thread records its graph
-#                             while rank 0 evaluates under no_grad (distributed.run_threads)
+# grad mode per thread (.on, True unless set): a rank thread records its graph while rank 0
+# evaluates under no_grad (distributed.run_threads)
+_mode = threading.local()
 _clock = itertools.count()  # versions: a tensor's is the tick of its making or of its latest write
 
 
 class Tensor:
     """An n-d array that records how it was computed. `.data` is a numpy or cupy array."""
 
-    __slots__ = ("_data", "version", "grad", "requires_grad", "_parents", "_backward", "_op", "_saved", "__weakref__")
+    __slots__ = ("_data", "version", "grad", "requires_grad", "_parents", "_backward", "_op",
+                 "_saved", "__weakref__")
     __array_priority__ = 1000  # so that ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
-        self._data, self.version, self.grad, self.requires_grad = data, next(_clock), None, requires_grad
-        self._parents, self._backward, self._op = _parents, _backward, _op
+        self._data = data
+        self.version = next(_clock)
+        self.grad = None
+        self.requires_grad = requires_grad
+        self._parents = _parents
+        self._backward = _backward
+        self._op = _op
 
     # ---------------------------------------------------------------- the engine
     def backward(self, grad=None):
@@ -41,23 +49,27 @@ class Tensor:
         time. The engine alone unbroadcasts each parent's share and adds up the shares of a reused
         tensor; each closure is freed once it has run.
         """
-        grads = {self: _first_gradient(self, grad)}          # tensor -> dL/dtensor (tensors hash by identity)
+        # tensor -> dL/dtensor (tensors hash by identity)
+        grads = {self: _first_gradient(self, grad)}
         for node in reversed(_topological_order(self)):
             g = grads.pop(node, None)
-            if g is None:                                    # every path to it gave None: nothing to pass on
+            if g is None:                   # every path to it gave None: nothing to pass on
                 continue
-            if node._backward is None:                       # a leaf: keep its gradient, as a copy (gradients
-                if node.grad is None:                        # may alias each other: add returns g twice)
+            # a leaf: keep its gradient, as a copy (gradients may alias each other: add returns
+            # g twice)
+            if node._backward is None:
+                if node.grad is None:
                     node.grad = g.astype(node.data.dtype, copy=True)
                 else:
                     node.grad += g
                 continue
-            _check_saved(node)                               # its inputs are as the forward pass saw them
-            pgrads = node._backward(g)                       # the chain rule: dL/dparent for each parent
+            _check_saved(node)              # its inputs are as the forward pass saw them
+            pgrads = node._backward(g)      # the chain rule: dL/dparent for each parent
             for p, pg in _parent_gradients(node, pgrads):
                 prev = grads.get(p)
-                grads[p] = pg if prev is None else prev + pg  # accumulate over the parent's consumers
-            _free(node)                                      # free the graph behind us
+                # accumulate over the parent's consumers
+                grads[p] = pg if prev is None else prev + pg
+            _free(node)                     # free the graph behind us
 
     # ---------------------------------------------------------------- operators (ops.py)
     def __add__(self, o): return ops.add(self, o)
@@ -86,11 +98,13 @@ class Tensor:
 
     def reshape(self, *shape):
         """t.reshape(2, 3) or t.reshape((2, 3))."""
-        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+        return ops.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list))
+                           else shape)
 
     def transpose(self, *axes):
         """Reverse the axes, or permute them: t.transpose(0, 2, 1) or t.transpose((0, 2, 1))."""
-        return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else (axes or None))
+        return ops.transpose(self, axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list))
+                             else (axes or None))
 
     # ---------------------------------------------------------------- information
     shape = property(lambda self: self.data.shape)
@@ -103,7 +117,8 @@ class Tensor:
         return len(self.data)
 
     def __repr__(self):
-        made = f", op={self._op}" if self._op else (", requires_grad=True" if self.requires_grad else "")
+        made = (f", op={self._op}" if self._op
+                else (", requires_grad=True" if self.requires_grad else ""))
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{made})"
 
     def numpy(self):
@@ -121,22 +136,28 @@ class Tensor:
         return Tensor(self.data)
 
     # ---------------------------------------------------------------- versions and read-only locks
-    def __del__(self):  # a node dropped without backward: the arrays it locked become writable again
+    # a node dropped without backward: the arrays it locked become writable again
+    def __del__(self):
         for array in getattr(self, "_saved", ()):
             array.setflags(write=True)
 
     def _set_data(self, array):
-        self._data, self.version = array, next(_clock)
-    data = property(operator.attrgetter("_data"), _set_data, doc="The array; assigning it counts as a change (`version`).")
+        self._data = array
+        self.version = next(_clock)
+    data = property(operator.attrgetter("_data"), _set_data,
+                    doc="The array; assigning it counts as a change (`version`).")
 
     def changed(self):
-        """Say that `.data` was written in place (as Adam's step does): graphs that saved it refuse backward."""
+        """Say that `.data` was written in place (as Adam's step does): graphs that saved it refuse
+        backward."""
         self.version = next(_clock)
 
     def assign(self, values):
-        """Write `values` into `.data` in place, even while a graph holds it read-only (that graph then
-        refuses backward): what load_state_dict does, so that views into `.data` stay valid."""
-        if type(self._data) is np.ndarray and not self._data.flags.writeable:  # CuPy arrays have no flag
+        """Write `values` into `.data` in place, even while a graph holds it read-only (that graph
+        then refuses backward): what load_state_dict does, so that views into `.data` stay
+        valid."""
+        # CuPy arrays have no flag
+        if type(self._data) is np.ndarray and not self._data.flags.writeable:
             self._data.setflags(write=True)
         self._data[...] = values
         self.changed()
@@ -147,15 +168,19 @@ _FREED = object()  # the _backward of a node whose graph backward() has walked a
 
 def _topological_order(root):
     """Nodes that need a gradient, each after all of its parents (iterative depth-first search)."""
-    order, seen, todo = [], set(), [(root, False)]
+    order = []
+    seen = set()
+    todo = [(root, False)]
     while todo:
         node, done = todo.pop()
         if done:
             order.append(node)
         elif node not in seen:
             if node._backward is _FREED:
-                raise RuntimeError(f"backward() reached a {node._op!r} node whose graph an earlier backward() freed: "
-                                   "run the forward pass again, or add the losses up and call backward() once")
+                raise RuntimeError(
+                    f"backward() reached a {node._op!r} node whose graph an earlier backward() "
+                    "freed: run the forward pass again, or add the losses up and call backward() "
+                    "once")
             seen.add(node)
             todo.append((node, True))
             for p in node._parents:
@@ -170,37 +195,45 @@ def make_node(data, parents, backward, op):
         for p in parents:
             if p.requires_grad:
                 node = Tensor(data, True, parents, backward, op)
-                node._saved = _lock(parents)                 # its leaf inputs, read-only until it is freed
+                node._saved = _lock(parents)   # its leaf inputs, read-only until it is freed
                 return node
     return Tensor(data, False, (), None, op)
 
 
-# The elementary ops live in ops.py, which needs Tensor and make_node from this module: the one import
-# circle of the package, closed here at the bottom (ops.py imports this module at its top). Tensor's
-# methods above call them as ops.add, ops.sum, ... (never a bare `sum`: the builtins stay builtins).
+# The elementary ops live in ops.py, which needs Tensor and make_node from this module: the one
+# import circle of the package, closed here at the bottom (ops.py imports this module at its top).
+# Tensor's methods above call them as ops.add, ops.sum, ... (never a bare `sum`: the builtins stay
+# builtins).
 
 
 def _first_gradient(root, grad):
-    """dL/droot, where backward() starts: ones for a one-element root, else `grad` as an array of root's shape."""
+    """dL/droot, where backward() starts: ones for a one-element root, else `grad` as an array of
+    root's shape."""
     if not root.requires_grad:
-        raise RuntimeError("backward() on a tensor that does not require grad (made under no_grad, "
-                           "or from inputs without requires_grad=True)")
+        raise RuntimeError(
+            "backward() on a tensor that does not require grad (made under no_grad, "
+            "or from inputs without requires_grad=True)")
     if grad is None:
         if root.size != 1:
-            raise RuntimeError(f"backward() without a gradient needs a scalar, got shape {root.shape}")
+            raise RuntimeError(
+                f"backward() without a gradient needs a scalar, got shape {root.shape}")
         return backend.xp.ones_like(root.data)
     grad = data_of(grad)
     if not hasattr(grad, "dtype") or backend.device_of(grad) != backend.device_of(root.data):
-        grad = backend.asarray(grad, dtype=root.dtype)   # a list, a number, a NumPy array for a GPU tensor
+        # a list, a number, a NumPy array for a GPU tensor
+        grad = backend.asarray(grad, dtype=root.dtype)
     if grad.shape != root.shape:
-        raise ValueError(f"backward(grad): grad has shape {tuple(grad.shape)}, but the tensor has shape {root.shape}")
+        raise ValueError(
+            f"backward(grad): grad has shape {tuple(grad.shape)}, "
+            f"but the tensor has shape {root.shape}")
     return grad
 
 
 def _parent_gradients(node, pgrads):
-    """Yield (parent, dL/dparent) for each parent that needs a gradient, summed down to the parent's shape
-    (unbroadcast). `pgrads` is what the node's backward returned: when it is not one array (or None) per
-    parent, each broadcasting to its parent's shape, a TypeError names the op (_bad_backward)."""
+    """Yield (parent, dL/dparent) for each parent that needs a gradient, summed down to the
+    parent's shape (unbroadcast). `pgrads` is what the node's backward returned: when it is not one
+    array (or None) per parent, each broadcasting to its parent's shape, a TypeError names the op
+    (_bad_backward)."""
     if type(pgrads) is not tuple or len(pgrads) != len(node._parents):
         _bad_backward(node, pgrads)
     for p, pg in zip(node._parents, pgrads):
@@ -208,7 +241,8 @@ def _parent_gradients(node, pgrads):
             continue
         try:
             if pg.shape != p.data.shape and (pg := unbroadcast(pg, p.data.shape)) is None:
-                _bad_backward(node, pgrads)   # a gradient that does not broadcast from the parent's shape
+                # a gradient that does not broadcast from the parent's shape
+                _bad_backward(node, pgrads)
         except AttributeError:                # not an array
             _bad_backward(node, pgrads)
         yield p, pg
@@ -224,26 +258,34 @@ def unbroadcast(g, shape):
     extra = g.ndim - len(shape)
     if extra < 0 or any(n not in (1, m) for n, m in zip(shape, g.shape[extra:])):
         return None  # g does not broadcast from `shape`: the caller names the op
-    axes = tuple(range(extra)) + tuple(i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
+    axes = tuple(range(extra)) + tuple(
+        i + extra for i, n in enumerate(shape) if n == 1 and g.shape[i + extra] != 1)
     return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
 
 
 def _bad_backward(node, pgrads):
-    """A TypeError naming the op whose backward returned something else than one array (or None) per parent."""
+    """A TypeError naming the op whose backward returned something else than one array (or None)
+    per parent."""
     n = len(node._parents)
-    shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n  # then a wrong shape may be the fault
-    name = lambda g: type(g).__name__ + (f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
-    got = (f"a {type(pgrads).__name__} of {len(pgrads)}: " + ", ".join(map(name, pgrads))
-           if isinstance(pgrads, (tuple, list)) else type(pgrads).__name__)
-    raise TypeError(f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
-                    f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape or the "
-                    f"parent's (output {node.shape}; parents {', '.join(str(p.shape) for p in node._parents)})")
+    # then a wrong shape may be the fault
+    shaped = isinstance(pgrads, (tuple, list)) and len(pgrads) == n
+    name = lambda g: type(g).__name__ + (
+        f" of shape {tuple(g.shape)}" if shaped and hasattr(g, "shape") else "")
+    got = (
+        f"a {type(pgrads).__name__} of {len(pgrads)}: " + ", ".join(map(name, pgrads))
+        if isinstance(pgrads, (tuple, list)) else type(pgrads).__name__)
+    raise TypeError(
+        f"the backward of {node._op!r} returned {got}; it must return a tuple of {n} "
+        f"array{'s' * (n != 1)} (or None), one gradient per parent, each of the output's shape "
+        f"or the parent's (output {node.shape}; "
+        f"parents {', '.join(str(p.shape) for p in node._parents)})")
 
 
 def grad_into(t):
-    """t's .grad where an op's backward may add its share of dL/dt there itself, returning None for t: a leaf
-    holding a gradient already (Adam.gradient_buffers, an earlier backward). In the op's last kernel (a GEMM with
-    beta 1, a column sum that adds: llm.c's way) the engine's add costs no launch. Else None."""
+    """t's .grad where an op's backward may add its share of dL/dt there itself, returning None for
+    t: a leaf holding a gradient already (Adam.gradient_buffers, an earlier backward). In the op's
+    last kernel (a GEMM with beta 1, a column sum that adds: llm.c's way) the engine's add costs no
+    launch. Else None."""
     return t.grad if t._backward is None and t.requires_grad and t.grad is not None else None
 
 
@@ -251,7 +293,8 @@ class no_grad(contextlib.ContextDecorator):
     """Build no graph inside `with no_grad():` (or a function decorated with @no_grad())."""
 
     def __enter__(self):
-        self._prev, _mode.on = is_grad_enabled(), False
+        self._prev = is_grad_enabled()
+        _mode.on = False
 
     def __exit__(self, *exc):
         _mode.on = self._prev
@@ -267,25 +310,29 @@ def tensor(data, requires_grad=False, dtype=None):
     if isinstance(data, Tensor):
         data = data.data
     kind = (data.dtype if hasattr(data, "dtype") else np.asarray(data).dtype).kind
-    if kind not in "biuf":                     # checked on the host: CuPy refuses text with its own words
-        raise TypeError(f"tensor: a Tensor holds real numbers or booleans, got dtype kind {kind!r} "
-                        f"(text must become token ids first)")
+    if kind not in "biuf":   # checked on the host: CuPy refuses text with its own words
+        raise TypeError(
+            f"tensor: a Tensor holds real numbers or booleans, got dtype kind {kind!r} "
+            f"(text must become token ids first)")
     if dtype is None and not hasattr(data, "dtype"):
         dtype = backend.DEFAULT_DTYPE if kind == "f" else None
     t = Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
     if requires_grad and t.dtype.kind != "f":
-        raise TypeError(f"tensor: only floating-point tensors can require gradients, got dtype {t.dtype} "
-                        f"(write 1.0, not 1, or pass dtype=np.float32)")
+        raise TypeError(
+            f"tensor: only floating-point tensors can require gradients, got dtype {t.dtype} "
+            f"(write 1.0, not 1, or pass dtype=np.float32)")
     return t
 
 
 def data_of(x):
-    """The array inside a Tensor, or x itself (an array, a list, a number): data_of(tensor([1.0])) -> array([1.])."""
+    """The array inside a Tensor, or x itself (an array, a list, a number):
+    data_of(tensor([1.0])) -> array([1.])."""
     return x.data if isinstance(x, Tensor) else x
 
 
 def as_tensor(x, like=None):
-    """Tensors pass through; numbers and arrays become constant tensors (numbers take `like`'s dtype)."""
+    """Tensors pass through; numbers and arrays become constant tensors (numbers take `like`'s
+    dtype)."""
     if isinstance(x, Tensor):
         return x
     if like is not None and isinstance(x, (int, float)):
@@ -293,7 +340,7 @@ def as_tensor(x, like=None):
     return Tensor(backend.asarray(x))
 
 
-# -------------------------------------------------------------------- the version clock and read-only locks
+# ------------------------------------------------------------ the version clock and read-only locks
 def _lock(parents):
     """The NumPy arrays of the leaf parents that were writable, now read-only (until _free)."""
     locked = ()
@@ -305,19 +352,26 @@ def _lock(parents):
 
 
 def _check_saved(node):
-    """Fail, naming the op, when an input of `node` was written after the forward pass made the node."""
+    """Fail, naming the op, when an input of `node` was written after the forward pass made the
+    node."""
     for i, p in enumerate(node._parents):
         if p.version > node.version:
-            raise RuntimeError(f"backward() reached a {node._op!r} node whose input {i} (shape {p.shape}) was changed after "
-                               "the forward pass (t.data = ..., an optimizer step): run the forward pass again after the change")
+            raise RuntimeError(
+                f"backward() reached a {node._op!r} node whose input {i} (shape {p.shape}) was "
+                "changed after the forward pass (t.data = ..., an optimizer step): run the "
+                "forward pass again after the change")
 
 
 def _free(node):
-    """Drop a node's graph once backward has passed it, and make its inputs' arrays writable again."""
+    """Drop a node's graph once backward has passed it, and make its inputs' arrays writable
+    again."""
     for array in node._saved:
         array.setflags(write=True)
-    node._parents, node._backward, node._saved = (), _FREED, ()
+    node._parents = ()
+    node._backward = _FREED
+    node._saved = ()
 
 
 from . import ops  # noqa: E402
-from .ops import concat, stack, where  # noqa: E402,F401  (re-exported: mt.concat, mt.stack, mt.where)
+# re-exported: mt.concat, mt.stack, mt.where
+from .ops import concat, stack, where  # noqa: E402,F401

@@ -51,8 +51,7 @@ def collect_attention(model, src_ids, tgt_ids):
 
 
 def token_labels(tokenizer, ids):
-    """Axis labels for ids: the tokenizer's token text (id_to_token where it has one, else
-    decode([id]))."""
+    """Axis labels for ids: the token texts (tokenizer.id_to_token, else decode([id]))."""
     name = getattr(tokenizer, "id_to_token", None) or (lambda i: tokenizer.decode([i]))
     return [name(int(i)) for i in ids]
 
@@ -69,8 +68,8 @@ def _figure():
 def check_path(path, name="path"):
     """Before drawing: the format of the file to save, its extension. Refused (ValueError naming
     `name`) when matplotlib writes no such format (without an extension it would add .png: the
-    picture would not be where it is said to be), when the path is a directory or lies under a
-    file."""
+    picture would not be where it is said to be), or when the path is a directory or lies under
+    a file."""
     _figure()                                                  # matplotlib is there, or say so
     from matplotlib.backend_bases import FigureCanvasBase
     if not isinstance(path, (str, os.PathLike)):

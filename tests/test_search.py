@@ -1,7 +1,8 @@
-"""Decoding: the cache against full recomputation, greedy against beam search, beam search against
-brute-force enumeration of every output (with and without the length penalty), early stopping
-against searching to the end, batch invariance, EOS handling, maximum lengths and translate_lines;
-beam search's top-2k selection against a full sort, and its cache reordering against a full copy."""
+"""Decoding: search with the cache against search by recomputation, greedy against beam search,
+beam search against brute-force enumeration of every output (with and without the length penalty),
+early stopping against searching to the end, batch invariance, EOS handling, maximum lengths, the
+cache reserved for the longest output, and beam search's top-2k selection against a full sort.
+The key/value cache itself: test_cache.py; translate_lines: test_translation.py."""
 import contextlib
 import itertools
 from dataclasses import replace
@@ -12,12 +13,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
 from minitransformer import backend, plain, search
-from minitransformer.attention import padding_mask
 from minitransformer.cache import KVCache
 from minitransformer.config import STOPS, SearchConfig
 from minitransformer.text.data import encode_sources
 from minitransformer.search import beam_search, greedy_search, length_penalty
-from minitransformer.run.translation import one_line, translate_lines
+from minitransformer.run.translation import translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
 from conftest import f32_tol, transformer_tol
@@ -121,62 +121,6 @@ def test_search_restores_modes_and_ignores_dropout():
 
 
 # -------------------------------------------------------------------- the cache
-def test_cached_logits_equal_recomputation_at_every_step(xp_backend):
-    model = make_model(dropout=0.3)
-    rng = np.random.default_rng(1)
-    src = np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])                          # x </s>, padded
-    tgt = np.concatenate([[[BOS], [BOS]], rng.integers(3, 23, size=(2, 9))], axis=1)  # (2, 10)
-    with model.inference_mode():
-        mask = padding_mask(backend.asarray(src))
-        memory = model.encode(backend.asarray(src), mask)
-        cache = model.init_cache()
-        for t in range(tgt.shape[1]):
-            step = model.decode(backend.asarray(tgt[:, t:t + 1]), memory, mask, cache=cache).data[:, -1]
-            full = model.decode(backend.asarray(tgt[:, :t + 1]), memory, mask).data[:, -1]
-            # other shapes (one position against t + 1): other BLAS calls, rounded apart
-            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), rtol=0,
-                                       atol=transformer_tol(model))
-
-
-def test_reordered_cache_equals_recomputing_the_selected_beams(xp_backend):
-    model = make_model()
-    rng = np.random.default_rng(2)
-    src = np.array([[5, 6, 7, 2], [8, 9, 2, 0], [10, 2, 0, 0]])
-    prefix = np.concatenate([np.full((3, 1), BOS), rng.integers(3, 23, size=(3, 4))], axis=1)  # (3, 5)
-    with model.inference_mode():
-        src_d = backend.asarray(src)
-        mask = padding_mask(src_d)
-        memory = model.encode(src_d, mask)
-        for index in ([2, 0, 0, 1, 2], [0, 0, 2, 1]):
-            cache = model.init_cache()
-            model.decode(backend.asarray(prefix), memory, mask, cache=cache)  # fills 5 positions
-            cache.reorder(np.array(index))
-            new = rng.integers(3, 23, size=(len(index), 1))
-            mem_i, mask_i = mt.tensor(memory.data[backend.asarray(index)]), mask[backend.asarray(index)]
-            step = model.decode(backend.asarray(new), mem_i, mask_i, cache=cache).data[:, -1]
-            full = model.decode(backend.asarray(np.concatenate([prefix[index], new], 1)), mem_i, mask_i).data[:, -1]
-            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), rtol=0,
-                                       atol=transformer_tol(model))
-        # beams in groups that share one memory row: 3 sentences -> 2 beams each, reordered within
-        # their sentence (the memory stays), then sentence 0 leaves (its memory row goes)
-        cache = model.init_cache()
-        model.decode(backend.asarray(prefix), memory, mask, cache=cache)
-        rows = prefix
-        for index, sentences in (([0, 0, 1, 1, 2, 2], [0, 1, 2]), ([1, 0, 3, 3, 4, 5], [0, 1, 2]),
-                                 ([2, 3, 4, 4], [1, 2])):
-            cache.reorder(np.array(index), memory_rows=np.array(sentences))
-            memory, mask = mt.tensor(memory.data[backend.asarray(sentences)]), mask[backend.asarray(sentences)]
-            rows = np.concatenate([rows[index], rng.integers(3, 23, size=(len(index), 1))], 1)
-            step = model.decode(backend.asarray(rows[:, -1:]), memory, mask, cache=cache).data[:, -1]
-            each = backend.asarray(np.repeat(np.arange(len(sentences)), 2))  # the memory row of each beam
-            full = model.decode(backend.asarray(rows), mt.tensor(memory.data[each]), mask[each]).data[:, -1]
-            np.testing.assert_allclose(backend.to_numpy(step), backend.to_numpy(full), atol=transformer_tol(model),
-                                       rtol=0)
-        with pytest.raises(ValueError, match="4 query rows cannot share 3 key/value rows"):
-            cache.reorder(np.array([0, 1, 2, 3]), memory_rows=np.array([0, 1, 0]))
-            model.decode(backend.asarray(rows[:, -1:]), memory, mask, cache=cache)
-
-
 @pytest.mark.parametrize("beam", [1, 4])
 def test_search_with_cache_equals_search_by_recomputation(beam):
     model = make_model(seed=3, scale=3.0)
@@ -286,57 +230,6 @@ def test_a_reserved_cache_never_grows_and_search_reserves_the_longest_output(xp_
         grown.clear()
         run([[5, 6, 7], [8, 9]])
         assert grown and sum(grown) == model.config.n_decoder_layers  # the first append of each layer only
-
-
-def test_cache_reorder_copies_only_what_beams_do_not_share(xp_backend):
-    """KVCache.reorder(index, shared) skips the first shared[i] positions of row i, which search says
-    already hold row index[i]'s keys and values (beams that agree on their first tokens): the result
-    must equal a full copy. Keys and values here are a function of the token prefix, as in a decoder."""
-    rng = np.random.default_rng(12)
-    B, H, T, K = 6, 2, 5, 3
-    table = {}
-    def cache_of(tokens):                                   # (B, H, T, K): one vector per (prefix, head)
-        kv = [[table.setdefault(tuple(r[:p + 1]), rng.standard_normal((H, K))) for p in range(T)] for r in tokens]
-        return np.asarray(kv, dtype=np.float32).transpose(0, 2, 1, 3)
-    def shared_of(tokens, index):                           # as select_rows: the first token that differs
-        differ = tokens[index] != tokens[:len(index)]
-        return np.where(differ.any(1), differ.argmax(1), T)
-    for index in ([1, 1, 0, 5, 3, 3], [2, 0, 0, 1], [0, 1, 2, 3, 4, 5], [4, 5, 5, 3, 0, 0, 1, 2]):
-        index = np.array(index)
-        tokens = rng.integers(0, 2, size=(B, T))           # two tokens: rows share prefixes often
-        kv = cache_of(tokens)
-        for shared in (None, shared_of(tokens, index) if len(index) <= B else None):
-            cache = KVCache()
-            for t in range(T):                             # one position per step, as in decoding
-                cache.append(backend.asarray(kv[:, :, t:t + 1]), backend.asarray(-kv[:, :, t:t + 1]))
-            cache.reorder(backend.asarray(index), shared)
-            np.testing.assert_array_equal(backend.to_numpy(cache.k), kv[index])
-            np.testing.assert_array_equal(backend.to_numpy(cache.v), -kv[index])
-            more = rng.standard_normal((len(index), H, 1, K)).astype(np.float32)
-            k, _ = cache.append(backend.asarray(more), backend.asarray(more))   # the buffers still grow
-            np.testing.assert_array_equal(backend.to_numpy(k), np.concatenate([kv[index], more], axis=2))
-
-
-def test_a_decoder_cache_works_out_its_moves_once_for_all_layers(monkeypatch):
-    """DecoderCache.reorder plans the copies once for the self-attention caches and once for the memory's,
-    whatever the number of layers (they all move alike), and every layer ends up holding the same rows."""
-    from minitransformer import cache as cache_module
-    plans = []
-    moves = cache_module.moves
-    monkeypatch.setattr(cache_module, "moves", lambda *a: plans.append(a) or moves(*a))
-    rng = np.random.default_rng(3)
-    dc = cache_module.DecoderCache(n_layers=4)
-    kv = [rng.standard_normal((5, 2, 3, 4)).astype(np.float32) for _ in range(4)]   # (B, H, T, K) per layer
-    for layer, (c_self, c_cross) in enumerate(dc.layer(i) for i in range(4)):
-        c_self.append(backend.asarray(kv[layer]), backend.asarray(-kv[layer]))
-        c_cross.set(backend.asarray(kv[layer][:, :, :2].copy()), backend.asarray(kv[layer][:, :, :2].copy()))
-    index = np.array([4, 0, 0, 2])
-    dc.reorder(index, memory_rows=index)
-    assert len(plans) == 2
-    for layer, (c_self, c_cross) in enumerate(dc.layer(i) for i in range(4)):
-        np.testing.assert_array_equal(backend.to_numpy(c_self.k), kv[layer][index])
-        np.testing.assert_array_equal(backend.to_numpy(c_self.v), -kv[layer][index])
-        np.testing.assert_array_equal(backend.to_numpy(c_cross.k), kv[layer][index][:, :, :2])
 
 
 # -------------------------------------------------------------------- greedy against beam
@@ -651,7 +544,6 @@ def test_return_attention_gives_the_cross_attention_of_the_best():
         assert hyps[1].attention is None
 
 
-# -------------------------------------------------------------------- translate_lines
 class WordTokenizer:
     """Words <-> ids 3.. by a fixed small vocabulary (a stand-in for bpe.BPE)."""
     words = "a b c d e f g h i j k l m n o p q r s t".split()
@@ -661,59 +553,3 @@ class WordTokenizer:
 
     def decode(self, ids):
         return " ".join(self.words[i - 3] for i in ids)
-
-
-def test_translate_lines_keeps_the_order_and_matches_beam_search():
-    model = make_model(seed=10, scale=3.0)
-    tok = WordTokenizer()
-    lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q", "r s"]
-    ids = [tok.encode(s) for s in lines]
-    cfg = SearchConfig(beam_size=4, alpha=0.6, max_len_a=1, max_len_b=5)
-    want = [tok.decode(hs[0].tokens) for hs in beam_search(model, ids, cfg)]
-    assert translate_lines(model, tok, lines, cfg, batch_size=4) == want
-    nbest = translate_lines(model, tok, lines, replace(cfg, nbest=3), batch_size=2)
-    assert [n[0] for n in nbest] == want and all(len(n) == 3 for n in nbest)
-    greedy = [tok.decode(h.tokens) for h in greedy_search(model, ids, cfg)]
-    assert translate_lines(model, tok, lines, replace(cfg, beam_size=1)) == greedy
-
-
-def test_translate_lines_progress_counts_every_sentence_on_stderr(capsys):
-    model, tok = make_model(seed=10, scale=3.0), WordTokenizer()
-    lines = ["a b c d e", "f", "g h", "i j k", "l m n o p q"]
-    translate_lines(model, tok, lines, SearchConfig(max_len_b=5), batch_size=2)
-    assert capsys.readouterr().err == ""                                        # off by default
-    translate_lines(model, tok, lines, SearchConfig(max_len_b=5), batch_size=2, progress=True)
-    err = capsys.readouterr().err
-    assert "translating" in err and "5/5" in err
-
-
-class BreakingTokenizer(WordTokenizer):
-    """Every id decodes to a word followed by a line break of another kind: a tokenizer that would emit them."""
-    words = ["a\n", "b\r\n", "c\r", "d\u2028", "e\u2029", "f\x85", "g\x0b", "h\x0c"] * 3
-
-    def encode(self, s):
-        return [3 + "abcdefgh".index(w) for w in s.split()]
-
-
-def test_no_translation_holds_a_line_break():
-    model = make_model(seed=10, scale=3.0)                            # emits ids 3.. freely, with max_len_b
-    lines = ["a b c", "d e", "f g h"]
-    cfg = SearchConfig(max_len_a=0, max_len_b=8)
-    for search in (cfg, replace(cfg, beam_size=3, nbest=2)):
-        out = translate_lines(model, BreakingTokenizer(), lines, search)
-        flat = [t for o in out for t in (o if isinstance(o, list) else [o])]
-        assert len(out) == 3 and any(t for t in flat)
-        assert all(t.splitlines() == [t] or t == "" for t in flat), flat   # one line each
-        assert len("\n".join(o if isinstance(o, str) else o[0] for o in out).splitlines()) == 3
-    assert one_line("a\nb\r\nc\u2028d") == "a b c d"
-
-
-def test_a_line_too_long_is_refused_before_it_is_encoded():
-    from minitransformer.text.bpe import BPE
-    from minitransformer.checks import FileError
-
-    class Unused(BPE):                                                 # no merges: tokens of one byte
-        def encode_batch(self, texts, **kw):
-            pytest.fail("encoded before the check")
-    with pytest.raises(FileError, match="has 2,000,000 characters, more than"):
-        translate_lines(make_model(seed=10, scale=3.0), Unused(), ["a", "x" * 2_000_000])

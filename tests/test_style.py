@@ -1,4 +1,4 @@
-"""The size and shape rules of every module of minitransformer/: at most 250 code lines (counted with
+"""The size and shape rules of every module of minitransformer/: at most 300 code lines (counted with
 the tokenize module, not counting blank, comment-only or docstring lines, so that a module cannot
 meet it by writing sideways), every line at most 100 columns, one name assigned per assignment
 (no `a, b = x, y`), one statement per line (no semicolons), and plain.py's docstrings no longer
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import code_size  # noqa: E402  (benchmarks/code_size.py: the counter, shared with the size report)
 
-CODE_LINE_BUDGET = 250
+CODE_LINE_BUDGET = 300
 MAX_COLUMNS = 100
 MODULES = sorted((ROOT / "minitransformer").rglob("*.py"))
 IDS = [str(p.relative_to(ROOT)) for p in MODULES]

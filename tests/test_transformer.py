@@ -1,6 +1,7 @@
 """The Transformer: configuration and presets, parameter counts against the paper, positional
 encodings, gradient checks of every layer and of the whole model, causality and padding invariance,
-state_dict round trips, and incremental decoding with the key/value cache."""
+state_dict round trips, and inputs refused. Incremental decoding with the key/value cache:
+test_cache.py."""
 import json
 import math
 
@@ -10,7 +11,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minitransformer as mt
 import minitransformer.functional as F
-from minitransformer import backend
 from minitransformer.attention import causal_mask, padding_mask
 from conftest import f32_tol, transformer_tol
 from minitransformer.transformer import (Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward,
@@ -307,64 +307,7 @@ def test_state_dict_round_trip_and_mis_shaped_load(xp_backend):
         wrong.load_state_dict(state)
 
 
-# -------------------------------------------------------------------- incremental decoding
-def test_cached_decoding_equals_full_recomputation_at_every_step(xp_backend):
-    rng = np.random.default_rng(7)
-    for overrides in ({}, dict(norm_first=True, positional="learned")):
-        model = Transformer(TransformerConfig.tiny(vocab_size=30, **overrides)).eval()
-        src = random_ids(rng, 3, 6, 30, [6, 4, 2])
-        tgt = random_ids(rng, 3, 8, 30, first=1)
-        with mt.no_grad():
-            src_mask = padding_mask(src)
-            memory = model.encode(src, src_mask)
-            cache = model.init_cache()
-            for t in range(8):
-                step = model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache).numpy()  # (B, 1, V)
-                full = model.decode(tgt[:, :t + 1], memory, src_mask).numpy()               # (B, t+1, V)
-                assert step.shape == (3, 1, 30) and cache.length == t + 1
-                # other shapes (one position against t + 1): other BLAS calls, rounded apart
-                np.testing.assert_allclose(step[:, 0], full[:, -1], atol=transformer_tol(model))
-            # a prefix of several tokens at once, then one more
-            cache = model.init_cache()
-            a = model.decode(tgt[:, :5], memory, src_mask, cache=cache).numpy()
-            b = model.decode(tgt[:, 5:6], memory, src_mask, cache=cache).numpy()
-            np.testing.assert_allclose(np.concatenate([a, b], 1), model.decode(tgt[:, :6], memory, src_mask).numpy(),
-                                       atol=transformer_tol(model))
-
-
-def test_cache_reorder_matches_recomputing_the_selected_rows(xp_backend):
-    rng = np.random.default_rng(8)
-    model = Transformer(TransformerConfig.tiny(vocab_size=30)).eval()
-    src = random_ids(rng, 2, 5, 30, [5, 3])
-    tgt = random_ids(rng, 6, 6, 30, first=1)
-    with mt.no_grad():
-        src_mask = padding_mask(src)
-        memory = model.encode(src, src_mask)
-        cache = model.init_cache()
-        expand = backend.asarray(np.repeat(np.arange(2), 3))    # batch of 2 -> 2 sentences x 3 beams
-        cache.reorder(expand)
-        memory, src_mask = memory[expand], src_mask[expand]
-        for t in range(3):
-            model.decode(tgt[:, t:t + 1], memory, src_mask, cache=cache)
-        index = np.array([2, 0, 0, 5, 3, 4])                    # beams survive within their sentence
-        cache.reorder(index)
-        memory, src_mask = memory[backend.asarray(index)], src_mask[backend.asarray(index)]
-        new = tgt.copy()
-        new[:, :3] = tgt[index, :3]
-        for t in range(3, 6):
-            step = model.decode(new[:, t:t + 1], memory, src_mask, cache=cache).numpy()
-            full = model.decode(new[:, :t + 1], memory, src_mask).numpy()
-            np.testing.assert_allclose(step[:, 0], full[:, -1], atol=transformer_tol(model))
-
-
-def test_cache_needs_no_grad():
-    model = Transformer(micro())
-    src, tgt = np.array([[4, 5]]), np.array([[1]])
-    memory = model.encode(src)
-    with pytest.raises(RuntimeError, match="no_grad"):
-        model.decode(tgt, memory, padding_mask(src), cache=model.init_cache())
-
-
+# -------------------------------------------------------------------- inputs refused
 def test_sources_and_targets_of_different_batches_or_shapes_are_refused():
     """A target batch of 1 beside a source batch of 2 used to broadcast silently into logits (2, T, V)."""
     model = Transformer(micro())

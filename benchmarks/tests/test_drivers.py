@@ -22,6 +22,8 @@ BAD = [
     ("benchmarks/code_size.py", ["--rev", "no-such-revision"],
      r"--rev no-such-revision is not a commit of this repository"),
     ("benchmarks/compare_versions.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),
+    ("benchmarks/cpu_pieces.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),
+    ("benchmarks/cpu_pieces.py", ["--rev", "HEAD"], r"--rev HEAD has no minitransformer/cores\.py"),
     ("benchmarks/data_parallel.py", ["--ranks", "1"], r"--ranks must be at least 2 .*got 1"),
     ("benchmarks/decode_speed.py", ["--n", "0"], r"--n must be at least 1, got 0"),
     ("benchmarks/engine_overhead.py", ["--depth", "-1"], r"--depth must be at least 1, got -1"),

@@ -1,17 +1,8 @@
-"""Lesson 12, data parallelism: shard_weights against the mean over every token of random updates (and the
-weights that give it), ring_allreduce against float64 sums, the same bits on every rank, untouched
-inputs and, to the last bit, the ring's order of additions, ring_bytes_sent against a count of the ring's
-messages, and uniforms_from against one draw of the whole stream (and, 10**12 numbers on, against a
-generator moved there by another route), with each call's memory peak measured by tracemalloc: an answer
-that draws the numbers before start fails 10**7 numbers on, holding 40 MB, before the 10**12 cases would
-ask it for terabytes."""
-import tracemalloc
-
+"""Lesson 12, data parallelism: shard_weights against the mean over every token of random updates
+(and the weights that give it), ring_allreduce against float64 sums, the same bits on every rank,
+untouched inputs and, to the last bit, the ring's order of additions, and ring_bytes_sent against a
+count of the ring's messages."""
 import numpy as np
-
-F32_EPS = float(np.finfo(np.float32).eps)
-HELD = 16 * 10 ** 6                  # bytes a call of uniforms_from may hold at once: its count numbers
-                                     # take 4 kB; the 10**7 numbers before start, 40 MB
 
 
 def check_shard_weights(fn, g):
@@ -89,72 +80,7 @@ def check_ring_bytes_sent(fn, g):
               known=ring_bytes_sent_mistakes(n, itemsize, N))
 
 
-def check_uniforms_from(fn, g):
-    g.error_hint = ("do not draw the first `start` numbers (start may be 10**12): move a copy of the generator "
-                    "on with bit_generator.advance")
-    # start 10**7 comes before the 10**12 cases: an answer that draws the numbers before start (or holds
-    # anything in proportion to start) fails there on its memory peak, 40 MB, and is never asked for 8 TB
-    for seed, drawn, start, count in ((0, 0, 0, 5), (3, 0, 7, 1000), (1, 0, 1, 5), (2, 4, 6, 0), (4, 10, 1000, 3),
-                                      (8, 0, 10 ** 7, 4), (5, 0, 2 * 10 ** 12, 4), (6, 2, 2 * 10 ** 12 + 1, 4),
-                                      (7, 0, 3, 1)):
-        g.start(f"numbers {start:,} to {start + count - 1:,} of a generator (seed {seed}) that drew {drawn} before")
-        rng = np.random.default_rng(seed)
-        rng.random(drawn, dtype=np.float32)                           # an even count: no half step kept
-        state = rng.bit_generator.state
-        kept = repr(state)
-        yours, held = traced_peak(lambda: g.call(fn, state, start, count))
-        if held > HELD:
-            g.fail(f"your function held {held / 1e6:,.0f} MB at once for {count} numbers; {g.error_hint}")
-        if repr(state) != kept:
-            g.fail("the state you were given changed: work on a copy (bits = np.random.PCG64(); bits.state = state)")
-        if isinstance(yours, np.ndarray) and yours.shape == (count,) and yours.dtype != np.float32:
-            g.fail(f"your numbers are {yours.dtype}: draw float32 (random(..., dtype=np.float32)), whose numbers "
-                   f"take half a 64-bit step each; float64 ones take a whole step and are other numbers")
-        g.cmp("the numbers", yours, stream(state, start, count), tol=0, shape_hint=f"({count},)",
-              known=uniforms_mistakes(state, start, count))
-
-
 # -------------------------------------------------------------- independent computations
-def stream(state, start, count):
-    """Numbers start .. start + count - 1 of the float32 stream: drawn whole where start is small, else from
-    a generator moved 2 numbers short of start (by whole steps) that then draws them and drops them."""
-    bits = np.random.PCG64()
-    bits.state = state
-    if start < 10 ** 6:
-        return np.random.Generator(bits).random(start + count, dtype=np.float32)[start:]
-    before = start - 2 - start % 2                                    # even, 2 or 3 short
-    bits.advance(before // 2)
-    return np.random.Generator(bits).random(start - before + count, dtype=np.float32)[start - before:]
-
-
-def traced_peak(call):
-    """call()'s result, and the most bytes it held at once beyond what was held before: tracemalloc's peak,
-    which NumPy's data buffers report to. Tracing stops after, even on an error, unless it was on before
-    (pytest -X tracemalloc): then it goes on, only its peak reset."""
-    was_on = tracemalloc.is_tracing()
-    if not was_on:
-        tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tracemalloc.reset_peak()
-        result = call()
-        return result, tracemalloc.get_traced_memory()[1] - before
-    finally:
-        if not was_on:
-            tracemalloc.stop()
-
-
-def moved(state, steps, drop=0):
-    """A generator in `state` moved `steps` 64-bit steps on, then `drop` float32 numbers drawn and dropped."""
-    bits = np.random.PCG64()
-    bits.state = state
-    bits.advance(steps)
-    gen = np.random.Generator(bits)
-    gen.random(drop, dtype=np.float32)
-    return gen
-
-
-
 def is_close(y, ref, tol):
     """y (anything) is an array of ref's shape within tol of it everywhere."""
     try:
@@ -207,20 +133,6 @@ def shard_weights_mistakes(counts, rank, size):
             (np.full(len(own), 1 / len(counts)), "weight each batch by its share of the tokens, n_i / n, not 1 / K")]
 
 
-def uniforms_mistakes(state, start, count):
-    draw = lambda gen: gen.random(count, dtype=np.float32)
-    odd = start % 2
-    return [(lambda: draw(moved(state, start, odd)), "each 64-bit step gives two float32 numbers: advance by "
-                                                      "start // 2 steps, not start"),
-            (lambda: draw(moved(state, start // 2)) if odd else None,
-             "an odd start begins on the high half of a step: advance start // 2 steps, then draw one number "
-             "and drop it (the low half)"),
-            (lambda: draw(moved(state, (start + 1) // 2, 1)) if odd else None,
-             "an odd start rounded up a whole step: advance start // 2 steps, then drop one number"),
-            (lambda: draw(moved(state, start // 2, 1)) if not odd else None,
-             "an even start begins on a step's low half: drop a number only for an odd start")]
-
-
 def ring_bytes_sent_mistakes(n, b, N):
     S = n * b
     return [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the all-gather each send N - 1 chunks"),
@@ -233,4 +145,4 @@ def ring_bytes_sent_mistakes(n, b, N):
 
 
 ITEMS = [("shard_weights", check_shard_weights), ("ring_allreduce", check_ring_allreduce),
-         ("ring_bytes_sent", check_ring_bytes_sent), ("uniforms_from", check_uniforms_from)]
+         ("ring_bytes_sent", check_ring_bytes_sent)]

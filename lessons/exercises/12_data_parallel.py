@@ -1,5 +1,5 @@
-"""Lesson 12, build it: the weights of a data-parallel rank's batches, the ring allreduce, what it sends, and
-a block of a random stream drawn without the numbers before it (both cores in one process).
+"""Lesson 12, build it: the weights of a data-parallel rank's batches, the ring allreduce, and what
+it sends.
 
 Replace each `raise NotImplementedError` with your code, then grade it:
 
@@ -40,13 +40,3 @@ def ring_bytes_sent(n_elements, itemsize, size):
     bytes each, over `size` ranks (n_elements a multiple of size, so the chunks are all equal)."""
     raise NotImplementedError("ring_bytes_sent: your turn")
 
-
-def uniforms_from(state, start, count):
-    """Numbers start, start + 1, ..., start + count - 1 (0-based) of the float32 uniforms a NumPy generator
-    over PCG64 in `state` (a dict, as bit_generator.state gives, holding no half step: has_uint32 == 0)
-    would draw: np.random.Generator(PCG64 set to state).random(start + count, dtype=np.float32)[start:],
-    as a float32 array of count, WITHOUT drawing the first `start` (start may be 10**12): what
-    cores.uniform does for each thread's block of a dropout mask. Each 64-bit step of PCG64 gives two
-    float32 numbers, the low 32 bits first, then the high 32 (kept for the next draw); bit_generator.advance(d)
-    moves a generator d steps on at once. Leave `state` unchanged."""
-    raise NotImplementedError("uniforms_from: your turn")

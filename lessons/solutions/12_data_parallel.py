@@ -1,5 +1,5 @@
-"""Lesson 12, answers: the weights of a data-parallel rank's batches, the ring allreduce, what it sends, and a
-block of a random stream drawn without the numbers before it.
+"""Lesson 12, answers: the weights of a data-parallel rank's batches, the ring allreduce, and what
+it sends.
 
 Graded by `python lessons/check.py 12 --solutions`; your own go in lessons/exercises/12_data_parallel.py.
 
@@ -29,12 +29,13 @@ Answers to the lesson's questions:
    pages; kept in the heap, none after the first update. The allocator chooses only where an array
    lives; its values come from the computation that writes them (the recipe's 3,200 losses came out
    equal to the bit with and without it).
-9. A sum over the rows is one chain of additions, ((r_0 + r_1) + r_2) + ...; two halves summed apart and
-   then added, (r_0 + ... + r_k) + (r_k+1 + ...), group the same numbers otherwise, and float addition
-   is not associative: the last bits move. A softmax's row is computed from that row alone, by the same
-   code whichever block holds it, so every number is the same. Two cores at best halve the 40%: the
-   step takes 0.6 + 0.4 / 2 = 0.8 of its time, 1.25x faster (Amdahl); handing blocks over costs some
-   of that (the small preset measured 0.89x).
+9. Adam's update is elementwise: each element's new m, v and weight come from that element's
+   gradient, m, v and weight alone, with the same seven numbers of the step (t and lr are the same
+   on every rank). A slice is computed by the same operations in the same order as in the whole
+   buffer, and each is correctly rounded element by element, so the two halves are the whole
+   update's bits. Without the barrier, a rank that finished its half first could start its next
+   forward pass while the other still writes its half: it would read weights partly before and
+   partly after the update.
 """
 import numpy as np
 
@@ -75,22 +76,6 @@ def ring_bytes_sent(n_elements, itemsize, size):
     return 2 * (size - 1) * (n_elements // size) * itemsize
 
 
-def uniforms_from(state, start, count):
-    """Copy the state into a new PCG64, advance it start // 2 steps (two float32 numbers a step), drop one
-    number for an odd start (the low half of its step), then draw count float32 numbers.
-
-    The copy leaves the caller's generator where it was. advance(d) jumps d steps of PCG64's linear
-    congruential state in O(log d) multiplications, so start = 10**12 costs nothing; drawing the numbers
-    before it would take 4 TB and hours."""
-    bits = np.random.PCG64()
-    bits.state = state                       # a copy: the caller's generator does not move
-    bits.advance(start // 2)                 # two float32 numbers a 64-bit step
-    gen = np.random.Generator(bits)
-    if start % 2:                            # an odd start: the high half of that step; drop the low half
-        gen.random(dtype=np.float32)
-    return gen.random(count, dtype=np.float32)
-
-
 def answers_to_questions():
     """The lesson's questions, checked (the test suite runs this)."""
     counts, means = [200, 300, 500], [3.0, 2.0, 1.0]
@@ -114,11 +99,19 @@ def answers_to_questions():
     assert not np.allclose(batch_norm(x), np.concatenate([batch_norm(x[:4]), batch_norm(x[4:])]))
     assert round(2 * 7 * 193 * 50e-6 * 1e3) == 135 and round(2 * 7 * 10 * 50e-6 * 1e3) == 7         # 7
     assert (64 << 20) // (4 << 10) == 16_384 and (64 << 20) // (2 << 20) == 32                      # 8
-    y = rng.standard_normal((1000, 16)).astype(np.float32)                                          # 9
-    halves = y[:500].sum(axis=0) + y[500:].sum(axis=0)              # a sum over the rows, cut in two
-    assert not np.array_equal(halves, y.sum(axis=0))                 # other groupings: other last bits
-    def softmax(z):
-        e = np.exp(z - z.max(-1, keepdims=True))
-        return e / e.sum(-1, keepdims=True)
-    assert np.array_equal(softmax(y), np.concatenate([softmax(y[:500]), softmax(y[500:])]))
-    assert 0.6 + 0.4 / 2 == 0.8 and round(1 / 0.8, 2) == 1.25
+    import minitransformer as mt                                           # 9: one copy, two halves
+    grads = [rng.standard_normal((7, 5)).astype(np.float32) * 10.0 ** rng.integers(-4, 4, (7, 5))
+             for _ in range(3)]
+    whole, (first, second) = mt.nn.Linear(7, 5), (mt.nn.Linear(7, 5), mt.nn.Linear(7, 5))
+    for model in (first, second):
+        model.load_state_dict(whole.state_dict())
+    one = mt.optim.Adam(whole.parameters(), lr=0.01)
+    halves = [mt.optim.Adam(model.parameters(), lr=0.01) for model in (first, second)]
+    halves[1].use_buffers(halves[0])                         # one copy of weights and moments
+    halves[0].part, halves[1].part = (0, 2), (1, 2)
+    for g in grads:                                          # three updates: m and v build up
+        for adam, model in ((one, whole), *zip(halves, (first, second))):
+            model.weight.grad, model.bias.grad = g.copy(), g[0].copy()
+            adam.step()
+    assert np.array_equal(first.weight.numpy(), whole.weight.numpy())
+    assert np.array_equal(first.bias.numpy(), whole.bias.numpy())

@@ -29,21 +29,24 @@ class UsageError(Exception):
     """A bad argument or input file: exit code 2."""
 
 
-def run_command(args):
-    """args.func(args), the subcommand parsed into args, -> its exit code, each error as one line on stderr:
-    a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each rank of train
-    --ranks)."""
+def run_command(args, report=True):
+    """args.func(args), the subcommand parsed into args, -> its exit code, each error as one line
+    on stderr: a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each
+    rank thread of train). report=False: the code alone, no line (a rank thread but the first,
+    whose errors are the first's, found on the same lines of the same corpus)."""
+    say = (lambda line: print(line, file=sys.stderr)) if report else (lambda line: None)
     try:
         return args.func(args) or 0
     except UsageError as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        say(f"{PROG} {args.command}: error: {e}")
         return 2
     except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        say(f"{PROG} {args.command}: error: {e}")
         return 1
     except KeyboardInterrupt as e:
         terminated = isinstance(e, Terminated)
-        print(f"{PROG} {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        say(f"{PROG} {args.command}: {what}")
         return 143 if terminated else 130
 
 
@@ -53,14 +56,15 @@ def help_formatter(prog):
 
 
 def examples(*lines):
-    """An epilog of command lines: examples("bleu hyp ref") -> "examples:\\n  python -m minitransformer bleu hyp ref"."""
+    """An epilog of command lines:
+    examples("bleu hyp ref") -> "examples:\\n  python -m minitransformer bleu hyp ref"."""
     return "examples:\n" + "\n".join(f"  {PROG} {line}" for line in lines)
 
 
 def existing(path, what, seekable=False):
     """path itself when it is None, "-" (stdin), a file, or (unless it must be `seekable`: read
-    twice, or a zip archive) a pipe such as a FIFO or a shell's <(...); a UsageError naming `what`
-    otherwise."""
+    twice, or a zip archive) a pipe such as a FIFO or a shell's <(...); else a UsageError naming
+    `what`."""
     if path is None or path == "-" or os.path.isfile(path):
         return path
     if os.path.isdir(path):
@@ -68,8 +72,8 @@ def existing(path, what, seekable=False):
     if not os.path.exists(path):
         raise UsageError(f"{what} not found: {path}")
     if seekable:
-        raise UsageError(f"{what} {path} is a pipe or a device, not a file: it must be a file that can be "
-                         f"read more than once (save it to a file first)")
+        raise UsageError(f"{what} {path} is a pipe or a device, not a file: it must be a file "
+                         "that can be read more than once (save it to a file first)")
     return path
 
 
@@ -84,31 +88,34 @@ def writable_file(path, option, stdout=True):
     if os.path.isdir(path):
         raise UsageError(f"{option} {path} is a directory; give a file name")
     _usage(check_name, path, option)
-    if os.path.exists(path) and not os.path.isfile(path):  # replaced by a plain file, not written into
-        raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); give a file name")
+    # replaced by a plain file, not written into
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UsageError(f"{option} {path} is not a regular file (a device or a pipe); "
+                         "give a file name")
     if os.path.isfile(path) and not os.access(path, os.W_OK):
-        raise UsageError(f"{option} {path} is read-only; make it writable or give another file name")
+        raise UsageError(f"{option} {path} is read-only; "
+                         "make it writable or give another file name")
     _usage(check_creatable, os.path.dirname(os.path.normpath(path)), f"{option} {path}")
     return path
 
 
 def same_file(a, b):
-    """True when the paths a and b name one file (through a link, ./, a hard link); never for None
-    or '-'."""
+    """True when the paths a and b name one file (through a link, ./, a hard link); never for
+    None or '-'."""
     if a in (None, "-") or b in (None, "-"):
         return False
-    return os.path.realpath(a) == os.path.realpath(b) or (os.path.exists(a) and os.path.exists(b)
-                                                           and os.path.samefile(a, b))
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
 def not_an_input(path, option, inputs):
-    """path itself unless it is one of `inputs`, (what, path) pairs such as ("the --input file",
-    "in.txt"), that writing it would destroy; a UsageError naming `option` and the input
-    otherwise."""
+    """path itself unless it is one of `inputs` that writing it would destroy, (what, path) pairs
+    such as ("the --input file", "in.txt"); then a UsageError naming `option` and the input."""
     for what, other in inputs:
         if same_file(path, other):
-            raise UsageError(f"{option} {path} is also {what} {other}; writing it would destroy that file: "
-                             f"give another file name")
+            raise UsageError(f"{option} {path} is also {what} {other}; writing it would destroy "
+                             "that file: give another file name")
     return path
 
 
@@ -120,10 +127,10 @@ def writable_dir(path, option):
 
 
 def no_earlier_run(path, option, hint="", tokenizer=None):
-    """path itself when it holds no file of an earlier run (rundir.check_new_run: a step checkpoint,
-    checkpoint_best.npz, log.jsonl, and the tokenizer file `tokenizer` when the run learns one); a
-    UsageError naming `option` otherwise, before a new run mixes its files with them or replaces
-    them."""
+    """path itself when it holds no file of an earlier run (rundir.check_new_run: a step
+    checkpoint, checkpoint_best.npz, log.jsonl, and the tokenizer file `tokenizer` when the run
+    learns one); a UsageError naming `option` otherwise, before a new run mixes its files with
+    them or replaces them."""
     _usage(check_new_run, path, option, hint, tokenizer)
     return path
 
@@ -138,8 +145,8 @@ def _usage(check, *args):
 
 @contextlib.contextmanager
 def writing(option, path):
-    """Name the option and the file, not atomic_write's temporary, when writing `path` fails (a full
-    disk)."""
+    """Name the option and the file, not atomic_write's temporary, when writing `path` fails
+    (a full disk)."""
     try:
         yield
     except OSError as e:
@@ -153,11 +160,10 @@ def option_error(error, options):
 
 
 def prints(run):
-    """run_<name> writing stdout in UTF-8 whatever the locale (text in is UTF-8, so text out is, as
-    with
-    --output and sacreBLEU), and returning 141 without a word when stdout's reader has gone away
-    (`| head -1`): what `cat` does, killed by SIGPIPE (128 + 13), so `set -o pipefail` still sees
-    it."""
+    """run_<name> writing stdout in UTF-8 whatever the locale (text in is UTF-8, so text out is,
+    as with --output and sacreBLEU), and returning 141 without a word when stdout's reader has
+    gone away (`| head -1`): what `cat` does, killed by SIGPIPE (128 + 13), so
+    `set -o pipefail` still sees it."""
     @functools.wraps(run)
     def run_printing(args):
         if hasattr(sys.stdout, "reconfigure"):  # not on a StringIO that a caller put there
@@ -167,7 +173,8 @@ def prints(run):
             sys.stdout.flush()
             return code
         except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit: nowhere, no word
+            # the flush at exit: nowhere, no word
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
     return run_printing
 
@@ -185,7 +192,8 @@ def report_stop(command, summary, hint=""):
     """The exit code of a training run that did not finish, after one line on stderr saying why and
     where the checkpoint is: 130 for Ctrl-C ("interrupted"), 143 for SIGTERM ("terminated")."""
     signal_name = "SIGTERM" if summary["stopped"] == "terminated" else "Ctrl-C"
-    if distributed.world().is_main:  # data parallel: every rank stopped at the same step; one says so
-        print(f"{PROG} {command}: {summary['stopped']} ({signal_name}) at step {summary['step']}; checkpoint saved: "
-              f"{summary['checkpoint']}{hint}", file=sys.stderr)
+    # data parallel: every rank stopped at the same step; one says so
+    if distributed.world().is_main:
+        print(f"{PROG} {command}: {summary['stopped']} ({signal_name}) at step {summary['step']}; "
+              f"checkpoint saved: {summary['checkpoint']}{hint}", file=sys.stderr)
     return 143 if summary["stopped"] == "terminated" else 130

@@ -1,9 +1,9 @@
 """`python -m minitransformer translate`: translate lines of text with a checkpoint.
 
 Checks every option before loading the model, reads and checks every line (one too long for the
-model's positions is named) before decoding, and writes only a complete result. Reads one sentence
-a line (a file, or stdin), translates in batches by beam or greedy search, writes
-one line per sentence (or i<TAB>text lines for --nbest > 1), and with --attention draws the
+model's positions is named) before decoding, and writes only a complete result. Reads one
+sentence a line (a file, or stdin), translates in batches by beam or greedy search, writes one
+line per sentence (or i<TAB>text lines for --nbest > 1), and with --attention draws the
 encoder-decoder attention of the first line's translation.
 Left out on purpose: streaming (the input is read whole), serving, ensembles of checkpoints.
 """
@@ -34,42 +34,51 @@ from .common import (
 def add_parser(subparsers):
     """Register `translate` on an argparse subparsers object."""
     p = subparsers.add_parser(
-        "translate", help="translate lines from stdin (or a file) with a checkpoint", formatter_class=help_formatter,
+        "translate", help="translate lines from stdin (or a file) with a checkpoint",
+        formatter_class=help_formatter,
         description="Translate one sentence per line, in batches, with a checkpoint's model and "
                     "tokenizer (embedded in the checkpoint, or --tokenizer). Beam search with the "
                     "paper's settings: --beam 4 --alpha 0.6 --max-len-b 50.",
         epilog=examples("translate --checkpoint runs/demo/checkpoint_0001000.npz < input.txt",
-                        "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de --output hyp.en",
-                        "translate --checkpoint avg.npz --beam 5 --nbest 3   # i<TAB>text lines, best first",
-                        "translate --checkpoint avg.npz --input test.de --stop fast   # stops sentences sooner",
+                        "translate --checkpoint avg.npz --beam 4 --alpha 0.6 --input test.de "
+                        "--output hyp.en",
+                        "translate --checkpoint avg.npz --beam 5 --nbest 3"
+                        "   # i<TAB>text lines, best first",
+                        "translate --checkpoint avg.npz --input test.de --stop fast"
+                        "   # stops sentences sooner",
                         "translate --checkpoint avg.npz --input test.de --attention attn.png"))
     p.add_argument("--checkpoint", required=True, metavar="FILE")
-    p.add_argument("--tokenizer", metavar="FILE", help="a BPE JSON file (default: the checkpoint's own)")
+    p.add_argument("--tokenizer", metavar="FILE",
+                   help="a BPE JSON file (default: the checkpoint's own)")
     p.add_argument("--input", default="-", metavar="FILE", help="default: stdin")
     p.add_argument("--output", default="-", metavar="FILE", help="default: stdout")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy search (default: 4)")
     p.add_argument("--alpha", type=float, default=0.6, help="length penalty (default: 0.6)")
     p.add_argument("--nbest", type=int, default=1, help="hypotheses per line (default: 1)")
-    p.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a * input length + b (default a: 1)")
+    p.add_argument("--max-len-a", type=float, default=1.0,
+                   help="max output length = a * input length + b (default a: 1)")
     p.add_argument("--max-len-b", type=int, default=50, help="(default b: 50)")
     p.add_argument("--stop", choices=STOPS, default="exact",
-                   help="when beam search calls a sentence done: exact (no alive prefix can enter its --nbest best "
-                        "finished hypotheses at any length still open) or fast (ending at the next length, as Hugging "
-                        "Face's default: 15-35%% less time on Multi30k; it can miss a longer, better hypothesis) "
-                        "(default: exact)")
+                   help="when beam search calls a sentence done: exact (no alive prefix can enter "
+                        "its --nbest best finished hypotheses at any length still open) or fast "
+                        "(ending at the next length, as Hugging Face's default: 15-35%% less time "
+                        "on Multi30k; it can miss a longer, better hypothesis) (default: exact)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default: 64)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is drawn on stderr only when stderr is a terminal)")
-    p.add_argument("--attention", metavar="PNG", help="also draw the encoder-decoder attention of the first line's "
-                   "translation, every head of the last layer (needs matplotlib: pip install -e .[plot])")
+    p.add_argument("--attention", metavar="PNG",
+                   help="also draw the encoder-decoder attention of the first line's "
+                        "translation, every head of the last layer "
+                        "(needs matplotlib: pip install -e .[plot])")
     p.set_defaults(func=run_translate)
     return p
 
 
 # SearchConfig's fields and translate_lines' batch_size -> the options that set them
-OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha", "max_len_a": "--max-len-a",
-           "max_len_b": "--max-len-b", "batch_size": "--batch-size", "stop": "--stop"}
+OPTIONS = {"beam_size": "--beam", "nbest": "--nbest", "alpha": "--alpha",
+           "max_len_a": "--max-len-a", "max_len_b": "--max-len-b", "batch_size": "--batch-size",
+           "stop": "--stop"}
 
 
 @prints
@@ -77,7 +86,8 @@ def run_translate(args):
     """Check the options, load the checkpoint, read and check every line, translate, then write the
     whole result at once (--output atomically: an existing file is replaced only by a complete
     result, never truncated by a failure); the exit code."""
-    existing(args.checkpoint, "--checkpoint file", seekable=True)  # a zip archive: its directory is at the end
+    # a zip archive: its directory is at the end
+    existing(args.checkpoint, "--checkpoint file", seekable=True)
     existing(args.tokenizer, "--tokenizer file")
     existing(args.input, "--input file")
     try:
@@ -102,14 +112,16 @@ def run_translate(args):
     model, tokenizer, _ = load_model(args.checkpoint, args.tokenizer)
     lines = read_lines(args.input)  # stdin is read once the checkpoint is known to be good
     if args.attention and not lines:
-        raise ValueError(f"--attention: {'stdin' if args.input == '-' else args.input} holds no line to draw")
+        name = "stdin" if args.input == "-" else args.input
+        raise ValueError(f"--attention: {name} holds no line to draw")
     try:
         translations = translate_lines(model, tokenizer, lines, search, batch_size=args.batch_size,
                                        progress=not args.no_progress and sys.stderr.isatty())
     except FileError as e:  # a line too long for the model's positions, found before any decoding
         raise e.in_file(args.input) from None
     if search.nbest > 1:
-        translations = [f"{i}\t{text}" for i, hypotheses in enumerate(translations) for text in hypotheses]
+        translations = [f"{i}\t{text}" for i, hypotheses in enumerate(translations)
+                        for text in hypotheses]
     text = "".join(line + "\n" for line in translations)
     if args.output == "-":
         sys.stdout.write(text)

@@ -1,14 +1,15 @@
-"""The GPU's whole-op alternatives to linear, attention and multi-head attention: the lesson modules'
-NumPy bodies with the GPU's ways in, the same signatures and the same numbers (lesson 11).
+"""The GPU's whole-op alternatives to linear, attention and multi-head attention: the lesson
+modules' NumPy bodies with the GPU's ways in, the same signatures and the same numbers (lesson 11).
 
 - linear: the weight and bias gradients added into Adam's flat gradient buffer where one is there
   already (tensor.grad_into: cuBLAS's GEMM with beta 1 under CUDA graphs, the bias's column sum by
   kernels.column_sum, which adds in its last block), so the engine's add costs no launch;
 - attention: the scores scaled and masked in one launch, softmax's backward and the 1/sqrt(d_k) in
-  another, every GEMM through backend.matmul (cuBLAS's own under CUDA graphs) writing into its array;
-- multi-head attention: the head views copied C-ordered once per projection, and the backward's GEMMs
-  writing into C-ordered arrays copied into the gradients after: a GEMM on the GPU takes its batch one
-  stride apart, which head views are not.
+  another, every GEMM through backend.matmul (cuBLAS's own under CUDA graphs) writing into its
+  array;
+- multi-head attention: the head views copied C-ordered once per projection, and the backward's
+  GEMMs writing into C-ordered arrays copied into the gradients after: a GEMM on the GPU takes its
+  batch one stride apart, which head views are not.
 """
 import math
 
@@ -40,8 +41,8 @@ def linear(x, weight, bias=None):
 
 
 def _transpose_matmul(a, b, into):
-    """a^T b (m, n) for a (N, m), b (N, n); added into `into` where given, and then None: by cuBLAS with
-    beta 1 while CUDA graphs are on (backend.gemm set)."""
+    """a^T b (m, n) for a (N, m), b (N, n); added into `into` where given, and then None: by cuBLAS
+    with beta 1 while CUDA graphs are on (backend.gemm set)."""
     if into is not None and backend.gemm is not None:
         backend.gemm(a.T, b, into, add=True)
         return None
@@ -71,7 +72,7 @@ def attention_forward(q, k, v, mask, dropout_p, training):
         s *= 1.0 / math.sqrt(q.shape[-1])
     p = kernels.forward_rows("softmax_rows", s, out=s)                # (B, H, Tq, Tk) in place
     if mask is not None:
-        p *= mask.any(axis=-1, keepdims=True)                         # a row with no allowed key: zeros
+        p *= mask.any(axis=-1, keepdims=True)              # a row with no allowed key: zeros
     pd = p if kept is None else (p * kept) * (1.0 / (1.0 - dropout_p))
     backend.matmul(pd, v, out=o)                                      # (B, H, Tq, K)
     return o, p, kept
@@ -120,7 +121,9 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
         B, T, D = g.shape
         g = g.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, Tq, K)
         g = xp.ascontiguousarray(g)                                   # read by two GEMMs: one copy
-        result, outs, copies = [], [], []
+        result = []
+        outs = []
+        copies = []
         for t, n in zip(parts, layout):
             if not t.requires_grad:
                 result.append(None)
@@ -128,7 +131,7 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
                 continue
             buf = xp.empty(t.shape, dtype=t.dtype)                    # (B, T, n*D)
             heads = _split(buf, n, n_heads)                           # (n, B, H, T, K) views
-            stack = xp.empty(heads.shape, buf.dtype)                  # C-ordered, the GEMMs' outputs
+            stack = xp.empty(heads.shape, buf.dtype)        # C-ordered, the GEMMs' outputs
             result.append(buf)
             copies.append((heads, stack))
             outs += list(stack)

@@ -1,14 +1,15 @@
-"""Checkpoints: one .npz of named arrays plus a JSON entry, read without pickle, written atomically;
-and checkpoint averaging (section 6.1: "averaging the last 5 checkpoints").
+"""Checkpoints: one .npz of named arrays plus a JSON entry, read without pickle, written
+atomically; and checkpoint averaging (section 6.1: "averaging the last 5 checkpoints").
 
 Inside the .npz:
     model/<name>   the model's parameters (Module.state_dict(): a shared matrix is stored once)
     optim/<name>   the optimizer's arrays (Adam's moments: optim/m.3, optim/v.3 for parameter 3)
     meta.json      a uint8 array holding the UTF-8 bytes of one JSON object: format, version, the
-                   model config (TransformerConfig.to_dict()), step, optimizer scalars, batch-stream
-                   position, seed, the tokenizer (its JSON file, embedded) and its path, metrics.
-The run directory of a training run is rundir.py's. Left out on purpose: sharded files, saving on a
-background thread, other dtypes than the model's.
+                   model config (TransformerConfig.to_dict()), step, optimizer scalars,
+                   batch-stream position, seed, the tokenizer (its JSON file, embedded) and its
+                   path, metrics.
+The run directory of a training run is rundir.py's. Left out on purpose: sharded files, saving on
+a background thread, other dtypes than the model's.
 """
 import json
 import math
@@ -33,7 +34,7 @@ class CheckpointError(ValueError):
 
 @dataclass
 class Checkpoint:
-    """What a checkpoint file holds: meta (a dict from JSON), model and optim (name -> NumPy array)."""
+    """What a checkpoint file holds: meta (a dict from JSON), model and optim (name -> array)."""
     meta: dict
     model: dict
     optim: dict = field(default_factory=dict)
@@ -52,8 +53,10 @@ def save(path, model_state, meta, optim_arrays=None):
     arrays.update({f"optim/{k}": np.asarray(v) for k, v in (optim_arrays or {}).items()})
     for k, a in arrays.items():
         if a.dtype.kind not in "biuf":
-            raise TypeError(f"checkpoint entry {k} holds {a.dtype} values; only numeric arrays are stored")
-    meta = {**meta, "format": FORMAT, "version": VERSION}  # meta's own "format" never hides the real one
+            raise TypeError(f"checkpoint entry {k} holds {a.dtype} values; "
+                            "only numeric arrays are stored")
+    # meta's own "format" never hides the real one
+    meta = {**meta, "format": FORMAT, "version": VERSION}
     text = json.dumps(meta, allow_nan=False, sort_keys=True)
     arrays[META_KEY] = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
     return atomic_write(path, lambda f: np.savez(f, **arrays))
@@ -61,10 +64,10 @@ def save(path, model_state, meta, optim_arrays=None):
 
 # ---------------------------------------------------------------- reading
 # Validate first, then allocate: every member's .npy header (its shape and dtype) is read and
-# checked against the member's size in the zip directory, and the arrays' total against the size the
-# config implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the most
-# ids embedded.
-# DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is a zip bomb or a lie.
+# checked against the member's size in the zip directory, and the arrays' total against the size
+# the config implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the
+# most ids embedded. DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is
+# a zip bomb or a lie.
 MAX_META_BYTES = 1 << 28
 DEFLATE_RATIO = 1032
 MAX_MEMBERS = 1 << 17
@@ -75,12 +78,14 @@ def _header(zf, info, path):
     header alone (no data is read), checked to declare exactly the bytes the member holds."""
     name = info.filename[:-len(".npy")]
     if info.file_size > DEFLATE_RATIO * max(info.compress_size, 1):
-        raise CheckpointError(f"{path}: {name} claims {info.file_size:,} bytes packed into {info.compress_size:,}, "
-                              f"more than compression can reach (a zip bomb)")
+        raise CheckpointError(f"{path}: {name} claims {info.file_size:,} bytes packed into "
+                              f"{info.compress_size:,}, more than compression can reach "
+                              "(a zip bomb)")
     with zf.open(info) as f:
         try:
             version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            read = {(1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0}
             if version not in read:
                 raise ValueError(f".npy version {version}")
             shape, fortran, dtype = read[version](f)
@@ -89,8 +94,8 @@ def _header(zf, info, path):
         start = f.tell()
     size = math.prod(shape) * dtype.itemsize
     if dtype.hasobject or start + size != info.file_size:
-        raise CheckpointError(f"{path}: {name} declares {shape} {dtype} values ({size:,} bytes) but holds "
-                              f"{info.file_size - start:,} bytes")
+        raise CheckpointError(f"{path}: {name} declares {shape} {dtype} values ({size:,} bytes) "
+                              f"but holds {info.file_size - start:,} bytes")
     return shape, dtype, fortran, start
 
 
@@ -113,8 +118,8 @@ def _read_meta(zf, header, path):
     """The meta.json member as a dict (size and kind checked first)."""
     shape, dtype = header[:2]
     if dtype != np.uint8 or len(shape) != 1 or shape[0] > MAX_META_BYTES:
-        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged (it must be at most {MAX_META_BYTES:,} "
-                              f"bytes of text, got {shape} {dtype})")
+        raise CheckpointError(f"{path}: its {META_KEY} entry is damaged (it must be at most "
+                              f"{MAX_META_BYTES:,} bytes of text, got {shape} {dtype})")
     text = _array(zf, META_KEY, header).tobytes()
     try:
         meta = json.loads(text.decode("utf-8"))
@@ -124,7 +129,8 @@ def _read_meta(zf, header, path):
         raise CheckpointError(f"{path} is not a minitransformer checkpoint (its {META_KEY} lacks "
                               f'"format": "{FORMAT}")')
     if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; this code reads {VERSION}")
+        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; "
+                              f"this code reads {VERSION}")
     return meta
 
 
@@ -133,7 +139,8 @@ def _check_sizes(headers, meta, path):
     without one), and at most two optimizer floats (Adam's m and v) per model float."""
     for k, (_, dtype, *_) in headers.items():
         if dtype.kind != "f":
-            raise CheckpointError(f"{path}: {k} holds {dtype} values; a checkpoint holds floating point arrays only")
+            raise CheckpointError(f"{path}: {k} holds {dtype} values; "
+                                  "a checkpoint holds floating point arrays only")
     held = {kind: sum(math.prod(h[0]) for k, h in headers.items() if k.startswith(kind + "/"))
             for kind in ("model", "optim")}
     expected = MAX_FLOATS
@@ -143,63 +150,67 @@ def _check_sizes(headers, meta, path):
         except (ValueError, TypeError) as e:
             raise CheckpointError(f"{path}: its model config is damaged ({e})") from None
         if held["model"] != expected:
-            raise CheckpointError(f"{path}: its model config implies {expected:,} parameters but its arrays hold "
-                                  f"{held['model']:,}: the file is damaged or its config is not its model's")
+            raise CheckpointError(f"{path}: its model config implies {expected:,} parameters but "
+                                  f"its arrays hold {held['model']:,}: the file is damaged or its "
+                                  "config is not its model's")
     if held["model"] > expected or held["optim"] > 2 * expected:
-        raise CheckpointError(f"{path} holds {held['model']:,} model and {held['optim']:,} optimizer floats, more "
-                              f"than the {expected:,} (and twice as many) a checkpoint may hold")
+        raise CheckpointError(f"{path} holds {held['model']:,} model and {held['optim']:,} "
+                              f"optimizer floats, more than the {expected:,} (and twice as many) "
+                              "a checkpoint may hold")
 
 
 def load(path):
     """Read a checkpoint into a Checkpoint; a missing, damaged or hostile file raises
-    CheckpointError before any array is allocated (each member's header against its size, the arrays
-    against the config)."""
+    CheckpointError before any array is allocated (each member's header against its size, the
+    arrays against the config)."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file")
     if not os.path.isfile(path):
-        raise CheckpointError(f"{path} is a directory, not a checkpoint file" if os.path.isdir(path) else
-                              f"checkpoint not found: {path}")
+        raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        with open(path, "rb") as f:  # np.load reads any other file as a pickle, and refuses it as one
+        # np.load reads any other file as a pickle, and refuses it as one
+        with open(path, "rb") as f:
             head = f.read(6)
-    except OSError as e:                                                  # no permission to read it
+    except OSError as e:                                    # no permission to read it
         raise CheckpointError(f"{path} cannot be read: {e.strerror}") from None
-    if head == b"\x93NUMPY":                                             # a lone .npy array, renamed
-        raise CheckpointError(f"{path} holds a single array (.npy), not a checkpoint (.npz written by "
-                              f"minitransformer)")
+    unreadable = f"{path} is not a readable checkpoint (.npz written by minitransformer)"
+    if head == b"\x93NUMPY":                                # a lone .npy array, renamed
+        raise CheckpointError(f"{path} holds a single array (.npy), not a checkpoint "
+                              "(.npz written by minitransformer)")
     if not head.startswith(b"PK"):
-        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): it is "
-                              f"not a zip archive")
+        raise CheckpointError(f"{unreadable}: it is not a zip archive")
     try:
         with zipfile.ZipFile(path) as zf:
             return _read(zf, path)
     except CheckpointError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error) as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (.npz written by minitransformer): "
-                              f"{type(e).__name__}: {e}") from None
+        raise CheckpointError(f"{unreadable}: {type(e).__name__}: {e}") from None
 
 
 def _read(zf, path):
-    """load()'s work on the open zip: names, headers, meta and sizes checked, then the arrays
-    read."""
+    """load()'s work on the open zip: names, headers, meta and sizes checked; then the arrays."""
     infos = zf.infolist()
     names = [i.filename for i in infos]
-    ours = [n for n in names if n.endswith(".npy") and (n == META_KEY + ".npy" or n.startswith(("model/", "optim/")))]
+    ours = [n for n in names if n.endswith(".npy")
+            and (n == META_KEY + ".npy" or n.startswith(("model/", "optim/")))]
     if len(ours) != len(names) or len(set(names)) != len(names) or len(names) > MAX_MEMBERS:
         odd = sorted(set(names) - set(ours)) or sorted({n for n in names if names.count(n) > 1})
-        raise CheckpointError(f"{path} is not a minitransformer checkpoint: it holds "
-                              + (f"{odd[0]!r}, which no checkpoint holds" if odd else f"{len(names):,} entries"))
+        what = f"{odd[0]!r}, which no checkpoint holds" if odd else f"{len(names):,} entries"
+        raise CheckpointError(f"{path} is not a minitransformer checkpoint: it holds {what}")
     headers = {i.filename[:-len(".npy")]: _header(zf, i, path) for i in infos}
     if META_KEY not in headers:
-        raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint: it has no {META_KEY}")
+        raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint: "
+                              f"it has no {META_KEY}")
     meta = _read_meta(zf, headers.pop(META_KEY), path)
     _check_sizes(headers, meta, path)
     groups = {"model": {}, "optim": {}}
     for k, header in headers.items():
         a = _array(zf, k, header)
         if not np.isfinite(a).all():
-            raise CheckpointError(f"{path}: {k} holds NaN or infinity; the run had diverged when this was written: "
-                                  f"use an earlier checkpoint")
+            raise CheckpointError(f"{path}: {k} holds NaN or infinity; the run had diverged when "
+                                  "this was written: use an earlier checkpoint")
         kind, name = k.split("/", 1)
         groups[kind][name] = a
     return Checkpoint(meta, groups["model"], groups["optim"], path)
@@ -209,9 +220,9 @@ def average(paths):
     """A Checkpoint whose model arrays are the element-wise mean of the inputs' (summed in float64,
     stored in the inputs' dtype), with the meta of the last input and no optimizer state.
 
-    Every parameter is averaged once: state_dict() lists a shared matrix under one name. Refused
-    (CheckpointError): checkpoints of another model configuration or tokenizer, two of the same
-    step.
+    Every parameter is averaged once: state_dict() lists a shared matrix under one name.
+    Refused (CheckpointError): checkpoints of another model configuration or tokenizer, two of
+    the same step.
     """
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise TypeError(f"average takes a list of checkpoint files, got one: {os.fsdecode(paths)}")
@@ -228,16 +239,18 @@ def average(paths):
                 raise CheckpointError(f"cannot average {p} with {paths[0]}: their {what} differ")
         step = ck.meta.get("step")
         if step is not None and step in steps:
-            raise CheckpointError(f"{p} and {steps[step]} both hold step {step}: the same checkpoint twice "
-                                  f"(checkpoint_best.npz is a copy of one) would weigh twice in the average")
+            raise CheckpointError(f"{p} and {steps[step]} both hold step {step}: the same "
+                                  "checkpoint twice (checkpoint_best.npz is a copy of one) would "
+                                  "weigh twice in the average")
         steps[step] = p
         if set(ck.model) != set(total):
-            diff = sorted(set(ck.model) ^ set(total))
-            raise CheckpointError(f"cannot average {p} with {paths[0]}: their parameters differ ({', '.join(diff[:5])})")
+            diff = ", ".join(sorted(set(ck.model) ^ set(total))[:5])
+            raise CheckpointError(f"cannot average {p} with {paths[0]}: "
+                                  f"their parameters differ ({diff})")
         for k, a in ck.model.items():
             if a.shape != total[k].shape:
-                raise CheckpointError(f"cannot average {p} with {paths[0]}: {k} has shape {a.shape}, "
-                                      f"not {total[k].shape}")
+                raise CheckpointError(f"cannot average {p} with {paths[0]}: "
+                                      f"{k} has shape {a.shape}, not {total[k].shape}")
             total[k] += a
         last = ck
     last = last if len(paths) > 1 else first
@@ -263,7 +276,8 @@ def tokenizer_from_json(text, source="the checkpoint"):
     """The inverse of tokenizer_to_json: a BPE; errors name `source`."""
     from ..text.bpe import BPE
     if not isinstance(text, str):
-        raise CheckpointError(f"{source}: its embedded tokenizer is damaged (not the text of a tokenizer file)")
+        raise CheckpointError(f"{source}: its embedded tokenizer is damaged "
+                              "(not the text of a tokenizer file)")
     return BPE.from_json(text, f"the tokenizer embedded in {source}")
 
 
@@ -271,9 +285,9 @@ def load_model(path, tokenizer_path=None):
     """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
 
     The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given: then it
-    must be that same tokenizer (merges, special tokens, pattern), or a CheckpointError names what
-    differs. A checkpoint that embeds none is taken at its word, as long as the vocabulary sizes
-    agree.
+    must be that same tokenizer (merges, special tokens, pattern), or a CheckpointError names
+    what differs. A checkpoint that embeds none is taken at its word, as long as the vocabulary
+    sizes agree.
     """
     from ..transformer import Transformer
     ck = load(path)
@@ -298,12 +312,14 @@ def load_model(path, tokenizer_path=None):
         raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
     if tokenizer.vocab_size != model.config.vocab_size:
         source = tokenizer_path or f"the tokenizer embedded in {ck.path}"
-        raise CheckpointError(f"{source} has {tokenizer.vocab_size:,} ids but the model in {ck.path} was built "
-                              f"for {model.config.vocab_size:,}: they do not belong together")
+        raise CheckpointError(f"{source} has {tokenizer.vocab_size:,} ids but the model in "
+                              f"{ck.path} was built for {model.config.vocab_size:,}: "
+                              "they do not belong together")
     differ = [what for what in ("merges", "special_tokens", "pattern")
               if own is not None and getattr(own, what) != getattr(tokenizer, what)]
     if differ:
-        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {ck.path} was trained with: they differ in "
-                              f"their {' and '.join(differ).replace('_', ' ')}, so its ids would mean other tokens "
-                              f"(leave out --tokenizer to use the checkpoint's own)")
+        parts = " and ".join(differ).replace("_", " ")
+        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {ck.path} was trained with: "
+                              f"they differ in their {parts}, so its ids would mean other tokens "
+                              "(leave out --tokenizer to use the checkpoint's own)")
     return model, tokenizer, ck

@@ -34,8 +34,8 @@ def _openblas():
 def blas_threads(n):
     """The BLAS (OpenBLAS, what NumPy's wheels carry) on `n` threads inside the block, on as many as
     before after it: rank threads (distributed.run_threads) each run their GEMMs on their own core,
-    where a BLAS with a thread per core would have each rank's GEMMs fight for both. Elsewhere (another
-    BLAS) nothing changes."""
+    where a BLAS with a thread per core would have each rank's GEMMs fight for both. Elsewhere
+    (another BLAS) nothing changes."""
     blas = [(set_n, get_n()) for set_n, get_n in _openblas()]
     for set_n, _ in blas:
         set_n(n)
@@ -47,17 +47,18 @@ def blas_threads(n):
 
 
 def keep_freed_memory(nbytes=1 << 30):
-    """Let the C allocator keep up to `nbytes` of freed memory for the next arrays, where it is glibc's
-    malloc (Linux); returns True where that took effect, False elsewhere (nothing changes there).
+    """Let the C allocator keep up to `nbytes` of freed memory for the next arrays, where it is
+    glibc's malloc (Linux); returns True where that took effect, False elsewhere (nothing changes
+    there).
 
     A training step makes and frees the same large arrays at every update. By default glibc hands a
-    freed block of over 128 KB (up to 32 MB once it has seen such blocks freed) back to the kernel, so
-    the next array of that size is mapped afresh and each of its 4 KB pages faults and is zeroed on its
-    first write: thousands of page faults an update, a sizeable share of its time
+    freed block of over 128 KB (up to 32 MB once it has seen such blocks freed) back to the kernel,
+    so the next array of that size is mapped afresh and each of its 4 KB pages faults and is zeroed
+    on its first write: thousands of page faults an update, a sizeable share of its time
     (benchmarks/README.md, 'Freed memory'). With M_MMAP_MAX 0 every block comes from the heap, and
-    with M_TOP_PAD the heap grows by `nbytes` more than asked and keeps that much free at its top when
-    it shrinks, so the next update finds its pages already there. The cost: the process holds the
-    memory it freed (its peak, plus up to `nbytes`) until it ends.
+    with M_TOP_PAD the heap grows by `nbytes` more than asked and keeps that much free at its top
+    when it shrinks, so the next update finds its pages already there. The cost: the process holds
+    the memory it freed (its peak, plus up to `nbytes`) until it ends.
     """
     if not 0 <= int(nbytes) < 2**31:
         raise ValueError(f"keep_freed_memory: nbytes must be in [0, 2**31), got {nbytes!r}")

@@ -1,4 +1,4 @@
-"""Metrics of translations and losses: corpus BLEU and chrF through sacreBLEU, exact match,
+"""Metrics of translations and losses: corpus BLEU and chrF (through sacreBLEU), exact match,
 perplexity.
 
 Imports nothing of the package. Left out on purpose: BLEU of our own (sacreBLEU is the reference
@@ -12,7 +12,8 @@ def corpus_bleu(hypotheses, references, lowercase=False):
     detokenized hypotheses against one or more reference lists: corpus_bleu(h, [refs]).
     lowercase=True is sacreBLEU's -lc (the signature then says case:lc).
 
-    corpus_bleu(["a cat sat on the mat"], [["a cat sat on the mat"]]) -> (100.0, "nrefs:1|case:mixed|...")
+    corpus_bleu(["a cat sat on the mat"], [["a cat sat on the mat"]])
+        -> (100.0, "nrefs:1|case:mixed|...")
     """
     import sacrebleu  # a second or so to import: only when BLEU is asked for
     hypotheses, references = _checked(hypotheses, references)
@@ -22,8 +23,7 @@ def corpus_bleu(hypotheses, references, lowercase=False):
 
 
 def corpus_chrf(hypotheses, references):
-    """(score, signature) of sacreBLEU's chrF (character n-grams, default settings), as
-    corpus_bleu."""
+    """(score, signature) of sacreBLEU's chrF (character n-grams, its defaults), as corpus_bleu."""
     import sacrebleu
     hypotheses, references = _checked(hypotheses, references, "chrF")
     chrf = sacrebleu.metrics.CHRF()
@@ -32,12 +32,13 @@ def corpus_chrf(hypotheses, references):
 
 
 def _checked(hypotheses, references, metric="BLEU"):
-    """Lists of hypotheses and of reference lists, with a sentence when there is nothing to score, a
-    reference list has another length, a single string stands where a list goes, or an entry is no
-    string."""
+    """Lists of hypotheses and of reference lists, with a sentence when there is nothing to
+    score, a reference list has another length, a single string stands where a list goes, or an
+    entry is no string."""
     call = f"(corpus_{metric.lower()}(hypotheses, [references]))"
     if isinstance(hypotheses, str) or not hasattr(hypotheses, "__iter__"):
-        raise TypeError(f"{metric}: hypotheses must be a list of strings, got {type(hypotheses).__name__}")
+        raise TypeError(f"{metric}: hypotheses must be a list of strings, "
+                        f"got {type(hypotheses).__name__}")
     if isinstance(references, str) or not hasattr(references, "__iter__"):
         raise TypeError(f"{metric}: references must be a list of reference lists {call}, "
                         f"got {type(references).__name__}")
@@ -55,7 +56,8 @@ def _checked(hypotheses, references, metric="BLEU"):
         if len(r) != len(hypotheses):
             raise ValueError(f"{metric}: reference list {i} has {len(r)} sentences but there are "
                              f"{len(hypotheses)} hypotheses")
-    named = [("hypothesis", hypotheses)] + [(f"reference list {i}, sentence", r) for i, r in enumerate(references, 1)]
+    named = [("hypothesis", hypotheses)]
+    named += [(f"reference list {i}, sentence", r) for i, r in enumerate(references, 1)]
     for what, sentences in named:
         for n, text in enumerate(sentences, 1):
             if not isinstance(text, str):
@@ -64,13 +66,16 @@ def _checked(hypotheses, references, metric="BLEU"):
 
 
 def exact_match(hypotheses, references):
-    """The fraction of hypotheses equal to their reference, as strings: exact_match(["a", "b"], ["a", "c"]) -> 0.5."""
+    """The fraction of hypotheses equal to their reference, as strings:
+    exact_match(["a", "b"], ["a", "c"]) -> 0.5."""
     if isinstance(hypotheses, str) or isinstance(references, str):
-        raise TypeError("exact_match: hypotheses and references must be lists of strings, not one string")
+        raise TypeError("exact_match: hypotheses and references must be lists of strings, "
+                        "not one string")
     hypotheses = list(hypotheses)
     references = list(references)
     if len(hypotheses) != len(references):
-        raise ValueError(f"exact_match: {len(hypotheses)} hypotheses but {len(references)} references")
+        raise ValueError(f"exact_match: {len(hypotheses)} hypotheses but "
+                         f"{len(references)} references")
     return sum(h == r for h, r in zip(hypotheses, references)) / max(len(hypotheses), 1)
 
 

@@ -1,7 +1,7 @@
 """The run directory of a training run: checkpoint_<step>.npz files (names that sort by step) and
 the best copy, of which the last `keep` that this run wrote are kept, log.jsonl, its one owner
-(run.lock), the check before a run starts in a directory, the run's identity, and the checks before
-resuming a checkpoint (checkpoint.py: the file itself).
+(run.lock), the check before a run starts in a directory, the run's identity, and the checks
+before resuming a checkpoint (checkpoint.py: the file itself).
 
 One owner: a run holds an flock on out_dir/run.lock while it writes there (git's index.lock,
 SQLite's one writer). flock rather than a file made with O_EXCL: the kernel releases it when its
@@ -34,7 +34,8 @@ LOCK = "run.lock"   # out_dir/run.lock: held (flock) by the run writing there; h
 RUN_FILES = (BEST, "log.jsonl")
 # TrainingConfig's settings that decide the updates: a resume with other values would be another run
 SCHEDULE = ("max_tokens", "accum", "warmup_steps", "lr_scale", "betas", "eps", "clip_norm", "seed")
-_held = {}          # the real path of a run directory -> the descriptor of its run.lock this process holds
+# the real path of a run directory -> the descriptor of its run.lock that this process holds
+_held = {}
 
 
 def checkpoint_path(out_dir, step):
@@ -49,19 +50,20 @@ def step_of(path):
 
 def list_checkpoints(out_dir):
     """The step checkpoints in out_dir, oldest first (checkpoint_best.npz is not among them)."""
-    paths = [p for p in glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))
-             if re.fullmatch(r"checkpoint_\d+\.npz", os.path.basename(p))]   # not checkpoint_avg_5.npz
+    paths = [p for p in glob.glob(os.path.join(out_dir, "checkpoint_*.npz"))  # not checkpoint_avg_5
+             if re.fullmatch(r"checkpoint_\d+\.npz", os.path.basename(p))]
     return sorted(paths, key=step_of)
 
 
 def check_new_run(out_dir, what, hint="", tokenizer=None):
     """Before a new run in out_dir: it holds no file of an earlier run that the new one would mix
-    with its own or replace (a step checkpoint, checkpoint_best.npz, log.jsonl, and `tokenizer`, the
-    name of the tokenizer file the run will learn, when it learns one); else a CheckpointError
+    with its own or replace (a step checkpoint, checkpoint_best.npz, log.jsonl, and `tokenizer`,
+    the name of the tokenizer file the run will learn, when it learns one); else a CheckpointError
     naming `what`, then `hint` ("continue that run (--resume auto), or "), then the ways out."""
     if not os.path.isdir(out_dir):
         return
-    names = [os.path.basename(p) for p in list_checkpoints(out_dir)[-1:]] + list(RUN_FILES) + [tokenizer]
+    latest = [os.path.basename(p) for p in list_checkpoints(out_dir)[-1:]]
+    names = latest + list(RUN_FILES) + [tokenizer]
     found = [name for name in names if name and os.path.lexists(os.path.join(out_dir, name))]
     if found:
         raise CheckpointError(f"{what} {out_dir} already holds {found[0]} of an earlier run: "
@@ -72,10 +74,10 @@ def check_new_run(out_dir, what, hint="", tokenizer=None):
 def owning(out_dir):
     """Hold out_dir/run.lock for the with-block (made with the directory if need be; nested blocks
     of one process share it): a CheckpointError at once, naming the process and host, when a live
-    run holds it. A lock left by a process that ended without releasing it is taken over, said once
-    on stderr. On exit the lock file is removed (and out_dir, when this made it and nothing else was
-    written). out_dir None: nothing to hold (a run that writes no files, a rank of a data-parallel
-    run but 0)."""
+    run holds it. A lock left by a process that ended without releasing it is taken over, said
+    once on stderr. On exit the lock file is removed (and out_dir, when this made it and nothing
+    else was written). out_dir None: nothing to hold (a run that writes no files, a rank of a
+    data-parallel run but 0)."""
     key = None if out_dir is None else os.path.realpath(out_dir)
     if key is None or key in _held:
         yield
@@ -87,7 +89,8 @@ def owning(out_dir):
     try:
         yield
     finally:
-        os.unlink(path)  # still holding it: a run that opened the old file sees it gone and tries again
+        # still holding it: a run that opened the old file sees it gone and tries again
+        os.unlink(path)
         os.close(_held.pop(key))
         if made:
             with contextlib.suppress(OSError):
@@ -102,21 +105,23 @@ def _lock(path):
         except OSError as e:
             if e.errno != errno.ELOOP:
                 raise
-            raise CheckpointError(f"{path} is a symbolic link, not the lock of a run: remove it") from None
+            raise CheckpointError(f"{path} is a symbolic link, not the lock of a run: "
+                                  "remove it") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid, host = (os.read(fd, 300).decode("utf-8", "replace").split() + ["?", "?"])[:2]
             os.close(fd)
-            raise CheckpointError(f"{os.path.dirname(path)} is in use by another run (process {pid} on {host} "
-                                  f"holds {LOCK}): wait for it to end, or choose another output directory") from None
+            raise CheckpointError(f"{os.path.dirname(path)} is in use by another run "
+                                  f"(process {pid} on {host} holds {LOCK}): wait for it to end, "
+                                  "or choose another output directory") from None
         if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
             break
         os.close(fd)  # its holder removed it as we opened it: lock the new one
     old = os.read(fd, 300).decode("utf-8", "replace").split()
     if old:
-        print(f"{path}: taking over the lock of process {old[0]} on {old[-1]}, which ended without releasing "
-              f"it", file=sys.stderr)
+        print(f"{path}: taking over the lock of process {old[0]} on {old[-1]}, "
+              "which ended without releasing it", file=sys.stderr)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     return fd
@@ -128,7 +133,7 @@ class RunDirectory:
     checkpoint_best.npz, a copy of the one saved after the best evaluation.
 
         run = RunDirectory("runs/x", keep=5)
-        run.check_start(step)        # before any work: no later checkpoint of another run in out_dir
+        run.check_start(step)        # before any work: no later checkpoint of another run there
         path = run.save(step, model_state, meta, optim_arrays, best=True)
         run.log({"step": step, "loss": 4.2})   # a line of out_dir/log.jsonl
     """
@@ -142,14 +147,13 @@ class RunDirectory:
     def check_start(self, step):
         """Refuse (CheckpointError) a directory that holds a checkpoint of a later step than `step`,
         where this run starts: its files would be mixed with this run's and averaged with them.
-        Also remove the temporaries that a killed save left behind
-        (fileio.remove_stale_temporaries)."""
+        Also remove the temporaries that a killed save left behind (remove_stale_temporaries)."""
         later = [p for p in list_checkpoints(self.out_dir) if step_of(p) > step]
         if later:
             raise CheckpointError(
-                f"{self.out_dir} already holds {os.path.basename(later[-1])}, a later step than {step} where "
-                f"this run starts: continue that run (--resume auto), or move its checkpoints away, or choose "
-                f"another output directory")
+                f"{self.out_dir} already holds {os.path.basename(later[-1])}, a later step than "
+                f"{step} where this run starts: continue that run (--resume auto), or move its "
+                "checkpoints away, or choose another output directory")
         remove_stale_temporaries(self.out_dir)
 
     def save(self, step, model_state, meta, optim_arrays=None, best=False):
@@ -183,8 +187,7 @@ class RunDirectory:
 
 
 def jsonable(x):
-    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: what json.dumps accepts
-    strictly."""
+    """Tuples to lists, NaN/inf to strings, NumPy scalars to Python: strict json.dumps takes it."""
     if isinstance(x, dict):
         return {k: jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -199,14 +202,14 @@ def jsonable(x):
 def run_identity(tokenizer_json, pairs, model_config):
     """What a run is, for resuming it: SHA-256 fingerprints of its tokenizer's JSON text, of its
     encoded training pairs (ids and lengths, in order: another corpus of the same length, or the
-    same lines misaligned, differ) and of its model config dict, and the number of pairs. Saved in
-    every checkpoint and in log.jsonl's start line; its schedule is the checkpoint's "training"
-    settings."""
+    same lines misaligned, differ) and of its model config dict, and the number of pairs. Saved
+    in every checkpoint and in log.jsonl's start line; its schedule is the checkpoint's
+    "training" settings."""
     corpus = hashlib.sha256()
     for src, tgt in pairs:  # the lengths first: ([1, 2], [3]) and ([1], [2, 3]) differ
         corpus.update(np.asarray([len(src), len(tgt), *src, *tgt], dtype=np.int64).tobytes())
-    return {"tokenizer": _sha256(tokenizer_json), "corpus": corpus.hexdigest(), "pairs": len(pairs),
-            "model": _sha256(json.dumps(model_config, sort_keys=True))}
+    return {"tokenizer": _sha256(tokenizer_json), "corpus": corpus.hexdigest(),
+            "pairs": len(pairs), "model": _sha256(json.dumps(model_config, sort_keys=True))}
 
 
 def _sha256(text):
@@ -214,8 +217,8 @@ def _sha256(text):
 
 
 def _is(kind, value):
-    """value is JSON of `kind`: dict; bool; int (not a bool, 0 <= value < 2**53); float (any finite
-    number)."""
+    """value is JSON of `kind`: dict; bool; int (not a bool, 0 <= value < 2**53); float (any
+    finite number)."""
     if kind is dict:
         return isinstance(value, dict)
     if kind is bool or isinstance(value, bool):
@@ -226,33 +229,40 @@ def _is(kind, value):
 
 
 def _check_fields(path, where, record, fields):
-    """record is a dict whose fields have the kinds in `fields`; else a CheckpointError naming the
-    file."""
-    bad = ("is not a JSON object" if not isinstance(record, dict) else
-           next((f"has no {k}, or a {k} that is not {'an integer from 0 to 2**53' if t is int else 'a ' + t.__name__}"
-                 for k, t in fields.items() if not _is(t, record.get(k))), None))
+    """record is a dict whose fields have the kinds in `fields`; else a CheckpointError."""
+    if not isinstance(record, dict):
+        bad = "is not a JSON object"
+    else:
+        wrong = [(k, t) for k, t in fields.items() if not _is(t, record.get(k))]
+        bad = None
+        if wrong:
+            k, t = wrong[0]
+            kind = "an integer from 0 to 2**53" if t is int else "a " + t.__name__
+            bad = f"has no {k}, or a {k} that is not {kind}"
     if bad:
         raise CheckpointError(f"{path} holds malformed resume data: its {where} {bad}")
 
 
 def check_resume_data(path, meta):
-    """The resume data of checkpoint `path` (its meta dict) has every field, of the right JSON kind
-    and size, that Trainer.resume reads; else a CheckpointError naming the file (no traceback,
-    nothing changed)."""
+    """The resume data of checkpoint `path` (its meta dict) has every field, of the right JSON
+    kind and size, that Trainer.resume reads; else a CheckpointError naming the file (no
+    traceback, nothing changed)."""
     for key in ("config", "optimizer", "iterator", "step"):
         if meta.get(key) is None:
             raise CheckpointError(f"{path} cannot be resumed from: it has no {key} "
                                   f"(an averaged checkpoint is for translation only)")
     _check_fields(path, "checkpoint data", meta, {"step": int, "training": dict})
-    _check_fields(path, "optimizer state", meta["optimizer"], {"lr": float, "eps": float, "weight_decay": float,
-                                                               "steps": int, "n_params": int})
-    _check_fields(path, "batch stream", meta["iterator"], {"epoch": int, "index": int, "seed": int,
-                                                           "max_tokens": int, "shuffle": bool, "n_pairs": int})
+    _check_fields(path, "optimizer state", meta["optimizer"],
+                  {"lr": float, "eps": float, "weight_decay": float, "steps": int, "n_params": int})
+    _check_fields(path, "batch stream", meta["iterator"],
+                  {"epoch": int, "index": int, "seed": int, "max_tokens": int, "shuffle": bool,
+                   "n_pairs": int})
     betas = meta["optimizer"].get("betas")
     counts = meta["optimizer"].get("t")
     if not (isinstance(betas, list) and len(betas) == 2 and all(_is(float, b) for b in betas)
             and isinstance(counts, list) and all(_is(int, t) for t in counts)):
-        raise CheckpointError(f"{path} holds malformed resume data: its optimizer's betas or step counts")
+        raise CheckpointError(f"{path} holds malformed resume data: "
+                              "its optimizer's betas or step counts")
     if meta.get("best_bleu") is not None and not _is(float, meta["best_bleu"]):
         raise CheckpointError(f"{path} holds malformed resume data: its best_bleu is not a number")
 
@@ -261,37 +271,47 @@ def load_resumable(path, model_config, identity, training, total_steps, log=prin
     """load(path), checked to continue the run of a Trainer: its model config dict `model_config`,
     its run_identity `identity`, its TrainingConfig dict `training`, `total_steps` to run; a
     CheckpointError (one sentence naming the file) for malformed resume data, another model,
-    tokenizer, corpus or schedule, or a step past total_steps. Other steps or epochs than before are
-    said through `log`, and so is a checkpoint written before run identities existed (its corpus
-    cannot be checked)."""
+    tokenizer, corpus or schedule, or a step past total_steps. Other steps or epochs than before
+    are said through `log`, and so is a checkpoint written before run identities existed (its
+    corpus cannot be checked)."""
     ck = load(path)
     meta = ck.meta
     check_resume_data(path, meta)
     saved_config = meta["config"] if isinstance(meta["config"], dict) else {}
     if meta["config"] != model_config:
-        fields = sorted(k for k in set(model_config) | set(saved_config) if saved_config.get(k) != model_config.get(k))
-        raise CheckpointError(f"{path} was saved for another model configuration (it differs in {', '.join(fields)})")
+        fields = sorted(k for k in set(model_config) | set(saved_config)
+                        if saved_config.get(k) != model_config.get(k))
+        raise CheckpointError(f"{path} was saved for another model configuration "
+                              f"(it differs in {', '.join(fields)})")
     if meta["step"] > total_steps:  # training nothing, it would only write that step again
-        raise CheckpointError(f"{path} is at step {meta['step']:,}, past the {total_steps:,} steps of this run: "
-                              f"ask for {meta['step']:,} steps or more (--steps)")
+        raise CheckpointError(f"{path} is at step {meta['step']:,}, past the {total_steps:,} "
+                              f"steps of this run: ask for {meta['step']:,} steps or more "
+                              "(--steps)")
     saved = meta.get("identity")
-    mine = identity
-    if isinstance(meta.get("tokenizer"), str) and mine["tokenizer"] not in (None, _sha256(meta["tokenizer"])):
-        raise CheckpointError(f"{path} was trained with another tokenizer than the one given")
+    saved_tokenizer = meta.get("tokenizer")
+    if isinstance(saved_tokenizer, str):
+        if identity["tokenizer"] not in (None, _sha256(saved_tokenizer)):
+            raise CheckpointError(f"{path} was trained with another tokenizer than the one given")
     if not isinstance(saved, dict):
-        log(f"{path} was written before runs had an identity: its corpus cannot be checked against this one")
-    elif saved.get("corpus") != mine["corpus"]:
-        how = (f"{saved.get('pairs')} pairs there, {mine['pairs']:,} here" if saved.get("pairs") != mine["pairs"]
-               else f"as many pairs, {mine['pairs']:,}, but other sentences or another order or alignment")
-        raise CheckpointError(f"{path} was trained on another corpus ({how}): resume it with the files it was "
-                              f"trained on, or start a new run in another directory")
+        log(f"{path} was written before runs had an identity: "
+            "its corpus cannot be checked against this one")
+    elif saved.get("corpus") != identity["corpus"]:
+        if saved.get("pairs") != identity["pairs"]:
+            how = f"{saved.get('pairs')} pairs there, {identity['pairs']:,} here"
+        else:
+            how = (f"as many pairs, {identity['pairs']:,}, "
+                   "but other sentences or another order or alignment")
+        raise CheckpointError(f"{path} was trained on another corpus ({how}): resume it with the "
+                              "files it was trained on, or start a new run in another directory")
+    before = meta["training"]
     now = jsonable(training)
-    changed = [k for k in SCHEDULE if k in meta["training"] and meta["training"][k] != now[k]]
+    changed = [k for k in SCHEDULE if k in before and before[k] != now[k]]
     if changed:
-        raise CheckpointError(f"{path} was trained with another schedule: "
-                              + ", ".join(f"{k} {meta['training'].get(k)!r} there, {now[k]!r} here" for k in changed)
-                              + "; resume with the same settings, or start a new run in another directory")
-    if (meta["training"].get("steps"), meta["training"].get("epochs")) != (now["steps"], now["epochs"]):
-        log(f"resuming a run of steps={meta['training'].get('steps')}, epochs={meta['training'].get('epochs')} "
+        listed = ", ".join(f"{k} {before.get(k)!r} there, {now[k]!r} here" for k in changed)
+        raise CheckpointError(f"{path} was trained with another schedule: {listed}; "
+                              "resume with the same settings, or start a new run in another "
+                              "directory")
+    if (before.get("steps"), before.get("epochs")) != (now["steps"], now["epochs"]):
+        log(f"resuming a run of steps={before.get('steps')}, epochs={before.get('epochs')} "
             f"with steps={now['steps']}, epochs={now['epochs']}")
     return ck

@@ -15,35 +15,38 @@ from .metrics import corpus_bleu, exact_match, perplexity
 
 
 def encode_lines(tokenizer, lines):
-    """Token ids of each line: tokenizer.encode_batch when it has one (BPE), else encode per
-    line."""
-    encode = getattr(tokenizer, "encode_batch", None) or (lambda xs: [tokenizer.encode(x) for x in xs])
-    return encode(list(lines))
+    """Token ids of each line: tokenizer.encode_batch where it has one (BPE), else encode."""
+    encode_batch = getattr(tokenizer, "encode_batch", None)
+    if encode_batch is not None:
+        return encode_batch(list(lines))
+    return [tokenizer.encode(x) for x in lines]
 
 
 def one_line(text):
     """text with every line break (the ones str.splitlines knows: \\n, \\r, \\v, \\f, \\x85,
-    \\u2028, \\u2029, ...)
-    made a space, so that one line in gives one line out: one_line("a\\nb\\u2028c") -> "a b c"."""
+    \\u2028, \\u2029, ...) made a space, so that one line in gives one line out:
+    one_line("a\\nb\\u2028c") -> "a b c"."""
     return " ".join(text.splitlines())
 
 
 def encode_fitting(tokenizer, lines, max_len):
     """The ids of each line, if every line fits a model of max_len positions (x </s>), else a
-    FileError naming the first line that does not (1-based; the caller names the file with in_file).
-    Lines are measured in characters first (corpus.most_characters), so a huge line is refused
-    before it costs any encoding."""
+    FileError naming the first line that does not (1-based; the caller names the file with
+    in_file). Lines are measured in characters first (corpus.most_characters), so a huge line is
+    refused before it costs any encoding."""
     longest = max_len - 1
     most = most_characters(tokenizer, longest)
     for n, line in enumerate(lines, 1):
         if len(line) > most:
-            raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens can spell "
-                                     f"(max_len {max_len} with </s>): shorten or split it")
+            raise FileError(None, n, f"has {len(line):,} characters, more than {longest:,} tokens "
+                                     f"can spell (max_len {max_len} with </s>): "
+                                     "shorten or split it")
     ids = encode_lines(tokenizer, lines)
     for n, s in enumerate(ids, 1):
         if len(s) > longest:
-            raise FileError(None, n, f"has {len(s):,} tokens, but the model's positions hold at most {longest:,} "
-                                     f"(max_len {max_len} with </s>): shorten or split it")
+            raise FileError(None, n, f"has {len(s):,} tokens, but the model's positions hold at "
+                                     f"most {longest:,} (max_len {max_len} with </s>): "
+                                     "shorten or split it")
     return ids
 
 
@@ -53,15 +56,16 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
     tokenizer.decode, every line break made a space (one_line). Returns a list of strings in the
     order of `lines`, or with search.nbest > 1 a list of n-best lists of strings. beam_size=1 with
     nbest=1 is greedy_search. Every argument and every line is checked before any search: a line
-    longer than the model's positions is a checks.FileError naming it (1-based; the caller names the
-    file with in_file). progress: a bar of the sentences translated (tqdm, on stderr).
+    longer than the model's positions is a checks.FileError naming it (1-based; the caller names
+    the file with in_file). progress: a bar of the sentences translated (tqdm, on stderr).
     """
     check_search("translate_lines", search)
     check_int("translate_lines", "batch_size", batch_size, 1)
     ids = encode_fitting(tokenizer, list(lines), model.config.max_len)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out = [None] * len(ids)
-    bar = tqdm(total=len(ids), disable=not progress, unit="sent", desc="translating", dynamic_ncols=True)
+    bar = tqdm(total=len(ids), disable=not progress, unit="sent", desc="translating",
+               dynamic_ncols=True)
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         batch = [ids[i] for i in chunk]
@@ -88,25 +92,30 @@ def validation_loss(model, batches):
         total += float(loss.data) * b.n_tgt_tokens
         count += b.n_tgt_tokens
     if not count:
-        raise ValueError("validation_loss: the batches hold no target token: there is nothing to evaluate on")
+        raise ValueError("validation_loss: the batches hold no target token: "
+                         "there is nothing to evaluate on")
     return total / count
 
 
 def evaluate(model, tokenizer, sources, references, batches=None, search=SearchConfig()):
     """{"valid_loss", "valid_ppl" (when `batches` are given), "bleu", "bleu_signature",
-    "exact_match"} of the model in inference mode; `search`: the SearchConfig of translate_lines
-    (nbest 1)."""
+    "exact_match"} of the model in inference mode; `search`: the SearchConfig of
+    translate_lines (nbest 1)."""
     check_search("evaluate", search)
     if isinstance(sources, str) or isinstance(references, str):
-        raise TypeError("evaluate: sources and references must be lists of sentences, not one string")
+        raise TypeError("evaluate: sources and references must be lists of sentences, "
+                        "not one string")
     sources = list(sources)
     references = list(references)
-    if len(sources) != len(references):   # before translating: the lengths would only differ after it
-        raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references; they must pair up")
+    # before translating: the lengths would only differ after it
+    if len(sources) != len(references):
+        raise ValueError(f"evaluate: {len(sources)} sources but {len(references)} references; "
+                         "they must pair up")
     if not sources:
         raise ValueError("evaluate: no sentences to evaluate on: sources and references are empty")
     if search.nbest != 1:
-        raise ValueError(f"evaluate: BLEU scores one translation per sentence: nbest must be 1, got {search.nbest}")
+        raise ValueError("evaluate: BLEU scores one translation per sentence: "
+                         f"nbest must be 1, got {search.nbest}")
     result = {}
     with model.inference_mode():
         if batches is not None:
@@ -114,4 +123,5 @@ def evaluate(model, tokenizer, sources, references, batches=None, search=SearchC
             result["valid_ppl"] = perplexity(result["valid_loss"])
         hyps = translate_lines(model, tokenizer, sources, search)
     bleu, signature = corpus_bleu(hyps, [references])
-    return {**result, "bleu": bleu, "bleu_signature": signature, "exact_match": exact_match(hyps, references)}
+    return {**result, "bleu": bleu, "bleu_signature": signature,
+            "exact_match": exact_match(hyps, references)}

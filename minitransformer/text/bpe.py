@@ -198,8 +198,7 @@ class BPE:
         return self._findall(text)
 
     def _timed_findall(self, text):
-        """_findall of a custom pattern: its words of text, under a time bound (a TimeoutError of
-        one sentence)."""
+        """_findall of a custom pattern: the words of text, under a time bound (TimeoutError)."""
         seconds = PATTERN_SECONDS * (1 + len(text) // 100_000)
         try:
             return self._regex.findall(text, timeout=seconds)

@@ -12,8 +12,10 @@ from collections import defaultdict
 
 from tqdm import tqdm
 
-MAX_VOCAB = 0x110000  # the most ids a vocabulary holds: learn_merges stores an id as a character, chr(id)
-MAX_TOKEN_BYTES = 1 << 12  # the longest token: learning stops before a merge that would make a longer one
+# the most ids a vocabulary holds: learn_merges stores an id as a character, chr(id)
+MAX_VOCAB = 0x110000
+# the longest token: learning stops before a merge that would make a longer one
+MAX_TOKEN_BYTES = 1 << 12
 
 
 def merge(ids, pair, new_id):
@@ -55,10 +57,9 @@ def apply_merges(ids, ranks):
     list of symbols. Equal ranks pop left to right, as merge() goes; a merge only makes pairs of a
     larger rank (a merge uses earlier ids), so every occurrence of a pair is merged before any pair
     made from it. An entry whose pair has changed since it was pushed is stale and skipped."""
-    ids = list(ids)
+    ids = list(ids)  # None: merged away
     n = len(ids)
-    # the linked list; None: merged away
-    nxt = list(range(1, n + 1))
+    nxt = list(range(1, n + 1))   # the linked list
     prv = list(range(-1, n - 1))
     heap = [(ranks[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in ranks]
     heapq.heapify(heap)
@@ -67,8 +68,7 @@ def apply_merges(ids, ranks):
         j = nxt[i]
         if ids[i] is None or j >= n or ranks.get((ids[i], ids[j])) != rank:
             continue                                                    # stale
-        # i becomes the merged token
-        ids[i] = rank
+        ids[i] = rank                                                   # i becomes the merged token
         ids[j] = None
         nxt[i] = nxt[j]
         if nxt[i] < n:
@@ -81,8 +81,8 @@ def apply_merges(ids, ranks):
 
 
 # ---- the two learners: same word counts in, same merges out ----------------------------------
-# Rule for ties, in both: of the pairs with the highest count, take the smallest (left id, right
-# id).
+# Rule for ties, in both: of the pairs with the highest count, take the smallest
+# (left id, right id).
 
 def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     """Each step: count every adjacent pair, merge the most frequent one everywhere.
@@ -91,9 +91,8 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
     """
     words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
-    # size: bytes of each merged token (a byte is 1)
     merges = []
-    size = {}
+    size = {}  # bytes of each merged token (a byte is 1)
     nbytes = lambda t: size.get(t, 1)
     for k in range(num_merges):
         stats = defaultdict(int)
@@ -103,9 +102,10 @@ def learn_merges_naive(word_counts, num_merges, min_frequency, offset):
         if not stats:
             break
         best = min(stats, key=lambda p: (-stats[p], p))
-        if stats[best] < max(1, min_frequency) or nbytes(best[0]) + nbytes(best[1]) > MAX_TOKEN_BYTES:
+        merged_bytes = nbytes(best[0]) + nbytes(best[1])
+        if stats[best] < max(1, min_frequency) or merged_bytes > MAX_TOKEN_BYTES:
             break
-        size[offset + 256 + k] = nbytes(best[0]) + nbytes(best[1])
+        size[offset + 256 + k] = merged_bytes
         words = [merge(w, best, offset + 256 + k) for w in words]
         merges.append(best)
     return merges
@@ -123,8 +123,8 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     learn_merges({"aaab": 1}, 1, 1, 0) -> [(97, 97)]
     """
     if offset + 256 + num_merges > MAX_VOCAB:
-        raise ValueError(f"vocab_size {offset + 256 + num_merges:,} is too large: ids are stored as "
-                         f"characters, so at most {MAX_VOCAB:,} ids")
+        raise ValueError(f"vocab_size {offset + 256 + num_merges:,} is too large: ids are stored "
+                         f"as characters, so at most {MAX_VOCAB:,} ids")
     min_frequency = max(1, min_frequency)
     # 1. Every word as a str of token ids (byte b -> chr(b + offset)), with its count.
     shift = {b: b + offset for b in range(256)}
@@ -141,9 +141,8 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
     # 3. A heap of (-count, pair): the top is the most frequent pair, ties by the smallest pair.
     heap = [(-c, pair) for pair, c in counts.items() if c >= min_frequency]
     heapq.heapify(heap)
-    # size: bytes of each merged token (a byte is 1)
     merges = []
-    size = {}
+    size = {}  # bytes of each merged token (a byte is 1)
     bar = tqdm(total=num_merges, desc="bpe merges", disable=not progress)
     while len(merges) < num_merges and heap:
         # 4. Pop the best pair; an entry whose count has fallen since it was pushed is stale: put it
@@ -154,8 +153,7 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
                 heapq.heappush(heap, (-counts[pair], pair))
             continue
         # 5. The new token z = a b gets the next id (unless it is too long: then learning stops).
-        a = pair[0]
-        b = pair[1]
+        a, b = pair
         z = chr(offset + 256 + len(merges))
         if size.get(a, 1) + size.get(b, 1) > MAX_TOKEN_BYTES:
             break
@@ -166,30 +164,33 @@ def learn_merges(word_counts, num_merges, min_frequency, offset, progress=False)
         #    pairs (x, a) and (b, y) lose f (the word's count) and (x, z), (z, y) gain f. Two
         #    occurrences in a row (a b a b) make one (z, z) instead of (z, a) and (b, z).
         new = defaultdict(int)  # counts of the new pairs, those that hold z
-        for i in dict.fromkeys(where.pop(pair)):  # once per word: a long word is listed once per occurrence
+        # once per word: a long word is listed once per occurrence
+        for i in dict.fromkeys(where.pop(pair)):
             w = words[i]
             f = freqs[i]
-            # j: this occurrence; end: just after the previous one
-            j = w.find(pair)
-            end = -1
+            j = w.find(pair)  # this occurrence
+            end = -1          # just after the previous one
             while j >= 0:
-                if j == end:                 # right after the previous occurrence: (b, a) is gone already
+                if j == end:  # right after the previous occurrence: (b, a) is gone already
                     new[z + z] += f
                     where[z + z].append(i)
-                elif j > 0:                  # the left neighbour x: (x, a) -> (x, z)
+                elif j > 0:   # the left neighbour x: (x, a) -> (x, z)
                     x = w[j - 1]
                     counts[x + a] -= f
                     new[x + z] += f
                     where[x + z].append(i)
                 end = j + 2
                 j = w.find(pair, end)
-                if end < len(w):             # the right neighbour y: (b, y) -> (z, y), unless the next
-                    y = w[end]               # occurrence starts at y (then it adds (z, z) itself)
+                # the right neighbour y: (b, y) -> (z, y), unless the next occurrence starts at y
+                # (then it adds (z, z) itself)
+                if end < len(w):
+                    y = w[end]
                     counts[b + y] -= f
                     if j != end:
                         new[z + y] += f
                         where[z + y].append(i)
-            words[i] = w.replace(pair, z)    # left to right, as merge(); a no-op where the index was stale
+            # left to right, as merge(); a no-op where the index was stale
+            words[i] = w.replace(pair, z)
         # 7. The merged pair is gone; the new pairs enter the heap with their counts.
         counts[pair] = 0
         for p, c in new.items():

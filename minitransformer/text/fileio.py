@@ -25,10 +25,12 @@ import time
 
 from ..checks import FileError
 
-TEMP_PREFIX = ".tmp-"  # atomic_write's temporaries: .tmp-<8 random characters>-<final name, or its hash>
+# atomic_write's temporaries: .tmp-<8 random characters>-<final name, or its hash>
+TEMP_PREFIX = ".tmp-"
 TEMP_PATTERN = re.compile(r"\.tmp-[a-z0-9_]{8}-.+")  # mkstemp's random part: 8 of [a-z0-9_]
 NAME_MAX = 255             # bytes in a file name (Linux, macOS)
-STALE_SECONDS = 60         # a temporary this old, and locked by no process, was left by a killed writer
+# a temporary this old, and locked by no process, was left by a killed writer
+STALE_SECONDS = 60
 
 
 def read_text(path):
@@ -53,10 +55,12 @@ def read_text(path):
         return raw.decode("utf-8-sig")  # UTF-8, dropping a byte-order mark if there is one
     except UnicodeDecodeError as e:
         if raw[:2] == b"\x1f\x8b":  # the gzip magic number
-            raise FileError(path, None, "holds gzip-compressed data, not text: name it *.gz, or gunzip it") from None
+            raise FileError(path, None, "holds gzip-compressed data, not text: "
+                                        "name it *.gz, or gunzip it") from None
         line = raw.count(b"\n", 0, e.start) + 1
         column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
-        raise FileError(path, line, f"is not valid UTF-8 ({e.reason} at byte {column} of the line)") from None
+        raise FileError(path, line, f"is not valid UTF-8 ({e.reason} at byte {column} "
+                                    "of the line)") from None
 
 
 def read_lines(path):
@@ -83,9 +87,9 @@ def check_creatable(directory, what):
 
 
 def check_writable_dir(path, what):
-    """Before any work: `path` is a directory this user may write in, or one that can be made; else
-    a ValueError "<what> <path> is a file, not a directory" or check_creatable's. Creates
-    nothing."""
+    """Before any work, creating nothing: `path` is a directory this user may write in, or one
+    that can be made; else a ValueError "<what> <path> is a file, not a directory" or
+    check_creatable's."""
     if os.path.lexists(path) and not os.path.isdir(path):
         raise ValueError(f"{what} {path} is a file, not a directory")
     check_creatable(os.path.normpath(path), f"{what} {path}")
@@ -95,8 +99,8 @@ def check_name(path, what):
     """Before any work: path's last part fits NAME_MAX bytes; else a ValueError naming `what`."""
     size = len(os.fsencode(os.path.basename(os.fspath(path))))
     if size > NAME_MAX:
-        raise ValueError(f"{what} {path}: the file name is {size} bytes long, more than the {NAME_MAX} a file "
-                         f"name may have")
+        raise ValueError(f"{what} {path}: the file name is {size} bytes long, "
+                         f"more than the {NAME_MAX} a file name may have")
 
 
 def temp_suffix(name):
@@ -108,22 +112,22 @@ def temp_suffix(name):
 
 
 def inside_target(path):
-    """The real file that writing `path` changes: path itself, or the file its symbolic link points
-    to when that lies in the link's own folder (or below it); a FileError naming the link
-    otherwise."""
+    """The real file that writing `path` changes: path itself, or the file its symbolic link
+    points to when that lies in the link's own folder (or below it); else a FileError."""
     path = os.fspath(path)
     target = os.path.realpath(path)
     folder = os.path.realpath(os.path.dirname(path) or ".")
     if os.path.islink(path) and not target.startswith(folder + os.sep):
-        raise FileError(path, None, f"is a symbolic link to {target}, outside its folder {folder}: it is not "
-                                    f"written through; remove the link or give another file name")
+        raise FileError(path, None, f"is a symbolic link to {target}, outside its folder "
+                                    f"{folder}: it is not written through; remove the link or "
+                                    "give another file name")
     return target
 
 
 def remove_stale_temporaries(directory):
     """Delete the temporaries a killed atomic_write left in `directory` (named by TEMP_PATTERN,
-    older than STALE_SECONDS, locked by no live writer); returns their names. Other files are never
-    touched."""
+    older than STALE_SECONDS, locked by no live writer); returns their names. Other files are
+    never touched."""
     removed = []
     names = os.listdir(directory) if os.path.isdir(directory) else []
     for name in filter(TEMP_PATTERN.fullmatch, names):
@@ -133,8 +137,10 @@ def remove_stale_temporaries(directory):
         except OSError:  # gone already, or a link: not ours
             continue
         try:
-            if time.time() - os.fstat(fd).st_mtime > STALE_SECONDS and stat.S_ISREG(os.fstat(fd).st_mode):
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a live writer holds it
+            info = os.fstat(fd)
+            if time.time() - info.st_mtime > STALE_SECONDS and stat.S_ISREG(info.st_mode):
+                # BlockingIOError: a live writer holds it
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 os.unlink(path)
                 removed.append(name)
         except BlockingIOError:
@@ -145,8 +151,8 @@ def remove_stale_temporaries(directory):
 
 
 def atomic_write(path, write, mode="wb"):
-    """Call write(file) on a temporary file in path's directory, then rename it to path (to the file
-    a symbolic link points to, when that is in the link's folder, so that the link stays).
+    """Call write(file) on a temporary file in path's directory, then rename it to path (to the
+    file a symbolic link points to, when that is in the link's folder, so that the link stays).
 
     mode is "wb" (write gets a binary file) or "w" (text, UTF-8). Returns path.
     atomic_write("tok.json", lambda f: f.write(text), mode="w")
@@ -162,9 +168,11 @@ def atomic_write(path, write, mode="wb"):
         umask = os.umask(0o22)
         os.umask(umask)
         file_mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX, suffix=temp_suffix(os.path.basename(target)))
+    suffix = temp_suffix(os.path.basename(target))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX, suffix=suffix)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until closed: remove_stale_temporaries leaves it alone
+        # held until closed: remove_stale_temporaries leaves it alone
+        fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
             f.flush()
@@ -174,7 +182,8 @@ def atomic_write(path, write, mode="wb"):
     except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno is not None:  # a full disk: name the file, not the temporary
+        # a full disk: name the file, not the temporary
+        if isinstance(e, OSError) and e.errno is not None:
             raise OSError(e.errno, e.strerror, path) from None
         raise
     return path

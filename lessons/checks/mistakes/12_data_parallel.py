@@ -64,40 +64,4 @@ MISTAKES = [
                          "return 2 * n_elements * itemsize"), "2 x the bytes is the limit for many ranks"),
     ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
                          "return 4 * (size - 1) * (n_elements // size) * itemsize"), "not what it sends and receives"),
-    ("uniforms_from", ("bits.advance(start // 2)", "bits.advance(start)"), "advance by start // 2 steps, not start"),
-    ("uniforms_from", """
-        def uniforms_from(state, start, count):          # an odd start not handled
-            bits = np.random.PCG64()
-            bits.state = state
-            bits.advance(start // 2)
-            return np.random.Generator(bits).random(count, dtype=np.float32)
-    """, "an odd start begins on the high half of a step"),
-    ("uniforms_from", ("bits.advance(start // 2)", "bits.advance((start + 1) // 2)"), "an odd start rounded up"),
-    ("uniforms_from", ("    if start % 2:", "    if True:"), "drop a number only for an odd start"),
-    ("uniforms_from", """
-        def uniforms_from(state, start, count):          # the first `start` numbers drawn, then dropped
-            bits = np.random.PCG64()
-            bits.state = state
-            return np.random.Generator(bits).random(start + count, dtype=np.float32)[start:]
-    """, "do not draw the first `start` numbers"),
-    ("uniforms_from", """
-        def uniforms_from(state, start, count):          # the first `start` numbers drawn in chunks, then dropped
-            gen = np.random.Generator(np.random.PCG64())
-            gen.bit_generator.state = state
-            left = start
-            while left:
-                left -= len(gen.random(min(left, 2 ** 24), dtype=np.float32))
-            return gen.random(count, dtype=np.float32)
-    """, "do not draw the first `start` numbers"),
-    ("uniforms_from", ("return gen.random(count, dtype=np.float32)", "return gen.random(count)"), "draw float32"),
-    ("uniforms_from", """
-        def uniforms_from(state, start, count):          # the caller's generator moved, not a copy
-            gen = np.random.Generator(np.random.PCG64())
-            gen.bit_generator.state = state
-            gen.bit_generator.advance(start // 2)
-            if start % 2:
-                gen.random(dtype=np.float32)
-            state.update(gen.bit_generator.state)
-            return gen.random(count, dtype=np.float32)
-    """, "the state you were given changed"),
 ]
