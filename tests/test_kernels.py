@@ -699,3 +699,28 @@ def test_adam_from_numbers_in_device_memory_gives_adams_bits(weight_decay, dtype
         for what, a0, a1 in zip("pmv", by_value, from_memory):
             np.testing.assert_array_equal(backend.to_numpy(a1), backend.to_numpy(a0), err_msg=f"step {t}: {what}")
     assert calls == ["adam", "adam_from"] * 4
+
+
+def test_the_gpus_linear_adds_its_weight_gradients_into_the_buffers(numpy_kernels):
+    """fast.gpu.linear (its column sum modelled in NumPy) against functional.linear's plain body: the
+    same output, and where W and b hold gradient buffers already (Adam's flat buffer), dW and db are
+    added into those very arrays, the engine's add done by the op."""
+    rng = np.random.default_rng(5)
+    x0 = rng.standard_normal((3, 4, 6)).astype(np.float32)
+    w0 = rng.standard_normal((6, 5)).astype(np.float32)
+    b0 = rng.standard_normal(5).astype(np.float32)
+    g = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x, w, b = (mt.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+    y = F.linear(x, w, b)
+    y.backward(g)
+    want = [t.grad.copy() for t in (x, w, b)]
+    x, w, b = (mt.tensor(a, requires_grad=True) for a in (x0, w0, b0))
+    buffers = [np.ones((6, 5), np.float32), np.ones(5, np.float32)]
+    w.grad, b.grad = buffers
+    got = fast_gpu.linear(x, w, b)
+    np.testing.assert_allclose(got.data, y.data, rtol=0, atol=tol(6))
+    got.backward(g)
+    assert w.grad is buffers[0] and b.grad is buffers[1], "a gradient buffer was replaced"
+    np.testing.assert_allclose(x.grad, want[0], rtol=0, atol=tol(5))
+    np.testing.assert_allclose(w.grad, 1 + want[1], rtol=0, atol=tol(12) * (1 + np.abs(want[1]).max()))
+    np.testing.assert_allclose(b.grad, 1 + want[2], rtol=0, atol=tol(12) * (1 + np.abs(want[2]).max()))

@@ -246,6 +246,22 @@ def run_threads(main, args, ranks):
     return next((code for code in codes if code), 0)
 
 
+def step_seed(seed, step, rank=0):
+    """The dropout seed of one update on one rank, a function of (seed, step, rank) alone: resuming
+    at any step replays the same dropout masks, and each rank of a data-parallel run draws its own.
+    step_seed(0, 1) != step_seed(0, 2) != step_seed(1, 1) != step_seed(0, 1, rank=1)."""
+    return int(np.random.SeedSequence([int(seed), int(step)] + ([int(rank)] if rank else []))
+               .generate_state(1)[0])
+
+
+def start_together(world, optimizer):
+    """Every rank starts from rank 0's weights; returns whether the ranks now hold one copy of the
+    optimizer's buffers, each rank updating its part (rank threads: share_)."""
+    for flat in optimizer.flat.values():
+        world.broadcast_(flat["data"])
+    return world.share_(optimizer)
+
+
 def nccl():
     """CuPy's NCCL bindings (backend.nccl()), checked: CuPy imports them even where no NCCL library
     is installed, then without NcclCommunicator; a RuntimeError says what to install."""

@@ -1,10 +1,13 @@
 """The host process's settings for training: the BLAS's threads (one for each rank thread, whose
-other ranks have the other cores) and the C heap keeping freed arrays for the next update. Neither
-changes a number: only which core runs a GEMM and where an array lives.
+other ranks have the other cores), the C heap keeping freed arrays for the next update, and the
+signals (Ctrl-C, SIGTERM) that stop a run after a whole update. None changes a number: only which
+core runs a GEMM, where an array lives and when a run stops.
 """
 import contextlib
 import ctypes
 import re
+import signal
+import threading
 
 
 def _openblas():
@@ -69,3 +72,24 @@ def keep_freed_memory(nbytes=1 << 30):
     M_TOP_PAD = -2                              # glibc's <malloc.h>; musl's mallopt does nothing
     M_MMAP_MAX = -4
     return mallopt(M_TOP_PAD, int(nbytes)) == 1 and mallopt(M_MMAP_MAX, 0) == 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as
+    Ctrl-C."""
+
+
+def catch_signals(handler):
+    """Send Ctrl-C (SIGINT) and SIGTERM to handler(signum, frame) where this is the main thread
+    (only it may set handlers) and the signal is not ignored; returns the handlers replaced, for
+    restore_signals."""
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    handled = [s for s in (signal.SIGINT, signal.SIGTERM)
+               if signal.getsignal(s) is not signal.SIG_IGN]
+    return {s: signal.signal(s, handler) for s in handled} if on_main_thread else {}
+
+
+def restore_signals(previous):
+    """Put back the handlers that catch_signals replaced."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)

@@ -31,6 +31,13 @@ from ..tensor import _topological_order
 INPUTS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
 
 
+def memory_mb(graphs=None):
+    """The GPU memory pools' bytes in use, in MB: CuPy's default pool, and the pool of `graphs` (a
+    StepGraphs) where given."""
+    used = backend.xp.get_default_memory_pool().used_bytes()
+    return (used + (graphs.pool.used_bytes() if graphs else 0)) / 2**20
+
+
 class StepGraphs:
     """Training steps of `model` with Adam `optimizer` (every parameter updated at every step, a
     batch per update, one process), each batch shape's recorded as a CUDA graph on its second sight

@@ -15,7 +15,6 @@ Left out on purpose: mixed precision, early stopping.
 import math
 import os
 import signal
-import threading
 import time
 from dataclasses import asdict
 
@@ -28,7 +27,8 @@ from . import distributed, host, rundir, translation
 from ..config import TrainingConfig
 from ..text.corpus import encode_pairs
 from ..text.data import BatchIterator
-from .replay import StepGraphs
+from .distributed import step_seed
+from .replay import StepGraphs, memory_mb
 from .metrics import perplexity
 from ..optim import Adam, WarmupSchedule, clip_grad_norm
 
@@ -36,19 +36,6 @@ from ..optim import Adam, WarmupSchedule, clip_grad_norm
 # ---------------------------------------------------------------- training
 class TrainingError(RuntimeError):
     """Training cannot go on (a diverged loss, non-finite weights); the message says what to do."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as
-    Ctrl-C."""
-
-
-def step_seed(seed, step, rank=0):
-    """The dropout seed of one update on one rank, a function of (seed, step, rank) alone: resuming
-    at any step replays the same dropout masks, and each rank of a data-parallel run draws its own.
-    step_seed(0, 1) != step_seed(0, 2) != step_seed(1, 1) != step_seed(0, 1, rank=1)."""
-    return int(np.random.SeedSequence([int(seed), int(step)] + ([int(rank)] if rank else []))
-               .generate_state(1)[0])
 
 
 class Trainer:
@@ -201,7 +188,7 @@ class Trainer:
         # a signal reached some rank (or came mid-update): every rank stops here, loss logged
         if stops.any():
             self._pending.append((step, step_loss, n_total))
-            raise Terminated() if stops[1] else KeyboardInterrupt()
+            raise host.Terminated() if stops[1] else KeyboardInterrupt()
         return step_loss, n_total
 
     def _graphs_failed(self, what):
@@ -231,9 +218,7 @@ class Trainer:
                   "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
                   "epoch": self.iterator.epoch}
         if backend.device == "gpu":  # the memory pools' bytes in use (xp is cupy here)
-            used = backend.xp.get_default_memory_pool().used_bytes()
-            record["gpu_mem_mb"] = (used + (self.graphs.pool.used_bytes()
-                                            if self.graphs else 0)) / 2**20
+            record["gpu_mem_mb"] = memory_mb(self.graphs)
         self._window_tokens = 0
         self._window_start = now
         self._write_log(record)
@@ -284,15 +269,10 @@ class Trainer:
                          "identity": self.identity, "training": asdict(training_config),
                          "model": self.model.config.to_dict()})
         due = lambda every: bool(every) and self.step % every == 0
-        # data parallel: every rank starts from rank 0's weights
-        for flat in self.optimizer.flat.values():
-            self.world.broadcast_(flat["data"])
-        # rank threads: one copy, each rank updating its part
-        self._shared = self.world.share_(self.optimizer)
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        handled = [s for s in (signal.SIGINT, signal.SIGTERM)
-                   if signal.getsignal(s) is not signal.SIG_IGN]
-        previous = {s: signal.signal(s, self._on_signal) for s in handled} if on_main_thread else {}
+        # data parallel: every rank starts from rank 0's weights; rank threads: one copy, each rank
+        # updating its part
+        self._shared = distributed.start_together(self.world, self.optimizer)
+        previous = host.catch_signals(self._on_signal)
         try:
             while self.step < total:
                 loss, n = self.train_step()
@@ -316,7 +296,7 @@ class Trainer:
                     cb(self)
         except KeyboardInterrupt as e:
             # a step cut short is forgotten: the batch stream goes back to the last whole step
-            stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
+            stopped = "terminated" if isinstance(e, host.Terminated) else "interrupted"
             self.iterator.load_state_dict(self._iter_state)
             self.optimizer.zero_grad()
             self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) "
@@ -324,8 +304,7 @@ class Trainer:
                      + (": saving a checkpoint" if self.run_dir is not None else ""))
         finally:
             bar.close()
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            host.restore_signals(previous)
             # CuPy's own GEMMs again; the graphs and their memory dropped
             if self.graphs is not None:
                 self.graphs.close()
@@ -354,7 +333,7 @@ class Trainer:
         update."""
         self._stops[signum == signal.SIGTERM] += 1
         if self.world.size == 1 and not self._updating:
-            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+            raise host.Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self):
