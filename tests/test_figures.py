@@ -196,7 +196,7 @@ def test_lesson_09_demo_figures_are_those_recorded_in_the_demo():
     from minitransformer.text import demo_task as demo
     lesson, source = text("09_"), inspect.getsource(demo)
     assert "over 95% exact match" in lesson and "demo_task.py" in lesson
-    assert "98.5% after 1,000 steps, 80 s in all when idle" in source and demo.DEMO["steps"] == 1000
+    assert "README.md" in source and demo.DEMO["steps"] == 1000
     assert f"the demo uses warmup {demo.DEMO['warmup_steps']} and factor {demo.DEMO['lr_scale']}" in lesson
     peak = demo.DEMO["lr_scale"] * 128 ** -0.5 * demo.DEMO["warmup_steps"] ** -0.5
     assert f"the demo's peak, {peak:.4f} at step {demo.DEMO['warmup_steps']}" in lesson
@@ -223,7 +223,7 @@ def test_lesson_11_quotes_the_gpu_figures_of_the_committed_run():
     steps = {(r["framework"], r["preset"]): r["ms_per_step"] for r in run["train_step"]["result"]["fp32"]["results"]}
     for preset in ("tiny", "small", "base"):
         assert f"{preset} {steps['ours', preset]:.1f}" in lesson and f"{steps['torch', preset]:.1f}" in lesson
-    assert "Left out: fused CuPy kernels" in inspect.getsource(mt.functional)
+    assert "if fast.on(" in inspect.getsource(mt.functional)
     assert "GB/s" not in "".join(code for _, code in _blocks("11_") if "device == \"gpu\"" not in code)
     assert round(64 * 30 * 37000 * 4 / 1e6) == 284 and "is 284 MB" in lesson
 

@@ -74,11 +74,6 @@ def keep_freed_memory(nbytes=1 << 30):
     return mallopt(M_TOP_PAD, int(nbytes)) == 1 and mallopt(M_MMAP_MAX, 0) == 1
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as
-    Ctrl-C."""
-
-
 def catch_signals(handler):
     """Send Ctrl-C (SIGINT) and SIGTERM to handler(signum, frame) where this is the main thread
     (only it may set handlers) and the signal is not ignored; returns the handlers replaced, for

@@ -38,6 +38,11 @@ class TrainingError(RuntimeError):
     """Training cannot go on (a diverged loss, non-finite weights); the message says what to do."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as
+    Ctrl-C."""
+
+
 class Trainer:
     """Train `model` on `train_pairs` ((src_ids, tgt_ids) lists) and evaluate on `valid`
     ((source lines, reference lines), raw text, or None).
@@ -188,7 +193,7 @@ class Trainer:
         # a signal reached some rank (or came mid-update): every rank stops here, loss logged
         if stops.any():
             self._pending.append((step, step_loss, n_total))
-            raise host.Terminated() if stops[1] else KeyboardInterrupt()
+            raise Terminated() if stops[1] else KeyboardInterrupt()
         return step_loss, n_total
 
     def _graphs_failed(self, what):
@@ -296,12 +301,11 @@ class Trainer:
                     cb(self)
         except KeyboardInterrupt as e:
             # a step cut short is forgotten: the batch stream goes back to the last whole step
-            stopped = "terminated" if isinstance(e, host.Terminated) else "interrupted"
+            stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
             self.iterator.load_state_dict(self._iter_state)
             self.optimizer.zero_grad()
-            self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) "
-                     f"at step {self.step}"
-                     + (": saving a checkpoint" if self.run_dir is not None else ""))
+            self.log(f"{stopped} ({'SIGTERM' if stopped == 'terminated' else 'Ctrl-C'}) at step "
+                     f"{self.step}" + (": saving a checkpoint" if self.run_dir is not None else ""))
         finally:
             bar.close()
             host.restore_signals(previous)
@@ -333,7 +337,7 @@ class Trainer:
         update."""
         self._stops[signum == signal.SIGTERM] += 1
         if self.world.size == 1 and not self._updating:
-            raise host.Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self):
