@@ -12,6 +12,7 @@ import numpy as np
 
 from . import backend, fast
 from . import functional as F
+from .checks import check_mask
 from .profiler import traced
 from .tensor import data_of, make_node
 
@@ -41,11 +42,11 @@ def causal_mask(T, offset=0):
 def attention_forward(q, k, v, mask, dropout_p, training):
     """Eq. (1) on arrays: O (B, H, Tq, K), P (B, H, Tq, Tk) before dropout, and the dropout mask
     (kept, boolean, or None). See scaled_dot_product_attention."""
+    if mask is not None:
+        check_mask(mask, q, k)
     if fast.on(q, k, v):
         return fast.attention_forward(q, k, v, mask, dropout_p, training)
     xp = backend.xp
-    if mask is not None:
-        _check_mask(mask, q, k)
     s = q @ xp.swapaxes(k, -1, -2)                   # (B, H, Tq, Tk) the scores
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
@@ -61,21 +62,6 @@ def attention_forward(q, k, v, mask, dropout_p, training):
         pd = p
     o = pd @ v                                       # (B, H, Tq, K)
     return o, p, kept
-
-
-def _check_mask(mask, q, k):
-    """A boolean mask that broadcasts to the scores' shape (B, H, Tq, Tk), or one sentence saying
-    what it is."""
-    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
-    if mask.dtype != bool:
-        additive = (" (for an additive mask of 0 and -inf, pass mask == 0)"
-                    if mask.dtype.kind == "f" else "")
-        raise TypeError("attention: the mask must be boolean, True where attention is allowed, "
-                        f"got dtype {mask.dtype}{additive}")
-    if len(mask.shape) > len(scores) or any(n not in (1, m)
-                                            for n, m in zip(mask.shape[::-1], scores[::-1])):
-        raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to "
-                         f"the scores' (B, H, Tq, Tk) = {tuple(scores)}")
 
 
 def attention_backward(g, q, k, v, p, kept, dropout_p, need_q=True, need_k=True, need_v=True):

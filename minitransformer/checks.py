@@ -118,3 +118,18 @@ def check_target(t, shape, n_classes, ignore_index):
                 allowed += f" or equal ignore_index={ignore_index}"
             raise ValueError(f"cross_entropy: target id {int(bad)} is out of range for "
                              f"{n_classes} classes (ids must lie in {allowed})")
+
+
+def check_mask(mask, q, k):
+    """Attention's mask: a boolean array that broadcasts to the scores' shape (B, H, Tq, Tk) of
+    queries q (B, H, Tq, K) and keys k (B, H, Tk, K), or one sentence saying what it is."""
+    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    if mask.dtype != bool:
+        additive = (" (for an additive mask of 0 and -inf, pass mask == 0)"
+                    if mask.dtype.kind == "f" else "")
+        raise TypeError("attention: the mask must be boolean, True where attention is allowed, "
+                        f"got dtype {mask.dtype}{additive}")
+    if len(mask.shape) > len(scores) or any(n not in (1, m)
+                                            for n, m in zip(mask.shape[::-1], scores[::-1])):
+        raise ValueError(f"attention: a mask of shape {tuple(mask.shape)} does not broadcast to "
+                         f"the scores' (B, H, Tq, Tk) = {tuple(scores)}")

@@ -724,3 +724,11 @@ def test_the_gpus_linear_adds_its_weight_gradients_into_the_buffers(numpy_kernel
     np.testing.assert_allclose(x.grad, want[0], rtol=0, atol=tol(5))
     np.testing.assert_allclose(w.grad, 1 + want[1], rtol=0, atol=tol(12) * (1 + np.abs(want[1]).max()))
     np.testing.assert_allclose(b.grad, 1 + want[2], rtol=0, atol=tol(12) * (1 + np.abs(want[2]).max()))
+
+
+def test_the_gpus_attention_keeps_the_lesson_modules_constants():
+    """fast/gpu.py imports no lesson module (the fast wing stands below them), so it holds its own
+    copies of the masked score and the projection layouts: they must be attention's and multihead's."""
+    from minitransformer import multihead
+    assert fast_gpu.NEG == attention.NEG
+    assert fast_gpu.LAYOUTS == multihead.LAYOUT_OF

@@ -250,7 +250,7 @@ def run_train(args):
 
 
 def train_thread(args, training_config, max_len, corpus, valid):
-    """train_rank in a rank thread, its errors mapped to exit codes; only the first rank says them."""
+    """train_rank in a rank thread, its errors turned into exit codes; the first rank says them."""
     run = lambda _: train_rank(args, training_config, max_len, corpus, valid)  # noqa: E731
     rank_args = argparse.Namespace(**{**vars(args), "func": run})
     return run_command(rank_args, report=distributed.world().is_main)

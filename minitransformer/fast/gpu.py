@@ -16,8 +16,12 @@ import math
 import numpy as np
 
 from .. import backend
+from ..checks import check_mask
 from ..tensor import data_of, grad_into, make_node
 from . import kernels
+
+NEG = -1e9                                   # attention.NEG: a masked score
+LAYOUTS = {1: (3,), 2: (1, 2), 3: (1, 1, 1)}  # multihead.LAYOUT_OF: q, k, v in each projection
 
 
 def linear(x, weight, bias=None):
@@ -55,10 +59,7 @@ def _transpose_matmul(a, b, into):
 
 def attention_forward(q, k, v, mask, dropout_p, training):
     """attention.attention_forward on the GPU."""
-    from ..attention import NEG, _check_mask
     xp = backend.xp
-    if mask is not None:
-        _check_mask(mask, q, k)
     scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
     kept = None
     if training and dropout_p > 0:
@@ -109,12 +110,13 @@ def attention_backward(g, q, k, v, p, kept, dropout_p, need_q=True, need_k=True,
 
 def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True):
     """multihead.multi_head_attention on the GPU: C-ordered heads for cuBLAS's one batch stride."""
-    from ..multihead import LAYOUT_OF, _merge_heads, _split
     xp = backend.xp
-    layout = LAYOUT_OF[len(parts)]
+    layout = LAYOUTS[len(parts)]
     q, k, v = [h for t, n in zip(parts, layout)
                for h in xp.ascontiguousarray(_split(t.data, n, n_heads))]  # (B, H, T, K) each
     mask = None if mask is None else backend.asarray(data_of(mask))
+    if mask is not None:
+        check_mask(mask, q, k)
     out, p, kept = attention_forward(q, k, v, mask, dropout_p, training)  # (B, H, Tq, K)
 
     def backward(g):
@@ -141,3 +143,15 @@ def multi_head_attention(parts, n_heads, mask=None, dropout_p=0.0, training=True
             xp.copyto(heads, stack)
         return tuple(result)
     return make_node(_merge_heads(out), tuple(parts), backward, "multi_head_attention"), p
+
+
+def _split(x, n_parts, n_heads):
+    """(B, T, n_parts * D) array -> a view (n_parts, B, H, T, K), as multihead._split."""
+    B, T, width = x.shape
+    return x.reshape(B, T, n_parts, n_heads, width // (n_parts * n_heads)).transpose(2, 0, 3, 1, 4)
+
+
+def _merge_heads(o):
+    """(B, H, T, K) -> (B, T, D), as multihead._merge_heads."""
+    B, H, T, K = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(B, T, H * K)

@@ -117,8 +117,10 @@ class StepGraphs:
         return loss
 
     def _adam_numbers(self, lr):
-        """Adam's host bookkeeping of one step (Adam.count_step: every parameter has its gradient
-        buffer, so every t advances alike) and its seven numbers on the device."""
+        """Adam's host bookkeeping of one step (Adam.count_step, after gradient_buffers(): every
+        parameter holds its view of the flat gradient buffer, so every t advances alike) and its
+        seven numbers on the device."""
+        self.opt.gradient_buffers()
         runs = self.opt.count_step(lr)
         numbers = self.opt.update_numbers(runs[0][3])
         xp = backend.xp
