@@ -6,9 +6,11 @@ The demo generates the task, learns a BPE tokenizer on it, trains the tiny prese
 minutes, then translates held-out lines and prints exact-match accuracy and sacreBLEU.
 Left out on purpose: any download; any setting a user must choose.
 """
+import dataclasses
 import tempfile
 import time
 
+from minitransformer.run import distributed
 from minitransformer.text.demo_task import DEMO, QUICK, make_splits
 from minitransformer.run.metrics import corpus_bleu, exact_match
 from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
@@ -85,9 +87,23 @@ def run_demo(args):
     def model_config(vocab_size):
         return TransformerConfig.tiny(vocab_size=vocab_size, dropout=settings["dropout"],
                                       **overrides)
-    trainer, tokenizer = prepare_training(*train, model_config, training_config, out,
-                                          vocab_size=settings["vocab_size"], valid=valid)
-    summary = trainer.train()
+    # on a CPU as rank threads, a core each (distributed.default_ranks), each a share of the tokens
+    ranks = 1 if args.device == "gpu" else distributed.default_ranks()
+    share = dataclasses.replace(training_config,
+                                max_tokens=training_config.max_tokens // ranks)
+    trained = []                                 # the first rank's (trainer, tokenizer, summary)
+
+    def train_rank():
+        trainer, tokenizer = prepare_training(*train, model_config, share, out,
+                                              vocab_size=settings["vocab_size"], valid=valid)
+        summary = trainer.train()
+        if distributed.world().is_main:
+            trained.append((trainer, tokenizer, summary))
+        return 0
+    code = train_rank() if ranks == 1 else distributed.run_threads(train_rank, (), ranks)
+    if not trained:                              # a rank failed: its message is printed
+        return code or 1
+    trainer, tokenizer, summary = trained[0]
     if summary["stopped"] != "done":
         return report_stop("demo", summary)
 
