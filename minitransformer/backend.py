@@ -95,9 +95,9 @@ def use(name):
 
 
 def matmul(a, b, out=None):
-    """xp.matmul(a, b, out=out), the package's every GEMM (cores.matmul, attention); while `gemm` is
-    set (graphs.py, CUDA graphs on: CuPy refuses cuBLAS inside a capture), gemm(a, b, out)
-    instead."""
+    """xp.matmul(a, b, out=out), the GEMM of ops.matmul and the GPU's linear and attention; while
+    `gemm` is set (run/replay.py, CUDA graphs on: CuPy refuses cuBLAS inside a capture),
+    gemm(a, b, out) instead."""
     return xp.matmul(a, b, out=out) if gemm is None else gemm(a, b, out)
 
 

@@ -237,10 +237,10 @@ def dropout(x, p, training=True):
 # -------------------------------------------------------------------- embedding and linear
 def _scatter_rows(shape, ids, g):
     """A zero (V, D) matrix with the rows of g (N, D) added at ids (N,); repeated ids add up. On the
-    CPU by np.add.at over the flattened matrix (NumPy's fast 1-D path; benchmarks/README.md,
-    'Embedding'); on the GPU fast.embedding_backward in the same order (the CPU's bits), else (fused
-    off) backend.scatter_add: the same bits every run, where atomic adds would land in the
-    hardware's order."""
+    CPU by np.add.at over the flattened matrix (NumPy's fast path is the 1-D one); on the GPU
+    fast.embedding_backward in the same order (the CPU's bits), else (fused off)
+    backend.scatter_add: the same bits every run, where atomic adds would land in the hardware's
+    order."""
     if fast.on(g):
         return fast.embedding_backward(shape, backend.xp.asarray(ids), g)
     out = backend.xp.zeros(shape, dtype=g.dtype)                      # (V, D)

@@ -76,7 +76,7 @@ class LocalWorld:
 
     def share_(self, optimizer):
         """Whether the ranks now hold one copy of the optimizer's buffers (rank threads), each to
-        update its part (Adam.share); processes cannot."""
+        update its part (Adam.use_buffers, Adam.part); processes cannot."""
         return False
 
     def bind_device(self):
@@ -164,9 +164,9 @@ class ThreadWorld(LocalWorld):
     own core, and the collectives meet at a barrier. A sum adds the ranks' arrays in rank order,
     each rank summing its 1/size of the elements into every rank's array (own_part: into its own
     only): the same bits on every rank, and for 2 ranks MPI's (a + b is b + a). share_ gives every
-    rank rank 0's weights and moments, one copy that each rank updates its 1/size of (Adam.share):
-    half the Adam work and the sum's writes of 2 ranks, one copy's memory (benchmarks/README.md,
-    'Training step')."""
+    rank rank 0's weights and moments, one copy that each rank updates its 1/size of
+    (Adam.use_buffers, Adam.part): half the Adam work and the sum's writes of 2 ranks, one copy's
+    memory (benchmarks/README.md, 'Training step')."""
 
     def __init__(self, rank, size, shared):
         self.rank = rank
@@ -358,9 +358,8 @@ def can_launch():
 def default_ranks():
     """The ranks a CPU training run starts by default here, as threads (run_threads;
     examples/multi30k.py, benchmarks/train_step.py): 2 where the machine has 2 cores or more,
-    else 1. Two ranks of one core each train faster than one rank whose passes are cut over both
-    (benchmarks/README.md, 'Training step'): each rank runs all its passes on its own core, and no
-    core waits for a hand-off from the other."""
+    else 1. NumPy runs an elementwise pass on one core: two ranks of one core each, the BLAS on
+    one thread each, keep both cores busy on every pass and meet only at the gradient sum."""
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 

@@ -1,6 +1,5 @@
 """Training: the Trainer loop (section 5), evaluation when due (translation.py), checkpoints and
-exact resumption (trainer_checkpoints.py), on the GPU optionally as replayed CUDA graphs
-(graphs.py).
+exact resumption (state, save, resume), on the GPU optionally as replayed CUDA graphs (replay.py).
 
 One update = `accum` batches of about `max_tokens` tokens each; their losses are weighted by their
 target-token counts so the update sees the mean over every target token of all of them (the paper's
