@@ -50,7 +50,7 @@ def attention_forward(q, k, v, mask, dropout_p, training):
     s = q @ xp.swapaxes(k, -1, -2)                   # (B, H, Tq, Tk) the scores
     s *= 1.0 / math.sqrt(q.shape[-1])                # eq. (1): scale by 1/sqrt(d_k)
     if mask is not None:
-        s = xp.where(mask, s, s.dtype.type(NEG))     # masked scores -> -1e9
+        xp.copyto(s, s.dtype.type(NEG), where=~mask)  # masked scores -> -1e9
     p = F.softmax_array(s, out=s)                    # (B, H, Tq, Tk) over the keys
     if mask is not None:
         p *= mask.any(axis=-1, keepdims=True)        # a row with no allowed key: uniform -> zeros

@@ -186,20 +186,22 @@ def layer_norm(x, gamma, beta, eps=1e-6):
     D = x.shape[-1]
     x2 = x.data.reshape(-1, D)                                        # (N, D)
     mu = x2.mean(axis=1, keepdims=True)                               # (N, 1)
-    xc = x2 - mu                                                      # (N, D) centred
-    var = (xc * xc).mean(axis=1, keepdims=True)                       # (N, 1)
+    xhat = x2 - mu                                                    # (N, D) centred ...
+    var = xp.einsum("nd,nd->n", xhat, xhat)[:, None] / D              # (N, 1) mean of squares
     rstd = 1.0 / xp.sqrt(var + eps)                                   # (N, 1) 1 / sigma
-    xhat = xc * rstd                                                  # (N, D)
-    y = xhat * gamma.data + beta.data                                 # (N, D)
+    xhat *= rstd                                                      # ... and scaled: xhat
+    y = xhat * gamma.data                                             # (N, D)
+    y += beta.data
 
     def backward(gy):
         gy = gy.reshape(-1, D)                                        # (N, D)
-        dgamma = (gy * xhat).sum(axis=0)                              # (D,)
+        dgamma = xp.einsum("nd,nd->d", gy, xhat)                      # (D,) sum of dy * xhat
         dbeta = gy.sum(axis=0)                                        # (D,)
         g = gy * gamma.data                                           # (N, D)
         mean_g = g.mean(axis=1, keepdims=True)                        # (N, 1)
-        mean_gx = (g * xhat).mean(axis=1, keepdims=True)              # (N, 1)
-        dx = rstd * (g - mean_g - xhat * mean_gx)                     # (N, D)
+        mean_gx = xp.einsum("nd,nd->n", g, xhat)[:, None] / D         # (N, 1) mean(g * xhat)
+        dx = g - mean_g - xhat * mean_gx                              # (N, D)
+        dx *= rstd                                                    # times 1 / sigma
         return dx.reshape(x.shape), dgamma, dbeta
     return make_node(y.reshape(x.shape), (x, gamma, beta), backward, "layer_norm")
 

@@ -9,6 +9,8 @@ import re
 import signal
 import threading
 
+_blas = None  # [(set_num_threads, get_num_threads)] of the OpenBLAS libraries loaded, once found
+
 
 def _openblas():
     """[(set_num_threads, get_num_threads)] of every OpenBLAS loaded in this process (NumPy's, and
@@ -39,7 +41,10 @@ def blas_threads(n):
     before after it: rank threads (distributed.run_threads) each run their GEMMs on their own core,
     where a BLAS with a thread per core would have each rank's GEMMs fight for both. Elsewhere
     (another BLAS) nothing changes."""
-    blas = [(set_n, get_n()) for set_n, get_n in _openblas()]
+    global _blas
+    if _blas is None:                            # looked for once: the libraries stay loaded
+        _blas = _openblas()
+    blas = [(set_n, get_n()) for set_n, get_n in _blas]
     for set_n, _ in blas:
         set_n(n)
     try:
