@@ -164,3 +164,25 @@ def numpy_kernels(monkeypatch):
         return None
     monkeypatch.setattr(gpu, "kernels", SimpleNamespace(forward_rows=forward_rows, backward_rows=backward_rows,
                                                         scale_and_mask=scale_and_mask, column_sum=column_sum))
+
+
+def random_ids(rng, B, L, V, lengths=None, first=None):
+    """Ids in [3, V) (no special tokens), padded with 0 after `lengths`, optionally `first` in
+    column 0."""
+    ids = rng.integers(3, V, size=(B, L))
+    if lengths is not None:
+        ids[np.arange(L)[None, :] >= np.asarray(lengths)[:, None]] = 0
+    if first is not None:
+        ids[:, 0] = first
+    return ids
+
+
+class WordTokenizer:
+    """Words <-> ids 3.. by a fixed small vocabulary (a stand-in for bpe.BPE)."""
+    words = "a b c d e f g h i j k l m n o p q r s t".split()
+
+    def encode(self, s):
+        return [3 + self.words.index(w) for w in s.split()]
+
+    def decode(self, ids):
+        return " ".join(self.words[i - 3] for i in ids)

@@ -16,7 +16,7 @@ from minitransformer.cache import DecoderCache, KVCache
 from minitransformer.multihead import MultiHeadAttention
 from minitransformer.transformer import Transformer, TransformerConfig
 
-from conftest import f32_tol, transformer_tol
+from conftest import f32_tol, transformer_tol, random_ids
 
 FAST = settings(max_examples=15, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -244,17 +244,6 @@ def micro(**overrides):
     """A model small enough to check element by element: D 8, 2 heads, F 16, 1 + 1 layers, V 11."""
     return TransformerConfig.tiny(**{**dict(vocab_size=11, d_model=8, n_heads=2, d_ff=16,
                                             n_layers=1, max_len=32, dropout=0.0), **overrides})
-
-
-def random_ids(rng, B, L, V, lengths=None, first=None):
-    """Ids in [3, V) (no special tokens), padded with 0 after `lengths`, optionally `first` in
-    column 0."""
-    ids = rng.integers(3, V, size=(B, L))
-    if lengths is not None:
-        ids[np.arange(L)[None, :] >= np.asarray(lengths)[:, None]] = 0
-    if first is not None:
-        ids[:, 0] = first
-    return ids
 
 
 def test_cached_logits_equal_recomputation_at_every_step(xp_backend):

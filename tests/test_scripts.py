@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from script_checks import check_bad_option, check_help, run
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*.py"))
 
@@ -39,16 +41,9 @@ BAD = [
 ]
 
 
-def run(script, args):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_has_help_with_its_defaults(script):
-    done = run(script, ["--help"])
-    assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout and "--" in done.stdout
+    check_help(script)
 
 
 def test_every_script_has_a_bad_input_case():
@@ -58,14 +53,7 @@ def test_every_script_has_a_bad_input_case():
 @pytest.mark.parametrize("script, args, message", BAD,
                          ids=[f"{s}{' '.join(a)}" for s, a, _ in BAD])
 def test_a_bad_option_is_one_line_before_any_work(script, args, message, tmp_path):
-    done = run(script, [a.replace("{tmp}", str(tmp_path)) for a in args])
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert lines[-1].startswith(f"{Path(script).name}: error: "), done.stderr
-    # argparse's usage first
-    assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), done.stderr
-    assert re.search(message, lines[-1]), lines[-1]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing is written"
+    check_bad_option(script, args, message, tmp_path)
 
 
 def _multi30k():

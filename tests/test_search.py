@@ -20,7 +20,7 @@ from minitransformer.search import beam_search, greedy_search, length_penalty
 from minitransformer.run.translation import translate_lines
 from minitransformer.transformer import Transformer, TransformerConfig
 
-from conftest import f32_tol, transformer_tol
+from conftest import f32_tol, transformer_tol, WordTokenizer
 
 FAST = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 PAD, BOS, EOS = 0, 1, 2
@@ -544,12 +544,3 @@ def test_return_attention_gives_the_cross_attention_of_the_best():
         assert hyps[1].attention is None
 
 
-class WordTokenizer:
-    """Words <-> ids 3.. by a fixed small vocabulary (a stand-in for bpe.BPE)."""
-    words = "a b c d e f g h i j k l m n o p q r s t".split()
-
-    def encode(self, s):
-        return [3 + self.words.index(w) for w in s.split()]
-
-    def decode(self, ids):
-        return " ".join(self.words[i - 3] for i in ids)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import minitransformer as mt
 import minitransformer.functional as F
 from minitransformer.attention import causal_mask, padding_mask
-from conftest import f32_tol, transformer_tol
+from conftest import f32_tol, transformer_tol, random_ids
 from minitransformer.transformer import (Decoder, DecoderLayer, Encoder, EncoderLayer, FeedForward,
                                          PositionalEncoding, Transformer, TransformerConfig,
                                          count_parameters, sinusoids)
@@ -28,16 +28,6 @@ def micro(**overrides):
 
 def t64(a, requires_grad=True):
     return mt.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad)
-
-
-def random_ids(rng, B, L, V, lengths=None, first=None):
-    """Ids in [3, V) (no special tokens), padded with 0 after `lengths`, optionally `first` in column 0."""
-    ids = rng.integers(3, V, size=(B, L))
-    if lengths is not None:
-        ids[np.arange(L)[None, :] >= np.asarray(lengths)[:, None]] = 0
-    if first is not None:
-        ids[:, 0] = first
-    return ids
 
 
 # -------------------------------------------------------------------- configuration

@@ -17,7 +17,7 @@ from minitransformer.search import beam_search, greedy_search
 from minitransformer.text.data import Batch
 from minitransformer.transformer import Transformer, TransformerConfig
 
-from conftest import f32_tol, tiny_model
+from conftest import f32_tol, tiny_model, WordTokenizer
 
 
 def make_model(seed=0, scale=1.0):
@@ -51,17 +51,6 @@ def test_encode_lines_uses_encode_batch_where_the_tokenizer_has_one(task):
 
 
 # -------------------------------------------------------------------- translate_lines
-class WordTokenizer:
-    """Words <-> ids 3.. by a fixed small vocabulary (a stand-in for bpe.BPE)."""
-    words = "a b c d e f g h i j k l m n o p q r s t".split()
-
-    def encode(self, s):
-        return [3 + self.words.index(w) for w in s.split()]
-
-    def decode(self, ids):
-        return " ".join(self.words[i - 3] for i in ids)
-
-
 def test_translate_lines_keeps_the_order_and_matches_beam_search():
     model = make_model(seed=10, scale=3.0)
     tok = WordTokenizer()

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from script_checks import check_bad_option, check_help, run  # noqa: E402
+
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*.py")
                  if p.name not in ("torch_reference.py", "cublas_capture.py"))  # imported modules
 
@@ -49,16 +52,9 @@ BAD = [
 ]
 
 
-def run(script, args):
-    return subprocess.run([sys.executable, script, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_has_help_with_its_defaults(script):
-    done = run(script, ["--help"])
-    assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout and "--" in done.stdout
+    check_help(script)
 
 
 def test_every_script_has_a_bad_input_case():
@@ -68,14 +64,7 @@ def test_every_script_has_a_bad_input_case():
 @pytest.mark.parametrize("script, args, message", BAD,
                          ids=[f"{s}{' '.join(a)}" for s, a, _ in BAD])
 def test_a_bad_option_is_one_line_before_any_work(script, args, message, tmp_path):
-    done = run(script, [a.replace("{tmp}", str(tmp_path)) for a in args])
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert lines[-1].startswith(f"{Path(script).name}: error: "), done.stderr
-    # argparse's usage first
-    assert all(line.startswith(("usage:", " ")) for line in lines[:-1]), done.stderr
-    assert re.search(message, lines[-1]), lines[-1]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing is written"
+    check_bad_option(script, args, message, tmp_path)
 
 
 def test_the_bpe_benchmark_loads_the_package_bpe_without_the_engine():

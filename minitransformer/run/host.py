@@ -63,7 +63,7 @@ def keep_freed_memory(nbytes=1 << 30):
     freed block of over 128 KB (up to 32 MB once it has seen such blocks freed) back to the kernel,
     so the next array of that size is mapped afresh and each of its 4 KB pages faults and is zeroed
     on its first write: thousands of page faults an update, a sizeable share of its time
-    (benchmarks/README.md, 'Freed memory'). With M_MMAP_MAX 0 every block comes from the heap, and
+    (benchmarks/README.md, 'Training step'). With M_MMAP_MAX 0 every block comes from the heap, and
     with M_TOP_PAD the heap grows by `nbytes` more than asked and keeps that much free at its top
     when it shrinks, so the next update finds its pages already there. The cost: the process holds
     the memory it freed (its peak, plus up to `nbytes`) until it ends.
