@@ -137,7 +137,7 @@ def main():
         if not lines:
             raise ValueError(f"--data {args.data} holds no line to translate")
         if args.checkpoint:
-            from minitransformer.run.checkpoint import load_model
+            from minitransformer.run.translation import load_model
             model, tok, _ = load_model(args.checkpoint)
     except (ValueError, RuntimeError, CheckpointError) as e:  # a device, a file or a checkpoint that will not do
         raise SystemExit(f"{p.prog}: error: {e}") from None

@@ -12,6 +12,7 @@ import pytest
 
 import minitransformer as mt
 from minitransformer.run import checkpoint as ckpt
+from minitransformer.run.translation import load_model
 from minitransformer.text.bpe import BPE
 from minitransformer.run.training import Trainer
 from minitransformer.transformer import count_parameters
@@ -34,7 +35,7 @@ def test_checkpoint_is_plain_npz(xp_backend, task, tmp_path):
     assert {k for k in arrays if k.startswith("model/")} == {f"model/{k}" for k in names}
     assert any(k.startswith("optim/m.") for k in arrays)
     # the embedded tokenizer and config rebuild the same model
-    model, tok2, ck = ckpt.load_model(path)
+    model, tok2, ck = load_model(path)
     assert tok2.encode("3 4 , 5") == tok.encode("3 4 , 5")
     for k, p in names.items():
         np.testing.assert_array_equal(model.state_dict()[k], mt.to_numpy(p.data))
@@ -138,7 +139,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_named(task, tmp_path):
     other = tmp_path / "other.json"
     BPE().save(other)                                                    # 259 ids: no merges
     with pytest.raises(ckpt.CheckpointError, match=r"other.json has 259 ids but the model in .* was built for 300"):
-        ckpt.load_model(trainer.last_checkpoint, str(other))
+        load_model(trainer.last_checkpoint, str(other))
     with pytest.raises(ValueError, match="the tokenizer has 259 ids but the model was built for 300"):
         Trainer(tiny_model(tok), BPE.load(other), pairs, None, training_config(steps=1), log=quiet)
 
@@ -221,7 +222,7 @@ def test_the_config_is_checked_against_the_arrays_before_a_model_is_built(task, 
     refused_unread(few, rf"few\.npz: its model config implies {n:,} parameters but its arrays hold 2: the file is "
                         rf"damaged", monkeypatch)
     with pytest.raises(ckpt.CheckpointError, match=r"few\.npz: its model config implies"):
-        ckpt.load_model(few)
+        load_model(few)
     monkeypatch.undo()
     state = model.state_dict()
     greedy = ckpt.save(tmp_path / "greedy.npz", state, {"config": config, "step": 1},
@@ -240,7 +241,7 @@ def test_a_tokenizer_that_is_not_the_checkpoints_own_is_named(task, tmp_path):
     trainer.train()
     path = trainer.last_checkpoint
     tok.save(tmp_path / "own.json")
-    assert ckpt.load_model(path, str(tmp_path / "own.json"))[1].merges == tok.merges
+    assert load_model(path, str(tmp_path / "own.json"))[1].merges == tok.merges
     spare = next((a, b) for a in range(tok.offset, tok.vocab_size) for b in range(tok.offset, tok.vocab_size - 1)
                  if (a, b) not in tok.ranks)                       # a last merge no tokenizer of this task learned
     for name, foreign, what in (("merges.json", BPE(tok.merges[:-1] + [spare]), "merges"),
@@ -249,7 +250,7 @@ def test_a_tokenizer_that_is_not_the_checkpoints_own_is_named(task, tmp_path):
         assert foreign.vocab_size == tok.vocab_size
         with pytest.raises(ckpt.CheckpointError, match=rf"{name} is not the tokenizer .* was trained with: "
                                                        rf"they differ in their {what}.*leave out --tokenizer"):
-            ckpt.load_model(path, str(tmp_path / name))
+            load_model(path, str(tmp_path / name))
     # a checkpoint that embeds no tokenizer (written before) takes any tokenizer of its size, without a word
     old = ckpt.save(tmp_path / "old.npz", trainer.model.state_dict(), {"config": trainer.model.config.to_dict()})
-    assert ckpt.load_model(old, str(tmp_path / "pattern.json"))[1].pattern == r"\s+|\S"
+    assert load_model(old, str(tmp_path / "pattern.json"))[1].pattern == r"\s+|\S"

@@ -10,7 +10,7 @@ Left out on purpose: streaming (the input is read whole), serving, ensembles of 
 import sys
 
 from minitransformer import viz
-from minitransformer.run.checkpoint import load_model
+from minitransformer.run.translation import load_model
 from minitransformer.checks import FileError, check_int
 from minitransformer.config import STOPS, SearchConfig
 from minitransformer.text.fileio import atomic_write, read_lines

@@ -8,9 +8,13 @@ other metrics than BLEU and exact match at evaluation (chrF: metrics.corpus_chrf
 from tqdm import tqdm
 
 from ..checks import FileError, check_int
-from ..config import SearchConfig
+from ..config import SearchConfig, TransformerConfig
 from ..text.corpus import most_characters
 from ..search import beam_search, check_search, greedy_search
+from ..text.bpe import BPE
+from ..transformer import Transformer
+from . import checkpoint
+from .checkpoint import CheckpointError
 from .metrics import corpus_bleu, exact_match, perplexity
 
 
@@ -79,6 +83,51 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
         bar.update(len(chunk))
     bar.close()
     return out
+
+
+# -------------------------------------------------------------------- a model to translate with
+def load_model(path, tokenizer_path=None):
+    """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
+
+    The tokenizer is the one embedded in the checkpoint, unless tokenizer_path is given: then it
+    must be that same tokenizer (merges, special tokens, pattern), or a CheckpointError names
+    what differs. A checkpoint that embeds none is taken at its word, as long as the vocabulary
+    sizes agree.
+    """
+    ck = checkpoint.load(path)
+    if "config" not in ck.meta:
+        raise CheckpointError(f"{ck.path} holds no model config")
+    try:
+        model = Transformer(TransformerConfig.from_dict(ck.meta["config"]))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{ck.path}: its model config is damaged ({e})") from None
+    try:
+        model.load_state_dict(ck.model)
+    except ValueError as e:
+        raise CheckpointError(f"{ck.path}: {e}") from None
+    model.eval()
+    own = None
+    if ck.meta.get("tokenizer"):
+        own = checkpoint.tokenizer_from_json(ck.meta["tokenizer"], ck.path)
+    if tokenizer_path is not None:
+        tokenizer = BPE.load(tokenizer_path)
+    elif own is not None:
+        tokenizer = own
+    else:
+        raise CheckpointError(f"{ck.path} embeds no tokenizer: give one with --tokenizer")
+    if tokenizer.vocab_size != model.config.vocab_size:
+        source = tokenizer_path or f"the tokenizer embedded in {ck.path}"
+        raise CheckpointError(f"{source} has {tokenizer.vocab_size:,} ids but the model in "
+                              f"{ck.path} was built for {model.config.vocab_size:,}: "
+                              "they do not belong together")
+    differ = [what for what in ("merges", "special_tokens", "pattern")
+              if own is not None and getattr(own, what) != getattr(tokenizer, what)]
+    if differ:
+        parts = " and ".join(differ).replace("_", " ")
+        raise CheckpointError(f"{tokenizer_path} is not the tokenizer {ck.path} was trained with: "
+                              f"they differ in their {parts}, so its ids would mean other tokens "
+                              "(leave out --tokenizer to use the checkpoint's own)")
+    return model, tokenizer, ck
 
 
 # -------------------------------------------------------------------- evaluation
