@@ -3,15 +3,12 @@ line naming it (exit 2, no traceback, nothing written). They are run as a user r
 subprocess from the repository's root. (benchmarks/tests/ tests the benchmark drivers the same
 way, outside the default suite.)"""
 import importlib.util
-import re
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from script_checks import check_bad_option, check_help, run
+from script_checks import check_bad_option, check_help
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*.py"))

@@ -4,7 +4,6 @@ alone, and the kernel profile's dry run tables each framework. They are run as a
 a subprocess from the repository's root."""
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
