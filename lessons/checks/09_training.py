@@ -19,10 +19,10 @@ def check_noam_lr(fn, g):
     for d, w, steps in ((512, 4000, ()), (256, 1000, ()), (1024, 4000, ()),
                         (int(rng.integers(16, 2048)), int(rng.integers(1, 5000)), rng.integers(1, 20000, 8)),
                         (64, 1, (2, 3))):
-        g.start(f"d_model {d}, warmup {w}")
         for step in (0, 1, 2, 10, 999, 1000, 1001, 3999, 4000, 4001, 16000, 100000, w - 1, w, w + 1, *steps):
+            g.start(f"noam_lr({step}, {d}, {w})")       # one case a step: a mistake is confirmed on the next
             s = max(step, 1)
-            g.cmp(f"noam_lr({step}, {d}, {w})", g.call(fn, step, d, w), optim.noam_schedule(step, d, w),
+            g.cmp("the rate", g.call(fn, step, d, w), optim.noam_schedule(step, d, w),
                   known=noam_lr_mistakes(s, d, w) + ([(0.0, g.error_hint)] if step == 0 else []),
                   otherwise="during warmup the rate is d_model^-0.5 * step * warmup_steps^-1.5 (a straight line)"
                   if s < w else "after warmup it is d_model^-0.5 * step^-0.5")

@@ -271,6 +271,9 @@ MISTAKES = {   # what a wrong search does: (hint, the mistake as a search)
     "ranking finished outputs by log p": (
         "rank finished outputs by score = log p / lp(|Y|), with |Y| counting the EOS",
         lambda *case: beam_like(*case, by_score=False)),
+    "one alive prefix, whatever k": (
+        "only one prefix stayed alive: the k best candidates that do not end in EOS go on",
+        lambda step, V, k, *rest: beam_like(step, V, k, *rest, keep=1)),
     "a beam of 1": (
         "that is what a beam of 1 finds: keep the k best candidates alive",
         lambda step, V, k, *rest: beam_like(step, V, 1, *rest)),
@@ -296,16 +299,32 @@ MISTAKES = {   # what a wrong search does: (hint, the mistake as a search)
 
 
 def beam_search_hint(found, cases, failed):
-    """The hint of the mistake that finds what your search found on case `failed` and agrees with it on the
-    most cases (found[i]: your tokens on cases[i], None where it raised)."""
+    """The hint of the mistake that finds what your search found on case `failed` AND on every other case
+    where yours returned (a mistake is named only when the cases confirm it); else what differs (found[i]:
+    your tokens on cases[i], None where it raised)."""
     if len(found[failed]) > cases[failed][4] or EOS in found[failed]:
         return "tokens leave out the final EOS and hold at most max_len words (then EOS is forced)"
-    fits = {name: sum(mine == mistake(*case[1:])[0] for mine, case in zip(found, cases) if mine is not None)
-            for name, (_, mistake) in MISTAKES.items() if mistake(*cases[failed][1:])[0] == found[failed]}
-    if fits:
-        return MISTAKES[max(fits, key=fits.get)][0]
-    return ("follow the rules of the docstring: only EOS candidates ranked among the first k finish, "
-            "and the k best candidates that do not end in EOS go on")
+    ran = [(mine, case) for mine, case in zip(found, cases) if mine is not None]
+    for name, (hint, mistake) in MISTAKES.items():
+        if all(mine == mistake(*case[1:])[0] for mine, case in ran):
+            return hint
+    right = reference(cases[failed])[0]
+    mine = found[failed]
+    i = next((i for i, (a, b) in enumerate(zip(mine, right)) if a != b), min(len(mine), len(right)))
+    where = (f"they part at word {i + 1}: yours {mine[i] if i < len(mine) else 'EOS'}, expected "
+             f"{right[i] if i < len(right) else 'EOS'}")
+    wrong = sum(mine != reference(case)[0] for mine, case in ran)
+    return (f"{where}; yours differs on {wrong} of the {len(ran)} cases, and no usual mistake gives your "
+            f"outputs on all of them: follow the rules of lesson 10's beam search (which candidates finish, "
+            f"which k stay alive, the tie rule, when the search stops)")
+
+
+def reference(case):
+    """The right (tokens, log_prob) of a case: the best of all outputs where the beam prunes nothing."""
+    _, step, V, k, max_len, alpha = case
+    if k >= (V - FIRST) ** max_len:
+        return brute_force(step, V, max_len, alpha)
+    return package_beam_search(step, V, k, max_len, alpha)
 
 
 ITEMS = [("length_penalty", check_length_penalty), ("beam_search", check_beam_search)]

@@ -15,8 +15,11 @@ def check_shard_weights(fn, g):
         mine = []
         for rank in range(size):
             w = g.call(fn, list(counts), rank, size)
-            g.cmp(f"rank {rank}'s weights", w, np.array(counts[rank::size]) / n,
-                  known=shard_weights_mistakes(counts, rank, size),
+            right = np.array(counts[rank::size]) / n
+            off_by_factor(g, f"rank {rank}'s weights", w, right, shard_weights_mistakes(counts, rank, size),
+                          "the weights of all ranks' batches add up to 1: each is n_i / n, with n the target "
+                          "tokens of the whole update (all ranks' batches) and no other factor")
+            g.cmp(f"rank {rank}'s weights", w, right, known=shard_weights_mistakes(counts, rank, size),
                   shape_hint=f"one weight per batch of this rank: batches {rank}, {rank} + size, ...")
             mine.append(np.asarray(w, dtype=np.float64))
         # what the weights are for: per-token losses of each batch, their mean over the whole update, and the
@@ -33,14 +36,12 @@ def check_ring_allreduce(fn, g):
     for N, shape, dtype in cases:
         g.start(f"{N} rank" + ("s" if N > 1 else "") + f", arrays {shape} {np.dtype(dtype).name}")
         arrays = [(rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 3, shape)).astype(dtype) for _ in range(N)]
-        kept = [a.copy() for a in arrays]
+        g.write_hints = {"arrays": "leave the inputs as they are (work on copies)"}
         out = g.call(fn, arrays)
-        for r, (a, k) in enumerate(zip(arrays, kept)):
-            if not np.array_equal(a, k):
-                g.fail(f"rank {r}'s input was changed: leave the inputs as they are (work on copies)")
         if not isinstance(out, (list, tuple)) or len(out) != N:
             g.fail(f"return a list of {N} arrays, one per rank, got {type(out).__name__}"
                    + (f" of length {len(out)}" if isinstance(out, (list, tuple)) else ""))
+        shared_memory(g, out, arrays)
         exact = np.sum(np.stack(arrays).astype(np.float64), axis=0)
         # any order of N - 1 additions is within (N - 1) eps/2 sum|x| of the exact sum; twice that, for safety
         size = np.sum(np.abs(np.stack(arrays).astype(np.float64)), axis=0)
@@ -54,18 +55,25 @@ def check_ring_allreduce(fn, g):
             if N > 1 and is_close(y, exact / N, tol / N) and not is_close(y, exact, tol):   # float32: not `known`
                 g.fail(f"rank {r}'s result is the mean: return the sum (the weights of the batches already make "
                        f"it the mean over the update's tokens)")
-            g.cmp(f"rank {r}'s sum", y, exact, tol=tol, shape_hint="the shape of the inputs",
-                  known=[(stopped[r], "after the reduce-scatter each rank holds ONE finished chunk: the all-gather "
-                                      "must pass the finished chunks round the ring"),
-                         (added[r], "the all-gather copies the finished chunks (=), it adds nothing (+=)"),
-                         (arrays[r], "each rank must end with the sum of all ranks' arrays, not its own"),
-                         (short[r], "each phase takes N - 1 steps: a chunk passes N - 1 ranks to meet all N")])
+        try:                                             # every rank's result at once: (N, *shape)
+            every = np.stack([np.asarray(y, dtype=np.float64) for y in out])
+        except (TypeError, ValueError):
+            every = out
+        g.cmp("every rank's sum (ranks along the first axis)", every, np.stack([exact] * N), tol=tol,
+              shape_hint=f"{N} arrays, each of the shape of the inputs, {shape}",
+              known=[(np.stack(stopped), "after the reduce-scatter each rank holds ONE finished chunk: the "
+                                         "all-gather must pass the finished chunks round the ring"),
+                     (np.stack(added), "the all-gather copies the finished chunks (=), it adds nothing (+=)"),
+                     (np.stack(arrays), "each rank must end with the sum of all ranks' arrays, not its own"),
+                     (np.stack(short), "each phase takes N - 1 steps: a chunk passes N - 1 ranks to meet all N")])
+        if g.pending is not None:                        # a mistake to confirm on the next case first
+            continue
         for r in range(1, N):
             if not np.array_equal(np.asarray(out[r]), np.asarray(out[0])):
                 g.fail(f"rank {r}'s sum differs from rank 0's in the last bits: every rank must end with the very "
                        f"same numbers, or the copies of the model drift apart (the all-gather copies finished "
                        f"chunks, it adds nothing)")
-        ringed = ring(arrays)[0]                         # the docstring's ring fixes the order of the additions
+        ringed = ring(arrays)[0]                         # the ring of the lesson fixes the order of the additions
         if not np.array_equal(np.asarray(out[0]), ringed):
             g.fail(f"the sums are right to rounding, but added in another order than the ring's (in "
                    f"{int(np.sum(np.asarray(out[0]) != ringed))} of {ringed.size} elements): chunk c (np.array_split) "
@@ -74,10 +82,14 @@ def check_ring_allreduce(fn, g):
 
 
 def check_ring_bytes_sent(fn, g):
-    for n, itemsize, N in ((964_096, 4, 4), (1000, 4, 2), (63_082_496, 4, 8), (12, 8, 3), (10, 4, 1), (48, 2, 16)):
-        g.start(f"{n:,} elements of {itemsize} bytes, {N} rank" + ("s" if N > 1 else ""))
-        g.cmp("bytes each rank sends", g.call(fn, n, itemsize, N), counted_bytes(n, itemsize, N),
-              known=ring_bytes_sent_mistakes(n, itemsize, N))
+    cases = [(964_096, 4, 4, 0), (1000, 4, 2, 1), (63_082_496, 4, 8, 0), (12, 8, 3, 2), (10, 4, 1, 0),
+             (48, 2, 16, 5), (10, 4, 3, 0), (10, 4, 3, 1), (10, 4, 3, 2), (1001, 4, 4, 3), (5, 8, 8, 6),
+             (5, 8, 8, 3), (7, 2, 2, 1), (1_000_003, 4, 8, 7)]
+    for n, itemsize, N, rank in cases:
+        g.start(f"{n:,} elements of {itemsize} bytes, rank {rank} of {N}" +
+                ("" if n % N == 0 else f" (chunks of {n // N} and {n // N + 1} elements)"))
+        g.cmp("the bytes sent", g.call(fn, n, itemsize, N, rank), counted_bytes(n, itemsize, N, rank),
+              known=ring_bytes_sent_mistakes(n, itemsize, N, rank))
 
 
 # -------------------------------------------------------------- independent computations
@@ -107,14 +119,50 @@ def ring(arrays, gather=True, gather_adds=False, steps=None):
     return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks]
 
 
-def counted_bytes(n, itemsize, N):
-    """Rank 0's messages, one by one: the chunk it sends at each step of both phases."""
-    sizes = [len(c) for c in np.array_split(np.arange(n), N)]
+def chunk_sizes(n, N):
+    """The lengths of np.array_split's N chunks of n elements, computed (no array): the first n % N have
+    one more."""
+    return [n // N + (1 if c < n % N else 0) for c in range(N)]
+
+
+def counted_bytes(n, itemsize, N, rank=0):
+    """The rank's messages, one by one: the chunk it sends at each step of both phases."""
+    sizes = chunk_sizes(n, N)
     sent = 0
-    for first in (0, 1):                                  # reduce-scatter sends chunk -s, all-gather 1 - s
+    for first in (0, 1):                                  # reduce-scatter sends chunk r - s, all-gather r + 1 - s
         for s in range(N - 1):
-            sent += sizes[(first - s) % N] * itemsize
+            sent += sizes[(rank + first - s) % N] * itemsize
     return sent
+
+
+def off_by_factor(g, what, yours, right, known, hint):
+    """Fail with `hint` where `yours` is `right` times a constant other than 1 and no known mistake: the
+    generic factor hints speak of gradients, not of weights."""
+    try:
+        y = np.asarray(yours, dtype=np.float64)
+    except (TypeError, ValueError):
+        return
+    if y.shape != right.shape or not np.all(np.isfinite(y)):
+        return
+    if any(np.shape(wrong) == y.shape and np.allclose(y, wrong, rtol=1e-9) for wrong, _ in known):
+        return                                            # g.cmp names it
+    s = float(np.dot(y, right) / np.dot(right, right))
+    if abs(s - 1) > 1e-6 and np.allclose(y, s * right, rtol=1e-9, atol=0):
+        g.fail(f"{what} are the right ones times {s:.4g}: {hint}")
+
+
+def shared_memory(g, out, arrays):
+    """Fail where a rank's result is an input, or one array held by two ranks."""
+    for r, y in enumerate(out):
+        if not isinstance(y, np.ndarray):
+            continue
+        for a in arrays:
+            if np.shares_memory(y, a):
+                g.fail(f"rank {r}'s result shares memory with an input: return new arrays, the inputs unchanged")
+        for s in range(r):
+            if isinstance(out[s], np.ndarray) and np.shares_memory(y, out[s]):
+                g.fail(f"ranks {s} and {r} return one array (or views of one): each rank holds its own copy of "
+                       f"the sum (in a real run they are N processes' memories), so return N separate arrays")
 
 
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
@@ -133,9 +181,18 @@ def shard_weights_mistakes(counts, rank, size):
             (np.full(len(own), 1 / len(counts)), "weight each batch by its share of the tokens, n_i / n, not 1 / K")]
 
 
-def ring_bytes_sent_mistakes(n, b, N):
+def ring_bytes_sent_mistakes(n, b, N, rank):
     S = n * b
-    return [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the all-gather each send N - 1 chunks"),
+    sizes = chunk_sizes(n, N)
+    uneven = [] if n % N == 0 else [
+        (2 * (N - 1) * (n // N) * b, "np.array_split's chunks are not all n // size elements: the first "
+                                     "n % size have one more; count the chunks this rank sends"),
+        (2 * (N - 1) / N * S, "the chunks are whole elements (np.array_split: the first n % size have one "
+                              "more): count the chunks this rank sends, not 2 (size - 1) / size of the array")]
+    other_rank = [] if rank == 0 or counted_bytes(n, b, N, 0) == counted_bytes(n, b, N, rank) else [
+        (counted_bytes(n, b, N, 0), f"that is what rank 0 sends: which chunks a rank sends depends on the rank "
+                                    f"(rank r sends chunk r - s, then r + 1 - s, at step s)")]
+    return uneven + other_rank + [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the all-gather each send N - 1 chunks"),
             (4 * (N - 1) / N * S, "count what the rank sends, not what it sends and receives"),
             (2 * (N - 1) * S, "each message is one chunk, 1/size of the array, not the whole of it"),
             ((N - 1) * S, "that is what rank 0 sends back when every rank sends it the whole gradient: the ring "

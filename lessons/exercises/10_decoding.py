@@ -26,19 +26,13 @@ def length_penalty(length, alpha):
 
 
 def beam_search(step, beam_size, max_len, alpha=0.0):
-    """(tokens, log_prob) of the best output found by beam search with k = beam_size beams.
+    """(tokens, log_prob): the output that beam search with k = beam_size alive prefixes returns,
+    under the rules of lesson 10 ("The rules": which candidates finish, which stay alive, ties, when
+    the search stops).
 
-    An output is y_1 .. y_n EOS with n <= max_len; tokens = [y_1, ..., y_n] (no EOS), log_prob = the
-    sum of its n + 1 log-probabilities, EOS included. Finished outputs are ranked by
-    score = log_prob / length_penalty(n + 1, alpha). The rules (those of minitransformer's beam_search):
-      1. start with one alive prefix, the empty one, with log p 0;
-      2. each step, extend every alive prefix by every token: a candidate, with log p(prefix) + log p(token);
-         a prefix of max_len tokens may only be followed by EOS; impossible candidates (-inf) drop out;
-      3. rank all candidates by log p, best first; a tie goes to the candidate of the better-ranked
-         prefix, then to the lower token id. Those ending in EOS that rank among the first k are
-         finished outputs: set them aside. The k best candidates NOT ending in EOS are the new alive
-         prefixes, in their rank order;
-      4. stop when no prefix is alive (not at the first finished output); return the finished output
-         with the best score, the first found among equal scores.
+    An output is y_1 .. y_n EOS with n <= max_len; tokens = [y_1, ..., y_n] (a list of ints, no EOS),
+    log_prob = the sum of its n + 1 log-probabilities, EOS included. Finished outputs compete by
+    score = log_prob / length_penalty(n + 1, alpha). step() is called only with prefixes of at most
+    max_len words, never holding EOS.
     """
     raise NotImplementedError("beam_search: your turn")

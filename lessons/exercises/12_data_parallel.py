@@ -24,19 +24,18 @@ def shard_weights(token_counts, rank, size):
 
 
 def ring_allreduce(arrays):
-    """Sum N arrays by the ring allreduce of section 3, simulated: arrays[r] is rank r's (all of one shape
-    and dtype; any shape, any size, even fewer elements than ranks). Return a list of N new arrays, entry
-    r what rank r holds at the end: the sum, with the inputs' shape and dtype. Leave the inputs unchanged.
+    """What each of N simulated ranks holds after the ring allreduce of lesson 12, section 3.
 
-    Cut each flat array into N chunks (np.array_split). Reduce-scatter, N - 1 steps: at step s every rank
-    r sends its chunk (r - s) % N to rank (r + 1) % N, which adds it to its own copy of that chunk. Then
-    all-gather, N - 1 steps: at step s every rank r sends its chunk (r + 1 - s) % N, now finished, to
-    rank (r + 1) % N, which copies it. Within a step, every rank sends before any receives."""
+    arrays[r] is rank r's array (all of one shape and dtype; any shape, any size, even fewer elements
+    than ranks); leave them unchanged. Return a list of N NEW arrays (none of them an input, none shared
+    between two ranks), entry r what rank r holds at the end: the sum, in the inputs' shape and dtype,
+    with the very bits the ring gives: the flat arrays cut into N chunks by np.array_split, and each
+    chunk summed in the order the ring's messages add it."""
     raise NotImplementedError("ring_allreduce: your turn")
 
 
-def ring_bytes_sent(n_elements, itemsize, size):
-    """How many bytes each rank sends in the ring allreduce of an array of n_elements elements of itemsize
-    bytes each, over `size` ranks (n_elements a multiple of size, so the chunks are all equal)."""
+def ring_bytes_sent(n_elements, itemsize, size, rank=0):
+    """How many bytes rank `rank` of `size` sends, in both phases, in the ring allreduce of an array of
+    n_elements elements of itemsize bytes each: the ring of ring_allreduce, chunks by np.array_split
+    (n_elements need not be a multiple of size: then the chunks differ by one element)."""
     raise NotImplementedError("ring_bytes_sent: your turn")
-

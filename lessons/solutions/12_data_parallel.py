@@ -71,9 +71,14 @@ def ring_allreduce(arrays):
     return [np.concatenate(c).reshape(shape) for c in chunks]
 
 
-def ring_bytes_sent(n_elements, itemsize, size):
-    """2 (N - 1) messages of one chunk, n / N elements: 2 (N - 1) / N * n * itemsize bytes (0 alone)."""
-    return 2 * (size - 1) * (n_elements // size) * itemsize
+def ring_bytes_sent(n_elements, itemsize, size, rank=0):
+    """The chunks rank r sends: (r - s) % N in the reduce-scatter, (r + 1 - s) % N in the all-gather, for
+    s = 0 .. N - 2: every chunk but (r + 1) % N, then every chunk but (r + 2) % N. np.array_split makes the
+    first n % N chunks one element longer. With equal chunks: 2 (N - 1) / N * n * itemsize (0 alone)."""
+    def chunk(c):
+        return n_elements // size + (1 if c % size < n_elements % size else 0)
+    sent = [(rank - s) % size for s in range(size - 1)] + [(rank + 1 - s) % size for s in range(size - 1)]
+    return itemsize * sum(chunk(c) for c in sent)
 
 
 def answers_to_questions():

@@ -24,7 +24,7 @@ MISTAKES = [
                     ids[i:i + 2] = [new_id]
                 i += 1
             return ids
-    """, "ids was changed: build and return a new list"),
+    """, "changed its input ids"),
     ("merge", """
         def merge(ids, pair, new_id):               # as text: "31 4 1 41" holds "1 4" too
             text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new_id))

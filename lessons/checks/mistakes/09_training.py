@@ -59,7 +59,7 @@ MISTAKES = [
             v += (1 - b2) * g * g
             p -= lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
             return p, m, v
-    """, "adam changed its inputs in place"),
+    """, "adam changed its input"),
     ("adam", """
         def adam(p, g, m, v, t, lr, betas=(0.9, 0.98), eps=1e-9):   # copies, then in place: 0.0 has no .copy()
             b1, b2 = betas

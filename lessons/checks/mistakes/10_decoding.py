@@ -39,7 +39,9 @@ MISTAKES = [
     ("beam_search", ("return tokens, logp", "return tokens, logp / length_penalty(len(tokens) + 1, alpha)"),
      "return log p, not the score"),
     ("beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:1]"),
-     "what a beam of 1 finds"),
+     "only one prefix stayed alive"),
+    ("beam_search", "_right = beam_search\ndef beam_search(step, beam_size, max_len, alpha=0.0):\n"
+                    "    return _right(step, 1, max_len, alpha)\n", "what a beam of 1 finds"),
     ("beam_search", ("for r, (prefix, logp) in enumerate(alive) for token in range(len(rows[r]))",   # token-major
                      "for token in range(len(rows[0])) for r, (prefix, logp) in enumerate(alive)"),
      "not token by token across the beams"),

@@ -13,12 +13,18 @@ MISTAKES = [
     """, "ddof=0"),
     ("layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var)"),
      "you left out eps"),
-    ("layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var + 1e-6)"), "use the eps given (0.5), not 1e-6"),
+    ("layer_norm", ("np.sqrt(var + eps)", "np.sqrt(var + 1e-6)"), "use the eps given, not 1e-6"),
+    ("layer_norm", """
+        def layer_norm(x, gamma, beta, eps=1e-6):    # the variance as E[x^2] - E[x]^2
+            mu = x.mean(axis=-1, keepdims=True)
+            var = (x * x).mean(axis=-1, keepdims=True) - mu * mu
+            return gamma * (x - mu) / np.sqrt(var + eps) + beta
+    """, "cancels catastrophically"),
     ("layer_norm", """
         def layer_norm(x, gamma, beta, eps=1e-6):    # x centred in place
             x -= x.mean(axis=-1, keepdims=True)
             return gamma * x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + eps) + beta
-    """, "layer_norm changed its inputs in place"),
+    """, "layer_norm changed its input x"),
     ("gemm_operand", ("strides[0] // itemsize, strides[1] // itemsize", "strides[0], strides[1]"),
      "strides count bytes"),
     ("gemm_operand", ("return False, cols if rows == 1", "return True, cols if rows == 1"), "transposed should be False"),
@@ -67,5 +73,5 @@ MISTAKES = [
                     part[0] += part[k]
                 total += part[0]
             return total
-    """, "column_sums changed g in place"),
+    """, "column_sums changed its input g"),
 ]

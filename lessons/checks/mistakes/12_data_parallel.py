@@ -29,7 +29,7 @@ MISTAKES = [
                         ("for s in range(N - 1):" + " " * 50 + "# all-gather", "for s in range(N - 2):")),
      "each phase takes N - 1 steps"),
     ("ring_allreduce", ("np.array(a).reshape(-1)", "np.asarray(a).reshape(-1)"),
-     "leave the inputs as they are (work on copies)"),
+     "ring_allreduce changed its input arrays"),
     ("ring_allreduce", ("np.array(a).reshape(-1)", "np.array(a, dtype=np.float64).reshape(-1)"),
      "keep the inputs' dtype"),
     ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
@@ -53,15 +53,33 @@ MISTAKES = [
                         ("chunks[(r + 1) % N][c][...] = data", "chunks[(r - 1) % N][c][...] = data")),
      "added in another order than the ring's"),                # the ring the other way round
     ("ring_bytes_sent", """
-        def ring_bytes_sent(n_elements, itemsize, size):   # the reduce-scatter alone
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the reduce-scatter alone
             return (size - 1) * (n_elements // size) * itemsize
     """, "that is one phase"),
-    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
-                         "return 2 * (size - 1) * n_elements * itemsize"), "one chunk, 1/size of the array"),
-    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
-                         "return 2 * (size - 1) * (n_elements // size)"), "that counts elements"),
-    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
-                         "return 2 * n_elements * itemsize"), "2 x the bytes is the limit for many ranks"),
-    ("ring_bytes_sent", ("return 2 * (size - 1) * (n_elements // size) * itemsize",
-                         "return 4 * (size - 1) * (n_elements // size) * itemsize"), "not what it sends and receives"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the whole array each step
+            return 2 * (size - 1) * n_elements * itemsize
+    """, "one chunk, 1/size of the array"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # elements, not bytes
+            return 2 * (size - 1) * (n_elements // size)
+    """, "that counts elements"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the limit for many ranks
+            return 2 * n_elements * itemsize
+    """, "2 x the bytes is the limit for many ranks"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # sent and received
+            return 4 * (size - 1) * (n_elements // size) * itemsize
+    """, "not what it sends and receives"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # equal chunks of n // size
+            return 2 * (size - 1) * (n_elements // size) * itemsize
+    """, "the first n % size have one more"),
+    ("ring_bytes_sent", """
+        def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the formula, in floats
+            return 2 * (size - 1) / size * n_elements * itemsize
+    """, "the chunks are whole elements"),
+    ("ring_bytes_sent", ("sent = [(rank - s) % size", "rank = 0\n    sent = [(rank - s) % size"),
+     "that is what rank 0 sends"),
 ]
