@@ -11,7 +11,11 @@ with what the package computes; a gradient also goes through mt.gradcheck. One l
 PASS, exact or within float64 round-off (with the largest difference), or FAIL with the largest
 difference and a hint. A function that still raises NotImplementedError is "not implemented yet".
 Your code may use 30 s of CPU time on each function (an endless loop fails, a busy machine does not
-fail a right answer), and wait 4 times as long; the grader's own work is not counted.
+fail a right answer: CPU time is what your code computes, not how long it waits for a core), and
+take 10 times as long on the clock; the grader's own work, its references, is not counted.
+Every call is guarded: an input (the incoming gradient too) written into, or a result that shares
+memory with an input or another result, fails with the argument's name. A known mistake is named
+only when a second case confirms it; otherwise the line says what differs and where.
 Exit status: 0 when every function passes, 1 when one fails, 2 for a bad command line.
 
 The checkers live in lessons/checks/, one file per lesson (its ITEMS, in order, and the known
@@ -48,7 +52,7 @@ def lesson_items():
 
 LESSON_ITEMS = lesson_items()
 CPU_SECONDS = 30      # the CPU time your code may use on one function (or a file's top-level code)
-WALL_TIMES = 4        # and, as a backstop for code that waits, that many times as long on the clock
+WALL_TIMES = 10       # and, as a backstop for code that waits, that many times as long on the clock
 
 
 def time_limit(g, seconds=None):
@@ -99,6 +103,7 @@ def grade(lesson, path, only=()):
             mt.seed(0)
             with time_limit(g):
                 check(fn, g)
+            g.finish()                           # a match no second case confirmed: unnamed
             status, text = "PASS", g.summary()
             passed += 1
         except NotDone as e:
@@ -108,7 +113,8 @@ def grade(lesson, path, only=()):
         except Fail as e:
             status, text = "FAIL", str(e)
         except (Exception, SystemExit) as e:     # an answer of a shape the checker cannot read
-            status, text = "FAIL", (f"{g.case}: the grader could not use your answer: "
+            status, text = "FAIL", (g.pending[0] if g.pending else
+                                    f"{g.case}: the grader could not use your answer: "
                                     f"{type(e).__name__}: {e}")
         finally:
             mt.use("cpu")

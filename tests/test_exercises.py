@@ -105,12 +105,12 @@ ODD = [
             return x
         """, "changed its input x in place"),
     ("04", "cross_entropy_backward", """
-        def softmax(x, axis=-1):                    # caught by the gradcheck after the cases: named as such
+        def softmax(x, axis=-1):                    # the caller's logits changed: named by the guard of every call
             x -= x.max(axis=axis, keepdims=True)
             np.exp(x, out=x)
             x /= x.sum(axis=axis, keepdims=True)
             return x
-        """, "mt.gradcheck, logits (3, 4)"),
+        """, "changed its input logits in place"),
     ("04", "layer_norm_backward", """
         def layer_norm_backward(x, gamma, dy, eps=1e-6, _right=layer_norm_backward):
             return _right(x, gamma, dy, eps)[:2]
@@ -174,7 +174,7 @@ def test_an_answer_of_the_wrong_kind_fails_with_a_clear_line(lesson, name, code,
 def test_top_level_code_that_exits_or_never_ends_fails_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(check, "CPU_SECONDS", 1)                 # 1 s, not 30
     path = tmp_path / "mine.py"
-    endless = "still running after 1 s of CPU time: an endless loop?"
+    endless = "still running after 1 s of CPU time: an endless loop, or the machine is busy?"
     for code, why in (("exit()", "it calls exit()"), ("while True:\n    pass", endless)):
         path.write_text("import numpy as np\n" + code + "\n")
         status, lines, out = grade(capsys, "04", "--module", path)
@@ -199,7 +199,7 @@ def test_the_time_limit_counts_only_the_cpu_time_of_your_code(monkeypatch):
         g.call(time.sleep, 1.0)                      # waiting: past the CPU limit on the clock
         g.call(spin, 0.2)
     g = check.Grade(Path("mine.py"))
-    spent = r"^case 3: still running after 0.5 s of CPU time: an endless loop\?$"
+    spent = r"^case 3: still running after 0.5 s of CPU time: an endless loop, or the machine is busy\?$"
     with pytest.raises(check.Fail, match=spent), check.time_limit(g):
         for case in range(1, 4):
             g.start(f"case {case}")
@@ -210,7 +210,7 @@ def test_an_answer_that_waits_past_the_backstop_fails(monkeypatch):
     monkeypatch.setattr(check, "CPU_SECONDS", 0.1)
     g = check.Grade(Path("mine.py"))
     begin = time.monotonic()
-    waiting = r"still running after 0.4 s, though it uses little CPU time: is it waiting"
+    waiting = r"still running after 1 s, though it uses little CPU time: is it waiting"
     with pytest.raises(check.Fail, match=waiting), check.time_limit(g):
         g.call(time.sleep, 30)
     assert time.monotonic() - begin < 10
@@ -246,7 +246,7 @@ def test_a_right_answer_slow_only_on_the_clock_passes_and_an_endless_loop_fails(
     assert status == 1 and "Traceback" not in out
     result, text = lines["beam_search"]
     assert result == "FAIL", out
-    assert text.endswith("still running after 0.5 s of CPU time: an endless loop?"), out
+    assert text.endswith("still running after 0.5 s of CPU time: an endless loop, or the machine is busy?"), out
 
 
 def test_every_exercise_has_catalogued_mistakes_and_the_issues_topics_ten_each():

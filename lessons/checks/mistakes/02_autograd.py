@@ -28,4 +28,41 @@ MISTAKES = [
     """, "dA = g B^T"),
     ("matmul", ("return g @ B.T, A.T @ g", "return g @ B.T, g.T @ A"),
      "dB = A^T g is (k, m)(m, n)"),
+    ("mul", """
+        def mul(a, b):                              # x * x: each parent given the whole 2 g x
+            def backward(g):
+                if a is b:
+                    return 2 * g * a.data, 2 * g * a.data
+                return g * b.data, g * a.data
+            return make_node(a.data * b.data, (a, b), backward, "mul")
+    """, "give each slot its own share"),
+    ("mul", """
+        def mul(a, b):                              # writes into the incoming gradient
+            def backward(g):
+                ga = g * b.data
+                g *= a.data
+                return ga, g
+            return make_node(a.data * b.data, (a, b), backward, "mul")
+    """, "writing into it corrupts other tensors' gradients"),
+    ("matmul", """
+        def matmul(a, b):                           # x @ x: each parent given both paths
+            A, B = a.data, b.data
+            def backward(g):
+                if a is b:
+                    both = g @ B.T + A.T @ g
+                    return both, both
+                return g @ B.T, A.T @ g
+            return make_node(A @ B, (a, b), backward, "matmul")
+    """, "give each slot its own share"),
+    ("matmul", """
+        def matmul(a, b):                           # dB written into g's memory
+            A, B = a.data, b.data
+            def backward(g):
+                dA = g @ B.T
+                if g.shape == B.shape:
+                    np.matmul(A.T, g.copy(), out=g)
+                    return dA, g
+                return dA, A.T @ g
+            return make_node(A @ B, (a, b), backward, "matmul")
+    """, "changed its input g in place"),
 ]

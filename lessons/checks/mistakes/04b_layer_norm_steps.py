@@ -19,7 +19,7 @@ MISTAKES = [
     ('grad_xhat', ('return dy * gamma', 'return dy / gamma'),
      'multiply by gamma, do not divide'),
     ('grad_xhat', ('return dy * gamma', 'dy *= gamma\n    return dy'),     # grad_gamma(dy, xhat) then reads dy * gamma
-     'you changed your input dy in place'),
+     'changed its input dy in place'),
     ('grad_rstd', ('return (dxhat * xc).sum(axis=-1, keepdims=True)', 'return dxhat * xc'),
      'rstd has shape (..., 1) and was broadcast over the D features: sum over the last axis'),
     ('grad_rstd', ('return (dxhat * xc).sum(axis=-1, keepdims=True)', 'return (dxhat * xc).sum(axis=-1)'),
@@ -31,7 +31,7 @@ MISTAKES = [
      'multiply by xc'),
     ('grad_rstd', ('return (dxhat * xc).sum(axis=-1, keepdims=True)',
                    'dxhat *= xc\n    return dxhat.sum(axis=-1, keepdims=True)'),      # grad_xc then gets a wrong dxhat
-     'you changed your input dxhat in place'),
+     'changed its input dxhat in place'),
     ('grad_var', ('return -0.5 * (var + eps) ** -1.5 * drstd', 'return -(var + eps) ** -1.5 * drstd'),
      'the 1/2 is missing'),
     ('grad_var', ('return -0.5 * (var + eps) ** -1.5 * drstd', 'return 0.5 * (var + eps) ** -1.5 * drstd'),
@@ -72,5 +72,5 @@ MISTAKES = [
     ('grad_x', ('return dxc + dmu / dxc.shape[-1]', 'return dxc + dmu / len(dxc)'),
      'D is the size of the last axis'),
     ('grad_x', ('return dxc + dmu / dxc.shape[-1]', 'dxc += dmu / dxc.shape[-1]\n    return dxc'),
-     'you changed your input dxc in place'),
+     'changed its input dxc in place'),
 ]

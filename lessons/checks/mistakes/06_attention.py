@@ -35,7 +35,7 @@ MISTAKES = [
      "a fill such as -1e4"),
     ("attention_forward", ("s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])",
                            "q /= math.sqrt(q.shape[-1])\n    s = q @ np.swapaxes(k, -1, -2)"),
-     "you changed your input q in place"),
+     "changed its input q in place"),
     ("attention_backward", """
         _right = attention_backward
         def attention_backward(q, k, v, weights, dout):
@@ -61,5 +61,5 @@ MISTAKES = [
      "only the scores S are scaled"),
     ("attention_backward", ("ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))",
                             "p *= dp - (dp * p).sum(axis=-1, keepdims=True)\n    ds = p"),   # dv was computed first
-     "you changed your input weights in place"),
+     "changed its input weights in place"),
 ]
