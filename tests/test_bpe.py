@@ -435,9 +435,9 @@ def test_a_vocabulary_past_the_id_limit_is_refused_before_any_merge(tmp_path, mo
 def test_a_pattern_that_backtracks_catastrophically_fails_in_one_sentence_never_hangs(tmp_path, monkeypatch):
     """A custom pattern runs under a time bound: at load on a probe string (runs of one character),
     and on every text it encodes; the project's own pattern runs without one."""
-    from minitransformer.text import bpe
+    from minitransformer.text import pretokenize
     from minitransformer.checks import FileError
-    monkeypatch.setattr(bpe, "PATTERN_SECONDS", 0.05)
+    monkeypatch.setattr(pretokenize, "PATTERN_SECONDS", 0.05)
     path = tokenizer_file(tmp_path / "slow.json", [], pattern=r"(?:a|a)+$|[\s\S]")   # 2^48 ways on 48 a's
     with pytest.raises(FileError, match=r"slow\.json is a damaged tokenizer file: the pattern .* backtracks "
                                         r"catastrophically"):

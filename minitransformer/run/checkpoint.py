@@ -14,6 +14,8 @@ a background thread, other dtypes than the model's.
 import json
 import math
 import os
+import tokenize
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import MAX_FLOATS, TransformerConfig, count_parameters
-from ..text.fileio import atomic_write
+from ..text.fileio import MAX_JSON_BYTES, atomic_write, parse_json
 
 FORMAT = "minitransformer-checkpoint"
 VERSION = 1
@@ -63,14 +65,21 @@ def save(path, model_state, meta, optim_arrays=None):
 
 
 # ---------------------------------------------------------------- reading
-# Validate first, then allocate: every member's .npy header (its shape and dtype) is read and
-# checked against the member's size in the zip directory, and the arrays' total against the size
-# the config implies, before any array is read. MAX_META_BYTES: meta.json with a tokenizer of the
-# most ids embedded. DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is
-# a zip bomb or a lie.
-MAX_META_BYTES = 1 << 28
+# Validate first, then allocate: the zip directory's sizes are checked against the file itself
+# (every member's packed bytes lie inside the file; all members inflate to at most MAX_INFLATION
+# times the file, or SMALL_ARCHIVE bytes: float weights barely compress, so more is a zip bomb),
+# every member's .npy header (its shape and dtype) against the member's size, and the arrays' total
+# against the size the config implies, before any array is read; meta.json is parsed with
+# fileio.parse_json's bounds. MAX_META_BYTES: meta.json with a large tokenizer embedded.
+# DEFLATE_RATIO: the most deflate can shrink data; a member that claims more is a lie.
+MAX_META_BYTES = MAX_JSON_BYTES
 DEFLATE_RATIO = 1032
+MAX_INFLATION = 16
+SMALL_ARCHIVE = 1 << 26
 MAX_MEMBERS = 1 << 17
+# what reading a cut or crafted .npy header can raise (its dict is parsed by ast.literal_eval)
+HEADER_ERRORS = (ValueError, SyntaxError, tokenize.TokenError, TypeError, KeyError, EOFError,
+                 RecursionError, MemoryError, OverflowError)
 
 
 def _header(zf, info, path):
@@ -89,8 +98,9 @@ def _header(zf, info, path):
             if version not in read:
                 raise ValueError(f".npy version {version}")
             shape, fortran, dtype = read[version](f)
-        except ValueError as e:
-            raise CheckpointError(f"{path}: {name} has a damaged array header ({e})") from None
+        except HEADER_ERRORS as e:
+            reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            raise CheckpointError(f"{path}: {name} has a damaged array header ({reason})") from None
         start = f.tell()
     size = math.prod(shape) * dtype.itemsize
     if dtype.hasobject or start + size != info.file_size:
@@ -122,25 +132,99 @@ def _read_meta(zf, header, path):
                               f"{MAX_META_BYTES:,} bytes of text, got {shape} {dtype})")
     text = _array(zf, META_KEY, header).tobytes()
     try:
-        meta = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        meta = parse_json(text.decode("utf-8"), MAX_META_BYTES)
+    except (UnicodeDecodeError, ValueError) as e:
         raise CheckpointError(f"{path}: its {META_KEY} entry is damaged ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not a minitransformer checkpoint (its {META_KEY} lacks "
                               f'"format": "{FORMAT}")')
     if meta.get("version") != VERSION:
-        raise CheckpointError(f"{path} has checkpoint version {meta.get('version')!r}; "
+        raise CheckpointError(f"{path} has checkpoint version {str(meta.get('version'))[:20]}; "
                               f"this code reads {VERSION}")
+    _check_meta(meta, path)
     return meta
+
+
+# meta's fields that every reader uses, and the JSON kinds they may have (None: absent or null)
+META_KINDS = {"config": (dict,), "tokenizer": (str,), "optimizer": (dict,), "iterator": (dict,),
+              "training": (dict,), "averaged_from": (list,)}
+
+
+def _check_meta(meta, path):
+    """meta's shared fields of the right JSON kind: step a whole number, config an object, ...;
+    else a CheckpointError naming the file and the field (before average or resume uses it)."""
+    step = meta.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise CheckpointError(f"{path}: its {META_KEY} is damaged: its step is "
+                              f"{json.dumps(step)[:40]}, not a whole number of at least 0")
+    for key, kinds in META_KINDS.items():
+        if meta.get(key) is not None and not isinstance(meta[key], kinds):
+            raise CheckpointError(f"{path}: its {META_KEY} is damaged: its {key} is "
+                                  f"{json.dumps(meta[key])[:40]}, not a JSON "
+                                  f"{'object' if kinds == (dict,) else kinds[0].__name__}")
+
+
+def _check_optimizer(headers, meta, path):
+    """The optimizer state is whole: a step count per parameter, Adam's m and v (of the model's
+    dtype and of one shape) for every parameter that has taken a step and for no other; else a
+    CheckpointError (resuming would fill the missing moments with zeros, or a float16 copy would
+    round every update). Malformed scalars are rundir.check_resume_data's to name."""
+    scalars = meta.get("optimizer")
+    optim = {k[len("optim/"):]: h for k, h in headers.items() if k.startswith("optim/")}
+    counts = scalars.get("t") if scalars else None
+    n = scalars.get("n_params") if scalars else None
+    if not (isinstance(counts, list) and isinstance(n, int)):
+        if optim and scalars is None:
+            raise CheckpointError(f"{path}: it holds optimizer arrays but no optimizer state")
+        return
+    where = f"{path}: its optimizer state is damaged"
+    if len(counts) != n:
+        raise CheckpointError(f"{where}: it holds {len(counts):,} step counts for {n:,} parameters")
+    expected = {f"{k}.{i}" for i, t in enumerate(counts) if t for k in "mv"}
+    if set(optim) != expected:
+        missing = sorted(expected - set(optim))
+        what = (f"optim/{missing[0]} is missing (parameter {missing[0][2:]} has taken steps)"
+                if missing else f"optim/{sorted(set(optim) - expected)[0]} belongs to no "
+                "parameter that has taken a step")
+        raise CheckpointError(f"{where}: {what}; resuming would not continue the run")
+    dtypes = {h[1] for k, h in headers.items() if k.startswith("model/")}
+    for name, (shape, dtype, *_) in sorted(optim.items()):
+        other = optim["v" + name[1:] if name[0] == "m" else "m" + name[1:]]
+        if len(dtypes) == 1 and dtype not in dtypes or other[0] != shape:
+            raise CheckpointError(f"{where}: optim/{name} holds {shape} {dtype} values, but the "
+                                  f"model's are {'/'.join(map(str, dtypes))} and its other moment "
+                                  f"has shape {other[0]}")
+
+
+def _check_archive(zf, path):
+    """The zip directory does not lie about the file: every member's packed bytes lie inside it,
+    none is encrypted, and all inflate to at most MAX_INFLATION times the file (or SMALL_ARCHIVE
+    bytes)."""
+    size = os.path.getsize(path)
+    infos = zf.infolist()
+    for info in infos:
+        name = info.filename
+        if info.flag_bits & 0x1:
+            raise CheckpointError(f"{path}: its member {name} is encrypted; a checkpoint is a plain "
+                                  ".npz that needs no password")
+        if info.header_offset + info.compress_size > size:
+            raise CheckpointError(f"{path}: its zip directory says {name} packs "
+                                  f"{info.compress_size:,} bytes, more than the file's {size:,} "
+                                  "(the file is cut short, or lies)")
+    inflated = sum(i.file_size for i in infos)
+    if inflated > max(MAX_INFLATION * size, SMALL_ARCHIVE):
+        raise CheckpointError(f"{path}: its members inflate to {inflated:,} bytes from a file of "
+                              f"{size:,}, more than {MAX_INFLATION} times its size (float weights "
+                              "barely compress): a zip bomb")
 
 
 def _check_sizes(headers, meta, path):
     """Floating point arrays only, as many model floats as the config implies (at most MAX_FLOATS
     without one), and at most two optimizer floats (Adam's m and v) per model float."""
     for k, (_, dtype, *_) in headers.items():
-        if dtype.kind != "f":
-            raise CheckpointError(f"{path}: {k} holds {dtype} values; "
-                                  "a checkpoint holds floating point arrays only")
+        if dtype.kind != "f" or dtype.itemsize < 4:
+            raise CheckpointError(f"{path}: {k} holds {dtype} values; a checkpoint holds "
+                                  "float32 or float64 arrays only")
     held = {kind: sum(math.prod(h[0]) for k, h in headers.items() if k.startswith(kind + "/"))
             for kind in ("model", "optim")}
     expected = MAX_FLOATS
@@ -181,12 +265,18 @@ def load(path):
     if not head.startswith(b"PK"):
         raise CheckpointError(f"{unreadable}: it is not a zip archive")
     try:
-        with zipfile.ZipFile(path) as zf:
+        # no NumPy warning may come before the sentence
+        with zipfile.ZipFile(path) as zf, warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
             return _read(zf, path)
     except CheckpointError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error) as e:
-        raise CheckpointError(f"{unreadable}: {type(e).__name__}: {e}") from None
+    except MemoryError as e:
+        raise CheckpointError(f"{path}: its arrays need more memory than this machine gives "
+                              f"({str(e)[:100] or 'MemoryError'})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error,
+            NotImplementedError, RuntimeError) as e:
+        raise CheckpointError(f"{unreadable}: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _read(zf, path):
@@ -199,12 +289,14 @@ def _read(zf, path):
         odd = sorted(set(names) - set(ours)) or sorted({n for n in names if names.count(n) > 1})
         what = f"{odd[0]!r}, which no checkpoint holds" if odd else f"{len(names):,} entries"
         raise CheckpointError(f"{path} is not a minitransformer checkpoint: it holds {what}")
+    _check_archive(zf, path)
     headers = {i.filename[:-len(".npy")]: _header(zf, i, path) for i in infos}
     if META_KEY not in headers:
         raise CheckpointError(f"{path} is an .npz file but not a minitransformer checkpoint: "
                               f"it has no {META_KEY}")
     meta = _read_meta(zf, headers.pop(META_KEY), path)
     _check_sizes(headers, meta, path)
+    _check_optimizer(headers, meta, path)
     groups = {"model": {}, "optim": {}}
     for k, header in headers.items():
         a = _array(zf, k, header)

@@ -1,10 +1,11 @@
 """Byte-level BPE, the tokenizer: learn it from a corpus, encode text to ids, decode ids back to
 text, and its JSON file.
 
-Adds: regex pre-tokenization, 256 byte tokens (every string round-trips, no unknown token),
-special tokens, a JSON file format. The merge learners themselves are in bpe_learn.py.
+Adds: regex pre-tokenization (its pattern bounded and timed: pretokenize.py), 256 byte tokens
+(every string round-trips, no unknown token), special tokens, a JSON file format, read with its
+sizes bounded before they are spent. The merge learners themselves are in bpe_learn.py.
 Leaves out on purpose: Unicode normalization, BPE-dropout, vocabulary pruning, parallel counting.
-Imports only bpe_learn, fileio and checks of the package (lesson 08).
+Imports only bpe_learn, pretokenize, fileio and checks of the package (lesson 08).
 """
 import json
 import operator
@@ -16,14 +17,9 @@ import regex
 from .bpe_learn import (MAX_TOKEN_BYTES, MAX_VOCAB, apply_merges, learn_merges,  # noqa: F401
                         learn_merges_naive, merge)  # (merge: lesson 08)
 from ..checks import FileError, SettingError, check_int, fail
-from .fileio import atomic_write, read_text
+from .fileio import JSONLimitError, atomic_write, parse_json, read_json, read_lines
+from .pretokenize import PATTERN, PROBE, Splitter  # noqa: F401  (PROBE: lesson 08)
 
-# Pre-tokenization. A word is an optional leading space and then a run of letters (with their
-# combining marks, and inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of
-# digits or a run of other symbols; whitespace stands alone. It is GPT-2's pattern without its
-# English contractions ('s 't 're ...), which suits European languages: on Multi30k it gives fewer
-# validation tokens than GPT-2's pattern (benchmarks/README.md, 'BPE learner').
-PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 SPECIALS = ("<pad>", "<s>", "</s>")  # always ids 0, 1, 2; user special tokens follow
 PAD_ID = 0
 BOS_ID = 1
@@ -31,25 +27,29 @@ EOS_ID = 2
 # The limits: MIN_VOCAB = 259 ids (<pad> <s> </s> and the 256 bytes, no merge) up to
 # MAX_VOCAB = 0x110000 = 1,114,112 ids (bpe_learn stores an id as a character); as merges are
 # read, a token <= MAX_TOKEN_BYTES and all tokens <= MAX_VOCAB_BYTES (36 doublings fit in 833
-# bytes and would ask for 64 GiB). A pattern must cut PROBE into words within PATTERN_SECONDS
-# (runs trap catastrophic backtracking; encode: as much per 100,000 chars).
+# bytes and would ask for 64 GiB); at most MAX_SPECIALS special tokens of MAX_SPECIAL_CHARS each
+# (they make one regex of alternatives, compiled at once).
 MIN_VOCAB = len(SPECIALS) + 256
 MAX_VOCAB_BYTES = 1 << 27
-PATTERN_SECONDS = 1.0
+MAX_SPECIALS = 1024
+MAX_SPECIAL_CHARS = 256
 FORMAT = "minitransformer-bpe"
 VERSION = 1
-PROBE = ("Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"
-         + "".join(c * 48 + "!" for c in "a1 -"))
 
 
-def _chunks(text, size=1 << 20):
-    """Cut text after line breaks into pieces of about size characters (bounds memory)."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start + size)
-        end = len(text) if end < 0 else end + 1
-        yield text[start:end]
-        start = end
+def _chunks(lines, size=1 << 20):
+    """Join lines (with "\\n") into pieces of about size characters (bounds memory)."""
+    piece = []
+    n = 0
+    for line in lines:
+        piece.append(line)
+        n += len(line) + 1
+        if n >= size:
+            yield "\n".join(piece) + "\n"
+            piece = []
+            n = 0
+    if piece:
+        yield "\n".join(piece) + "\n"
 
 
 def _surrogate(text):
@@ -68,30 +68,23 @@ class BPE:
         if isinstance(special_tokens, str):
             raise TypeError("special_tokens takes a list of strings, not one str: "
                             f"[{special_tokens!r}]")
+        if len(special_tokens) > MAX_SPECIALS:
+            fail("BPE", f"{len(special_tokens):,} special tokens are too many: at most "
+                 f"{MAX_SPECIALS:,}", "special_tokens", special_tokens)
         extra = [t for t in special_tokens if t not in SPECIALS]
-        if not all(isinstance(t, str) and t and not t.isspace() for t in extra):
-            fail("BPE", f"special tokens must be non-empty strings, got {extra}",
-                 "special_tokens", extra)
+        if not all(isinstance(t, str) and t and not t.isspace() and len(t) <= MAX_SPECIAL_CHARS
+                   for t in extra):
+            fail("BPE", f"special tokens must be non-empty strings of at most {MAX_SPECIAL_CHARS} "
+                 f"characters, got {str(extra)[:200]}", "special_tokens", extra)
         if len(set(extra)) != len(extra):
             fail("BPE", f"special tokens are repeated: {extra}", "special_tokens", extra)
-        if not pattern:
-            fail("BPE", "the pre-tokenization pattern is empty: it would encode every text to []",
-                 "pattern", pattern)
+        self._splitter = Splitter(pattern)  # bounded before it is compiled, then timed
+        self._source = "the tokenizer"
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id = PAD_ID
         self.bos_id = BOS_ID
         self.eos_id = EOS_ID
         self.pattern = pattern
-        self._regex = regex.compile(pattern)
-        self.source = "the tokenizer"
-        # PATTERN matches every character and needs no time bound; encode checks any other
-        self._custom = pattern != PATTERN
-        self._findall = self._timed_findall if self._custom else self._regex.findall
-        # a pattern that backtracks catastrophically: a TimeoutError names it
-        if self._regex.groups or "".join(self._findall(PROBE)) != PROBE:
-            fail("BPE", f"the pattern {pattern!r} does not cut every text into words (it drops "
-                 "characters or has a capturing group): encode would lose text",
-                 "pattern", pattern)
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
         self._special_regex = regex.compile("(" + "|".join(map(regex.escape, longest_first)) + ")")
         self._special_ids = {t: i for i, t in enumerate(self.special_tokens)}
@@ -105,7 +98,11 @@ class BPE:
             raise ValueError(f"{len(self.vocab) + len(merges):,} ids are too many: "
                              f"at most {MAX_VOCAB:,}")
         for a, b in merges:
-            name = f"merge {len(self.merges)} ({a}, {b})"
+            name = f"merge {len(self.merges)} ({str(a)[:20]}, {str(b)[:20]})"
+            if not (_is_id(a) and _is_id(b)):
+                raise ValueError(f"{name} is not a pair of integer ids")
+            a = operator.index(a)
+            b = operator.index(b)
             if not (self.offset <= a < len(self.vocab) and self.offset <= b < len(self.vocab)):
                 raise ValueError(f"{name} uses an id that is neither a byte nor an earlier merge")
             # at most 2 x MAX_TOKEN_BYTES: its parts passed this check
@@ -181,9 +178,12 @@ class BPE:
             lines_or_paths = [lines_or_paths]
         counts = Counter()
         for item in lines_or_paths:
-            if isinstance(item, os.PathLike):  # line ends "\r\n" read as "\n", as read_lines does
-                for chunk in _chunks(read_text(item).replace("\r\n", "\n")):
-                    counts.update(self._words(chunk))
+            if isinstance(item, os.PathLike):  # read line by line, bounded, as training reads it
+                lines = read_lines(item)
+                budget = Splitter.budget(sum(map(len, lines)))      # one budget per file
+                for chunk in _chunks(lines):
+                    counts.update(self._words(chunk, budget))
+                del lines
             elif isinstance(item, str):
                 counts.update(self._words(item))
             else:
@@ -191,20 +191,24 @@ class BPE:
                                 f"not {type(item).__name__}")
         return counts
 
-    def _words(self, text):
-        """Pre-tokenize text, leaving out special tokens: "a<s> b" -> ["a", " b"]."""
+    def _words(self, text, budget=None):
+        """Pre-tokenize text, leaving out special tokens: "a<s> b" -> ["a", " b"]; a custom
+        pattern spends `budget` (Splitter.findall)."""
+        findall = self._splitter.findall
         if any(t in text for t in self.special_tokens):
-            return [w for part in self._special_regex.split(text)[::2] for w in self._findall(part)]
-        return self._findall(text)
+            return [w for part in self._special_regex.split(text)[::2]
+                    for w in findall(part, budget)]
+        return findall(text, budget)
 
-    def _timed_findall(self, text):
-        """_findall of a custom pattern: the words of text, under a time bound (TimeoutError)."""
-        seconds = PATTERN_SECONDS * (1 + len(text) // 100_000)
-        try:
-            return self._regex.findall(text, timeout=seconds)
-        except TimeoutError:
-            raise TimeoutError(f"the pattern {self.pattern!r} of {self.source} "
-                               "backtracks catastrophically") from None
+    @property
+    def source(self):
+        """What the tokenizer came from, for messages: a file name, or "the tokenizer"."""
+        return self._source
+
+    @source.setter
+    def source(self, name):
+        self._source = name
+        self._splitter.source = name
 
     # ---- encoding and decoding -------------------------------------------------------------------
 
@@ -236,6 +240,10 @@ class BPE:
             elif isinstance(text, (list, tuple)):
                 hint = " (encode_batch takes a list of them)"
             raise TypeError(f"encode takes one str, got {type(text).__name__}{hint}")
+        return self._encode(text, add_bos, add_eos, special)
+
+    def _encode(self, text, add_bos, add_eos, special, budget=None):
+        """encode(), a custom pattern spending `budget` (Splitter.findall)."""
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
         try:
@@ -243,8 +251,8 @@ class BPE:
                 if k % 2:  # odd parts are special tokens
                     ids.append(self._special_ids[part])
                     continue
-                words = self._findall(part)
-                if self._custom and sum(map(len, words)) != len(part):
+                words = self._splitter.findall(part, budget)
+                if self._splitter.custom and sum(map(len, words)) != len(part):
                     raise ValueError(f"the pattern {self.pattern!r} drops characters of "
                                      f"{part[:40]!r}: encode would lose text")
                 for word in words:
@@ -256,11 +264,21 @@ class BPE:
         return ids
 
     def encode_batch(self, texts, **kwargs):
-        """encode() each text: encode_batch(["a", "b"]) -> [[ids of "a"], [ids of "b"]]."""
+        """encode() each text: encode_batch(["a", "b"]) -> [[ids of "a"], [ids of "b"]]. A custom
+        pattern has one time budget for all of them (Splitter.budget of their characters), so
+        that slow lines cannot add up to hours."""
         if isinstance(texts, str):
             raise TypeError("encode_batch takes a list of texts, not one str "
                             "(that would encode each character apart)")
-        return [self.encode(t, **kwargs) for t in texts]
+        texts = list(texts)
+        budget = None
+        if self._splitter.custom and all(isinstance(t, str) for t in texts):
+            budget = Splitter.budget(sum(map(len, texts)))
+        flags = {"add_bos": False, "add_eos": False, "special": False, **kwargs}
+        if len(flags) != 3:
+            raise TypeError(f"encode_batch takes encode's flags, got {sorted(kwargs)}")
+        return [self._encode(t, budget=budget, **flags) if isinstance(t, str) else self.encode(t)
+                for t in texts]
 
     def decode(self, ids, skip_special=False):
         """Ids -> text. Bytes that do not form valid UTF-8 become U+FFFD.
@@ -314,43 +332,58 @@ class BPE:
 
     @classmethod
     def load(cls, path):
-        """Read a file that save() wrote; another version or a damaged file: checks.FileError."""
+        """Read a file that save() wrote; another version or a damaged file: checks.FileError.
+        Read with its size capped (fileio.read_json): a device or an endless pipe is refused."""
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"cannot read {path}: no such file") from None
-        except UnicodeDecodeError as e:
-            raise _not_json(path, e) from None
-        return cls.from_json(text, path)
+        return cls._from_dict(read_json(path, "a tokenizer file"), path)
 
     @classmethod
     def from_json(cls, text, source="the tokenizer"):
         """The inverse of to_json; errors name `source` (a file name, or where the text is from)."""
+        if not isinstance(text, str):
+            raise FileError(source, None, "is not a tokenizer file: it is not JSON text")
         try:
-            d = json.loads(text)
-        except (ValueError, RecursionError) as e:  # invalid JSON, or nested too deep
+            d = parse_json(text)
+        except JSONLimitError as e:
+            raise FileError(source, None, f"is refused as a tokenizer file: {e}") from None
+        except ValueError as e:  # invalid JSON, or nested too deep
             raise _not_json(source, e) from None
+        return cls._from_dict(d, source)
+
+    @classmethod
+    def _from_dict(cls, d, source):
+        """The tokenizer of a parsed tokenizer file, every field checked; errors name `source`."""
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise FileError(source, None, f'is not a tokenizer file: it lacks "format": "{FORMAT}"')
         if d.get("version") != VERSION:
-            raise FileError(source, None, f"has format version {d.get('version')!r}, "
+            raise FileError(source, None, f"has format version {str(d.get('version'))[:20]}, "
                                           f"but this code reads version {VERSION}")
         try:
             merges = d["merges"]
+            if not isinstance(merges, list) or not isinstance(d["special_tokens"], list):
+                raise ValueError("its merges and special_tokens must be JSON lists")
+            for k, m in enumerate(merges):
+                if not (isinstance(m, list) and len(m) == 3 and _is_id(m[0]) and _is_id(m[1])
+                        and isinstance(m[2], str)):
+                    raise ValueError(f"merge {k} is {str(m)[:60]}, not [left id, right id, "
+                                     '"its text"]')
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
             tok.source = source  # encode's errors name the file
             if d["special_tokens"] != tok.special_tokens:
                 raise ValueError("the special tokens are out of order")
             for k, m in enumerate(merges):
-                if len(m) != 3 or tok.id_to_token(tok.offset + 256 + k) != m[2]:
-                    raise ValueError(f"merge {k} {m} does not spell its text")
+                if tok.id_to_token(tok.offset + 256 + k) != m[2]:
+                    raise ValueError(f"merge {k} {str(m)[:60]} does not spell its text")
         except SettingError as e:  # the file's pattern or special tokens
             raise FileError(source, None, f"is a damaged tokenizer file: {e.message}") from None
         except (KeyError, TypeError, IndexError, ValueError, regex.error, TimeoutError) as e:
             raise FileError(source, None, f"is a damaged tokenizer file: {e}") from None
         return tok
+
+
+def _is_id(x):
+    """x is an integer (not a bool): what a token id is."""
+    return not isinstance(x, bool) and hasattr(type(x), "__index__")
 
 
 def _nothing_in(lines_or_paths):

@@ -252,5 +252,9 @@ class BatchIterator:
             if state[key] != mine[key]:
                 raise ValueError("cannot resume the batch stream: it was saved with "
                                  f"{key}={state[key]!r} but this one has {key}={mine[key]!r}")
+        batches = len(self.plan(int(state["epoch"])))
+        if not 0 <= int(state["index"]) <= batches:
+            raise ValueError(f"cannot resume the batch stream: its batch index {state['index']:,} "
+                             f"is past the {batches:,} batches of an epoch")
         self.epoch = int(state["epoch"])
         self.index = int(state["index"])

@@ -10,12 +10,17 @@ a symbolic link that leads out of its folder is never written through; the tempo
 which file it was for (hashed when the name is long, so that any legal name fits NAME_MAX), and the
 writer holds an flock on it, so that temporaries a killed writer left behind can be told from live
 ones and removed by the next write in that folder. A failed write (a full disk) names the file, not
-the temporary. Imports only checks.py of the package. Left out on purpose: other encodings,
-streaming reads (corpora are read whole).
+the temporary. Every read is bounded before it is made (a device refused, a line, a file and a
+JSON text capped), so /dev/zero, an endless pipe or a gzip bomb is a sentence, not all memory.
+Imports only checks.py of the package. Left out on purpose: other encodings, corpora larger than
+memory (the lines are held; the cap keeps them within a few hundred MiB).
 """
+import contextlib
 import fcntl
 import gzip
 import hashlib
+import json
+import math
 import os
 import re
 import stat
@@ -31,47 +36,164 @@ TEMP_PATTERN = re.compile(r"\.tmp-[a-z0-9_]{8}-.+")  # mkstemp's random part: 8 
 NAME_MAX = 255             # bytes in a file name (Linux, macOS)
 # a temporary this old, and locked by no process, was left by a killed writer
 STALE_SECONDS = 60
+# Reading is bounded before it is done: a text file holds at most MAX_TEXT_BYTES (each line counted
+# LINE_COST bytes more, about what a str in a list costs), a line at most MAX_LINE_BYTES; a JSON
+# file (a tokenizer, a checkpoint's meta.json) at most MAX_JSON_BYTES and MAX_JSON_ITEMS values.
+MAX_TEXT_BYTES = 1 << 28
+LINE_COST = 64
+MAX_LINE_BYTES = 1 << 22
+MAX_JSON_BYTES = 1 << 27
+MAX_JSON_ITEMS = 1 << 23
 
 
-def read_text(path):
-    """The whole text of a UTF-8 file (gunzipped if the name ends in .gz; "-" reads stdin).
-
-    read_text("train.de.gz") -> "Zwei junge weiße Männer ...\\n..."
-    """
-    path = os.fspath(path)
+def _opened(path):
+    """A binary stream of path ("-": stdin; a .gz name: inflated as it is read). A directory or a
+    device (/dev/zero, which never ends) is refused before it is opened; a FIFO is read."""
+    if path == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)
     try:
-        if path == "-":
-            raw = sys.stdin.buffer.read()
-        else:
-            with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-                raw = f.read()
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise FileNotFoundError(f"cannot read {path}: no such file") from None
-    except IsADirectoryError:
-        raise FileError(path, None, "is a directory, not a text file") from None
-    except (OSError, EOFError) as e:  # gzip.BadGzipFile, a truncated archive
-        raise ValueError(f"{path}: cannot read the file ({e})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the file ({e.strerror})") from None
+    if stat.S_ISDIR(mode):
+        raise FileError(path, None, "is a directory, not a text file")
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise FileError(path, None, "is a device, not a file: give a file (or a pipe)")
     try:
-        return raw.decode("utf-8-sig")  # UTF-8, dropping a byte-order mark if there is one
-    except UnicodeDecodeError as e:
-        if raw[:2] == b"\x1f\x8b":  # the gzip magic number
-            raise FileError(path, None, "holds gzip-compressed data, not text: "
-                                        "name it *.gz, or gunzip it") from None
-        line = raw.count(b"\n", 0, e.start) + 1
-        column = e.start - raw.rfind(b"\n", 0, e.start)  # 1-based byte position within the line
-        raise FileError(path, line, f"is not valid UTF-8 ({e.reason} at byte {column} "
-                                    "of the line)") from None
+        return (gzip.open if path.endswith(".gz") else open)(path, "rb")
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the file ({e.strerror or e})") from None
 
 
-def read_lines(path):
-    """The lines of read_text(path), without their line endings ("-" reads stdin).
+def read_lines(path, limit=MAX_TEXT_BYTES):
+    """The lines of a UTF-8 file (gunzipped if the name ends in .gz; "-" reads stdin), without
+    their line endings, read line by line: a line over MAX_LINE_BYTES, or a file over `limit`
+    (each line counted LINE_COST bytes more than its text: what holding it costs) is refused
+    before more of it is read, so an endless pipe, stdin or a gzip bomb stops there.
 
     A file "a\\nb\\n" and a file "a\\nb" both give ["a", "b"]; "a\\r\\n" gives ["a"].
     """
-    lines = read_text(path).split("\n")
-    if lines[-1] == "":  # the file ended with a newline (or is empty)
-        lines.pop()
-    return [s[:-1] if s.endswith("\r") else s for s in lines]
+    path = os.fspath(path)
+    lines = []
+    total = 0
+    head = b""
+    stream = _opened(path)
+    try:
+        with stream as f:
+            while True:
+                raw = f.readline(MAX_LINE_BYTES + 2)
+                if not raw:
+                    break
+                head = head or raw[:2]
+                _check_line(path, len(lines) + 1, raw)
+                total += len(raw) + LINE_COST
+                if total > limit:
+                    raise FileError(path, None, f"holds more than the {limit:,} bytes of text a "
+                                    f"file may hold (a line counts {LINE_COST} bytes more than "
+                                    "its text): split it into smaller files")
+                lines.append(_decode(path, len(lines) + 1, raw, head))
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile, a truncated archive
+        raise ValueError(f"{path}: cannot read the file ({e})") from None
+    return lines
+
+
+def _check_line(path, number, raw):
+    """A FileError when line `number` (raw: its bytes as readline gave them, at most
+    MAX_LINE_BYTES + 2) is over MAX_LINE_BYTES."""
+    if len(raw) - raw.endswith(b"\n") > MAX_LINE_BYTES:
+        raise FileError(path, number, f"is longer than the {MAX_LINE_BYTES:,} bytes a line may "
+                        "have (is it text, one sentence a line?)")
+
+
+def _decode(path, number, raw, head):
+    """Line `number` of path as text, without "\\n" and a trailing "\\r" (a byte-order mark
+    dropped from line 1); an undecodable byte: a FileError naming the line and the byte."""
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+    if raw.endswith(b"\r"):
+        raw = raw[:-1]
+    try:
+        return raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as e:
+        if head == b"\x1f\x8b":  # the gzip magic number
+            raise FileError(path, None, "holds gzip-compressed data, not text: "
+                                        "name it *.gz, or gunzip it") from None
+        raise FileError(path, number, f"is not valid UTF-8 ({e.reason} at byte {e.start + 1} "
+                                      "of the line)") from None
+
+
+def read_json(path, what, limit=MAX_JSON_BYTES):
+    """The JSON value of a UTF-8 file (parse_json's bounds), read with a cap of `limit` bytes:
+    a device or an endless pipe is refused, never read to the end. Errors (ValueError,
+    FileNotFoundError) name the file and `what` it should be ("a tokenizer file")."""
+    path = os.fspath(path)
+    stream = _opened(path)
+    try:
+        with stream as f:
+            data = _read_capped(f, limit)
+    except (OSError, EOFError) as e:
+        raise ValueError(f"{path}: cannot read the file ({e})") from None
+    if len(data) > limit:
+        raise FileError(path, None, f"is larger than the {limit:,} bytes {what} may have")
+    try:
+        return parse_json(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise FileError(path, None, f"is not {what}: it is not valid JSON (not UTF-8: {e.reason} "
+                        f"at byte {e.start})") from None
+    except JSONLimitError as e:
+        raise FileError(path, None, f"is refused as {what}: {e}") from None
+    except ValueError as e:
+        raise FileError(path, None, f"is not {what}: it is not valid JSON ({e})") from None
+
+
+def _read_capped(f, limit, chunk=1 << 16):
+    """The bytes of stream f, read a chunk at a time (f.read(limit) would reserve `limit` bytes
+    at once), stopping once more than `limit` have come."""
+    parts = []
+    size = 0
+    while size <= limit:
+        part = f.read(chunk)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)
+
+
+class JSONLimitError(ValueError):
+    """JSON text past parse_json's bounds."""
+
+
+def _finite(text):
+    """A JSON number as a float, refusing one that overflows to infinity (1e400)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(text, limit=MAX_JSON_BYTES):
+    """json.loads(text), bounded before it runs: at most `limit` characters and MAX_JSON_ITEMS
+    values (counted as the commas, "[" and "{" anywhere in it: an upper bound), so that a small
+    file cannot become gigabytes of objects ("[{},{},...]" costs 24 times its bytes); NaN,
+    Infinity and numbers that overflow are refused. A JSONLimitError (a ValueError) names the
+    bound; invalid JSON is a ValueError."""
+    if len(text) > limit:
+        raise JSONLimitError(f"its JSON text has {len(text):,} characters, more than {limit:,}")
+    items = text.count(",") + text.count("[") + text.count("{")
+    if items > MAX_JSON_ITEMS:
+        raise JSONLimitError(f"its JSON holds {items:,} values or more, more than "
+                             f"{MAX_JSON_ITEMS:,}")
+    try:
+        return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
 
 
 def check_creatable(directory, what):
