@@ -13,8 +13,8 @@ checkpoints (section 6.1), translate test_2016_flickr with beam search, print sa
 The defaults (small preset with pre-LN, dropout 0.2, label smoothing 0.2, 3,200 updates of 2,048 tokens
 at 1.0 x eq. (3), warmup 400, seed 0, about 14 epochs, the last 5 checkpoints averaged, beam 4, alpha 1.0;
 chosen on the validation set) run as 2 ranks of 1,024 tokens, threads of this process, a core each
-(--ranks; under mpiexec, processes, with the same bits): test_2016_flickr sacreBLEU 41.39 (lowercased 41.58, chrF 60.22) in 34.4 minutes from start to
-score on 2 CPU cores (results/multi30k-default-session16/). The previous recipe, 6,000 updates at dropout
+(--ranks; under mpiexec, processes, with the same bits): test_2016_flickr sacreBLEU 41.34 (lowercased 41.55,
+chrF 59.95) in 35.2 minutes from start to score on 2 CPU cores (results/multi30k-default-2026-11-28/). The previous recipe, 6,000 updates at dropout
 0.3 in one process (about 25 epochs): test_2016_flickr sacreBLEU 41.33
 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), lowercased 41.56, chrF 60.37, in 106.3 minutes
 from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per update); on another
@@ -22,12 +22,12 @@ from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per 
 recipe's first run, trained in two pieces, scored 41.93 (lowercased 42.17): the differences are
 run-to-run noise. Why pre-LN (Note: the paper is post-LN), the dropout, label smoothing 0.2 (Note: the
 paper's is 0.1) and every run: docs/experiments.md; logs and curves: results/multi30k-cpu-onepiece/,
-results/multi30k-cpu-session9/ and results/multi30k-cpu/.
+results/multi30k-cpu-6000-amd-epyc-2026-11-25/ and results/multi30k-cpu/.
 
 The GPU recipe, the default with --device gpu: the previous recipe's model and settings (dropout 0.3) on 4x
 larger batches, 8,192 tokens, for 3,000 updates (about 44 epochs); --minutes 10 would stop it after 10
 minutes of training at the latest (with a checkpoint, then average and score; --resume continues it);
-benchmarks/gpu_run.py runs it. On one H200: 222 s of
+benchmarks/gpu_check.py runs it (docs/gpu_check.md). On one H200: 222 s of
 training, test_2016_flickr sacreBLEU 41.57 (results/gpu-run-h200/).
 
 Expects train / val / test_2016_flickr .de.gz and .en.gz (29,000 / 1,014 / 1,000 lines) in --data-dir;
@@ -67,7 +67,7 @@ RECIPE = {"config": "small", "steps": 3200, "dropout": 0.2, "label_smoothing": 0
           "eval_every": 1200}
 QUICK = {**RECIPE, "config": "tiny", "steps": 1800, "dropout": 0.1, "label_smoothing": 0.1}
 # --device gpu: 4x larger batches for about as many updates (a GPU runs a large batch in about the time
-# of a small one), dropout 0.3 at 44 epochs; one H200: 2 minutes to test BLEU 41.60 (session 20; results/gpu-run-h200/)
+# of a small one), dropout 0.3 at 44 epochs; one H200: 2 minutes to test BLEU 41.60 (commit 2ab2c44; results/gpu-run-h200/)
 GPU = {**RECIPE, "steps": 3000, "dropout": 0.3, "max_tokens": 8192, "eval_every": 1000}
 QUICK_BLEU = "39.0"                   # measured with the defaults, 2 ranks: test BLEU 38.97 (val 38.58)
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file

@@ -9,7 +9,7 @@ layer): the measurements behind docs/experiments.md.
 Each run writes OUT/<name>.jsonl (one JSON object per update). The settings (all: small preset, joint BPE
 8000, batches of 2,048 tokens, seed 0, dropout 0.1, label smoothing 0.1):
     paper-w300   1.0 x eq. (3), warmup 300           (the recipe that stalled: peak rate 3.6e-3)
-    scaled-w300  0.3 x eq. (3), warmup 300           (the session-1 recipe: peak 1.1e-3)
+    scaled-w300  0.3 x eq. (3), warmup 300           (the first recipe: peak 1.1e-3)
     paper-w4000  1.0 x eq. (3), warmup 4000          (the paper's warmup: peak 9.9e-4, reached late)
     prenorm-w300 1.0 x eq. (3), warmup 300, pre-LN   (Note: not in the paper)
 """
