@@ -15,7 +15,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from script_checks import check_bad_option, check_help, run  # noqa: E402
 
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*.py")
-                 if p.name not in ("torch_reference.py", "cublas_capture.py"))  # imported modules
+                 if p.name not in ("torch_reference.py", "cublas_capture.py",
+                                   "gpu_check_results.py"))  # imported modules
 
 # (script, arguments, a pattern of the one error line)
 BAD = [
@@ -34,10 +35,10 @@ BAD = [
      r"--cuda-graphs replays CUDA graphs: give --device gpu"),
     ("benchmarks/gpu_kernel_profile.py", ["--data-dir", "{tmp}"],
      r"--data-dir .* holds no train\.de\.gz or train\.en\.gz"),
-    ("benchmarks/gpu_run.py", ["--minutes", "0", "--out", "{tmp}/r"],
-     r"--minutes must be a number above 0, got 0\.0"),
-    ("benchmarks/gpu_run.py", ["--data-dir", "{tmp}", "--out", "{tmp}/r"],
-     r"--data-dir .* lacks train\.de\.gz"),
+    ("benchmarks/gpu_check.py", ["--out", "{tmp}/r", "--seconds", "100"],
+     r"--seconds 100 is less than the 350 s the stages reserve"),
+    ("benchmarks/gpu_check.py", ["--out", "{tmp}/r", "--data", "{tmp}"],
+     r"--data .* lacks train\.de\.gz"),
     ("benchmarks/train_step.py", ["--steps", "0"], r"--steps must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--rounds", "0"], r"--rounds must be at least 1, got 0"),
     ("benchmarks/train_step.py", ["--ranks", "1", "0"], r"--ranks must be at least 1, got 0"),
