@@ -156,18 +156,23 @@ def merge_overlapping(ids, pair, new_id):
     return [new_id if (a, b) == pair else a for a, b in zip(ids, ids[1:] + [None])]
 
 
-WRONG_REPLACEMENTS = {   # how a wrong learner replaces the merged pair: its hint, and the replacement
-    "after each merge, replace the pair in every word (yours went on counting the words as they were)":
-        lambda ids, pair, new_id: ids,
-    "replace EVERY occurrence of the merged pair in a word, not only the first":
-        merge_first,
-    "after replacing a pair, skip past both of its ids (yours kept the right one too)":
-        merge_overlapping,
-}
+def unchanged(ids, pair, new_id):
+    return ids
 
 
-def learn_with(word_counts, num_merges, min_frequency, offset, replace):
-    """The naive learner with another replacement of the merged pair (a wrong one of WRONG_REPLACEMENTS)."""
+WRONG_REPLACEMENTS = [   # how a wrong learner replaces the merged pair: (hint, replacement, skip learned pairs)
+    ("after each merge, replace the pair in every word (yours went on counting the words as they were)",
+     unchanged, False),
+    ("after each merge, replace the pair in every word by its new id (yours counted the words as they "
+     "were, skipping pairs already learned)", unchanged, True),
+    ("replace EVERY occurrence of the merged pair in a word, not only the first", merge_first, False),
+    ("after replacing a pair, skip past both of its ids (yours kept the right one too)", merge_overlapping, False),
+]
+
+
+def learn_with(word_counts, num_merges, min_frequency, offset, replace, skip_learned=False):
+    """The naive learner with another replacement of the merged pair (a wrong one of WRONG_REPLACEMENTS),
+    and, with skip_learned, pairs already learned left out of the count."""
     words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
     merges = []
@@ -176,7 +181,8 @@ def learn_with(word_counts, num_merges, min_frequency, offset, replace):
         for w, f in zip(words, freqs):
             for pair in zip(w, w[1:]):
                 counts[pair] = counts.get(pair, 0) + f
-        best = min(counts, key=lambda p: (-counts[p], p), default=None)
+        best = min((p for p in counts if not (skip_learned and p in merges)),
+                   key=lambda p: (-counts[p], p), default=None)
         if best is None or counts[best] < max(1, min_frequency):
             break
         words = [replace(w, best, offset + 256 + k) for w in words]
@@ -188,6 +194,11 @@ def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset
     """Why the merges differ, from the first merge where they part."""
     k = next((i for i, (a, b) in enumerate(zip(yours, ref)) if a != b), min(len(yours), len(ref)))
     counts = pair_counts(word_counts, ref[:k], offset)
+    for hint, replace, skip in WRONG_REPLACEMENTS:       # named only if it gives ALL of yours
+        if yours == learn_with(word_counts, num_merges, min_frequency, offset, replace, skip):
+            got = yours[k] if k < len(yours) else "missing"
+            want = ref[k] if k < len(ref) else "none (stop there)"
+            return f"merge {k} is {got}, expected {want}: {hint}"
     if yours == learn_once_per_word(word_counts, num_merges, min_frequency, offset):
         return f"merge {k}: count every occurrence, times its word's count: a pair twice in a word counts twice"
     if k == len(yours):
@@ -212,9 +223,6 @@ def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset
         return (f"merge {k}: {mine} is no pair within a word, only the end of one word and the start of another: "
                 f"count the pairs inside each word, never across two")
     if mine not in counts:
-        for name, replace in WRONG_REPLACEMENTS.items():      # named only if it gives ALL of yours
-            if yours == learn_with(word_counts, len(yours), min_frequency, offset, replace):
-                return f"merge {k}: {mine} does not occur in the words after merges 0 .. {k - 1}: {name}"
         return (f"merge {k}: {mine} does not occur in the words once merges 0 .. {k - 1} ({ref[:k]}) are "
                 f"applied, each to every word, every occurrence left to right, as merge() does")
     if counts[mine] == counts[right]:

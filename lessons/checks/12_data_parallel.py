@@ -146,6 +146,8 @@ def off_by_factor(g, what, yours, right, known, hint):
         return
     if any(np.shape(wrong) == y.shape and np.allclose(y, wrong, rtol=1e-9) for wrong, _ in known):
         return                                            # g.cmp names it
+    if not np.any(y):
+        g.fail(f"{what} are all 0: each is n_i / n (an integer division, //, gives 0)")
     s = float(np.dot(y, right) / np.dot(right, right))
     if abs(s - 1) > 1e-6 and np.allclose(y, s * right, rtol=1e-9, atol=0):
         g.fail(f"{what} are the right ones times {s:.4g}: {hint}")

@@ -25,17 +25,10 @@ Answers to the lesson's questions:
    LayerNorm normalises each position over its own features: a position never sees another sentence.
 7. Each Allreduce pays the latency 2 (N - 1) times: 193 arrays cost 2 * 7 * 193 * 50 us = 135 ms per
    update, 10 buckets 7 ms. Buckets pay the latency per 25 MiB, not per array.
-8. 64 MiB / 4 KiB = 16,384 faults per update (each also zeroes its page), 64 MiB / 2 MiB = 32 with huge
-   pages; kept in the heap, none after the first update. The allocator chooses only where an array
-   lives; its values come from the computation that writes them (the recipe's 3,200 losses came out
-   equal to the bit with and without it).
-9. Adam's update is elementwise: each element's new m, v and weight come from that element's
-   gradient, m, v and weight alone, with the same seven numbers of the step (t and lr are the same
-   on every rank). A slice is computed by the same operations in the same order as in the whole
-   buffer, and each is correctly rounded element by element, so the two halves are the whole
-   update's bits. Without the barrier, a rank that finished its half first could start its next
-   forward pass while the other still writes its half: it would read weights partly before and
-   partly after the update.
+8. NumPy runs every elementwise pass on one core; only the BLAS spreads its products over several.
+   One process on two cores leaves the second idle for every pass that is not a matrix product; two
+   rank threads of one core each keep both busy from the first pass to the last, and meet at the sum.
+(Each answer explained: lessons/answers/12_data_parallel.md.)
 """
 import numpy as np
 
@@ -103,20 +96,3 @@ def answers_to_questions():
     assert np.array_equal(layer_norm(x), np.concatenate([layer_norm(x[:4]), layer_norm(x[4:])]))
     assert not np.allclose(batch_norm(x), np.concatenate([batch_norm(x[:4]), batch_norm(x[4:])]))
     assert round(2 * 7 * 193 * 50e-6 * 1e3) == 135 and round(2 * 7 * 10 * 50e-6 * 1e3) == 7         # 7
-    assert (64 << 20) // (4 << 10) == 16_384 and (64 << 20) // (2 << 20) == 32                      # 8
-    import minitransformer as mt                                           # 9: one copy, two halves
-    grads = [rng.standard_normal((7, 5)).astype(np.float32) * 10.0 ** rng.integers(-4, 4, (7, 5))
-             for _ in range(3)]
-    whole, (first, second) = mt.nn.Linear(7, 5), (mt.nn.Linear(7, 5), mt.nn.Linear(7, 5))
-    for model in (first, second):
-        model.load_state_dict(whole.state_dict())
-    one = mt.optim.Adam(whole.parameters(), lr=0.01)
-    halves = [mt.optim.Adam(model.parameters(), lr=0.01) for model in (first, second)]
-    halves[1].use_buffers(halves[0])                         # one copy of weights and moments
-    halves[0].part, halves[1].part = (0, 2), (1, 2)
-    for g in grads:                                          # three updates: m and v build up
-        for adam, model in ((one, whole), *zip(halves, (first, second))):
-            model.weight.grad, model.bias.grad = g.copy(), g[0].copy()
-            adam.step()
-    assert np.array_equal(first.weight.numpy(), whole.weight.numpy())
-    assert np.array_equal(first.bias.numpy(), whole.bias.numpy())
