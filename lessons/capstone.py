@@ -11,8 +11,13 @@ It runs the demo subcommand's recipe (demo_task.DEMO: numbers in digits -> Engli
 examples/multi30k.py --quick --steps 1200 --ranks 1 (German -> English; STEPS) with the functions you wrote in
 lessons/exercises/ in place of the package's: PIECES says which exercise function replaces which
 package function, and how it is wrapped. Before it is used, each of your functions goes through the
-grader's check (lessons/checks/): one that fails is refused, with the grader's hint, and the package's
-own runs instead; one that still raises NotImplementedError falls back too; each is said once. The bar:
+grader's check (lessons/checks/): one that fails (or does not load, or runs out of time) is REFUSED
+and nothing runs, unless you name it with --package (then the package's runs in its place, said in
+every result); one that still raises NotImplementedError is left to the package's, said in the table
+and in every result. While the runs go, each call of yours is timed like the grader's (CPU time) and
+one that raises or runs out of time stops the capstone, naming the function, its call and the phase:
+no number is reported with code that was not yours in it unannounced. Each result says where it came
+from: which lines, translated by whose search (beam search, and how many lines each). The bar:
 the demo's held-out exact match at least 95%, Multi30k --quick at least 35 BLEU. The demo translates
 its held-out lines with beam search (4 beams, alpha 0: this task has one right length, and a length
 penalty would only reward longer outputs) so that your beam search runs; Note: the demo subcommand
@@ -74,14 +79,21 @@ PIECES = [
     ("10", "beam_search", (search, "beam_search"), "a sentence at a time, the model as step"),
 ]
 CALLS = Counter()                                  # your function -> how many times the capstone called it
+PHASE = ["choosing the pieces"]                    # what the capstone is doing, for a refusal's line
+ACTIVE = []                                        # the function of yours running now (timed), if any
+
+
+class Refused(Exception):
+    """One of your functions failed while the capstone ran: the run stops, and says why."""
 BEAM = Counter()       # Multi30k: the lines your beam search translated, how many as the package's did, seconds
 EVERY = 20             # Multi30k: your beam search translates every 20th test line (a sentence at a time)
 
 
-def choose(folder):
-    """{your function: it, counted} for each piece that passes the grader's check; prints one line per
-    piece: yours, or the package's and why."""
-    mine, loaded = {}, {}
+def choose(folder, allow=()):
+    """(mine, refused): {your function: it, guarded} for each piece that passes the grader's check, and
+    {name: why} for each that fails it (or does not load) and is not in `allow` (--package); prints one
+    line per piece: yours, the package's and why, or REFUSED and why."""
+    mine, refused, loaded = {}, {}, {}
     width = max(len(name) for _, name, _, _ in PIECES)
     print(f"your pieces, from {folder}:")
     for lesson, name, (owner, attr), how in PIECES:
@@ -95,16 +107,21 @@ def choose(folder):
         module = loaded[path]
         verdict = module if isinstance(module, str) else quick_check(path, getattr(module, name, None), name,
                                                                      dict(items).get(name))
-        if verdict is None:
-            mine[name] = counted(name, getattr(module, name))
         replaces = f"{getattr(owner, '__name__', '').split('.')[-1]}.{attr}"
-        print(f"  {lesson} {name:<{width}}  -> {replaces:<30} " + (f"yours: {how}" if verdict is None else
-                                                                     f"the package's: {verdict}"))
-    return mine
+        if verdict is None:
+            mine[name] = guarded(name, getattr(module, name), path)
+            whose = f"yours: {how}"
+        elif verdict == "not implemented yet" or name in allow:
+            whose = f"the package's: {verdict}" + (" (--package)" if name in allow else "")
+        else:
+            refused[name] = verdict
+            whose = f"REFUSED: {verdict}"
+        print(f"  {lesson} {name:<{width}}  -> {replaces:<30} {whose}")
+    return mine, refused
 
 
 def quick_check(path, fn, name, check):
-    """None when `fn` passes the grader's check of `name`, else why it falls back (one line)."""
+    """None when `fn` passes the grader's check of `name`, else why it does not (one line)."""
     if fn is None:
         return f"{path.name} defines no {name}"
     if check is None:
@@ -114,6 +131,7 @@ def quick_check(path, fn, name, check):
         backend.seed(0)
         with grader.time_limit(g):
             check(fn, g)
+        g.finish()
     except NotDone:
         return "not implemented yet"
     except Fail as e:
@@ -125,11 +143,25 @@ def quick_check(path, fn, name, check):
     return None
 
 
-def counted(name, fn):
-    """fn, counting its calls in CALLS[name]."""
+def guarded(name, fn, path):
+    """fn, counting its calls in CALLS[name], each timed as the grader times it (CPU time); one that
+    raises or runs out of time raises Refused, naming the call and PHASE."""
     def call(*args, **kwargs):
         CALLS[name] += 1
-        return fn(*args, **kwargs)
+        if ACTIVE:                                              # inside another of yours: timed there
+            return fn(*args, **kwargs)
+        g = Grade(path)
+        ACTIVE.append(name)
+        try:
+            with grader.time_limit(g), g.timed():
+                return fn(*args, **kwargs)
+        except Fail as e:                                       # out of time
+            raise Refused(f"your {name}, call {CALLS[name]:,}, while {PHASE[0]}: {e}") from None
+        except (Exception, SystemExit) as e:
+            raise Refused(f"your {name}, call {CALLS[name]:,}, while {PHASE[0]}: raised "
+                          f"{type(e).__name__}: {e}{g.where(e)}") from None
+        finally:
+            ACTIVE.pop()
     return call
 
 
@@ -357,8 +389,16 @@ def main(argv=None):
     parser.add_argument("--fast-bpe", action="store_true", help="learn Multi30k's tokenizer with the package's "
                         "learner (seconds) instead of yours (the plain learner of lesson 08: 17 minutes there, "
                         "with its encode)")
+    parser.add_argument("--package", metavar="NAMES", default="",
+                        help="comma-separated functions of yours that the grader refuses and that the "
+                             "package's should replace, said in every result (e.g. softmax,adam)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    allow = [name for name in args.package.split(",") if name]
+    unknown = sorted(set(allow) - {name for _, name, _, _ in PIECES})
+    if unknown:
+        parser.error(f"--package: no piece named {', '.join(unknown)}; the pieces: "
+                     f"{', '.join(name for _, name, _, _ in PIECES)}")
     folder = LESSONS / "solutions" if args.solutions else args.exercises or LESSONS / "exercises"
     if not folder.is_dir():
         parser.error(f"--exercises: no directory {folder}")
@@ -369,44 +409,89 @@ def main(argv=None):
         parser.error(f"--data-dir {args.data_dir} is a file, not a directory")
     backend.use("cpu")
     print(f"The bar: the demo's exact match at least {BAR_DEMO:.0%}, Multi30k --quick at least {BAR_BLEU:g} BLEU.")
-    mine = choose(folder.resolve())
+    mine, refused = choose(folder.resolve(), allow)
+    if refused:
+        print(f"\nREFUSED: {len(refused)} of your functions fail the grader, so nothing is trained with them:")
+        for name, why in refused.items():
+            print(f"  {name}: {why}")
+        print("Fix them (python lessons/check.py NN NAME says what differs), or let the package's run in their "
+              f"place, said in every result: --package {','.join(refused)}")
+        return 1
     print(f"{len(mine)} of {len(PIECES)} pieces are yours" + ("" if mine else ": the package alone trains"))
+    try:
+        return run_all(args, mine)
+    except Refused as e:
+        print(f"\nREFUSED: {e}\nThe capstone stops here: no number is reported. Grade it: "
+              f"python lessons/check.py with that function's lesson.")
+        return 1
+
+
+def whose(mine):
+    """Which pieces ran as yours, as one phrase."""
+    theirs = missing(mine)
+    return ("every piece yours" if not theirs else "none of the pieces yours" if not mine else
+            f"your pieces, but the package's {', '.join(theirs)}")
+
+
+def run_all(args, mine):
+    """The demo, then Multi30k; each result says where it came from. The exit status."""
     ok = True
     with plugged(mine):
         settings = QUICK if args.quick else DEMO
         print(f"\n1. the demo task ({'demo_task.QUICK' if args.quick else 'demo_task.DEMO'}: "
               f"{settings['steps']} steps)")
+        PHASE[0] = "training and translating the demo"
         match = run_demo(settings, progress=not args.no_progress)
         ok = verdict("demo exact match", match, BAR_DEMO, f"{match:.1%}") or args.quick
+        search_by = "your beam_search" if "beam_search" in mine else "the package's beam_search"
+        print(f"   from: the {settings['n_test']:,} held-out lines, each translated by beam search (4 beams, alpha "
+              f"0) with {search_by}; trained with {whose(mine)}")
     if not (args.quick or args.demo_only):
-        example = multi30k_example()
-        data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir() else Path("data/multi30k"))
-        try:
-            example.find_files(data_dir)
-        except example.UsageError as e:
-            print(f"\n2. Multi30k --quick: skipped: {e}")
-        else:
-            print(f"\n2. Multi30k --quick --steps {STEPS}, from {data_dir}")
-            if "learn_merges" in mine:
-                print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
-                      args.fast_bpe else "your learner: 17 minutes with its encode if it is the plain one of "
-                      "lesson 08 (0.1 s a merge on Multi30k, 7,741 merges; --fast-bpe: the package's, seconds)"))
-            if "beam_search" in mine:
-                print(f"   the test set: your beam search translates every {EVERY}th line, a sentence at a time; "
-                      "the package's batched search all of them, to compare and for the rest")
-            BEAM.clear()
-            with plugged({k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}, EVERY):
-                bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
-            if BEAM["lines"]:
-                print(f"your beam search translated {BEAM['lines']} of the {BEAM['seen']:,} test lines "
-                      f"({BEAM['seconds'] / BEAM['lines']:.1f} s a line): the package's output on "
-                      f"{BEAM['same']} of them")
-            shown = "did not finish" if bleu is None else f"{bleu:.2f}"
-            ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, shown) and ok
+        ok = run_multi30k_part(args, mine) and ok
     print("\nyour code ran: " + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))
     if any(CALLS[name] == 0 for name in mine):
         print("(0x: this run needed it nowhere; your attention_forward, for one, does the softmax's work)")
     return 0 if ok else 1
+
+
+def missing(mine):
+    return [name for _, name, _, _ in PIECES if name not in mine]
+
+
+def run_multi30k_part(args, mine):
+    """Multi30k --quick with your pieces: True when it meets the bar (or was skipped)."""
+    example = multi30k_example()
+    data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir() else Path("data/multi30k"))
+    try:
+        example.find_files(data_dir)
+    except example.UsageError as e:
+        print(f"\n2. Multi30k --quick: skipped: {e}")
+        return True
+    print(f"\n2. Multi30k --quick --steps {STEPS}, from {data_dir}")
+    if "learn_merges" in mine:
+        print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
+              args.fast_bpe else "your learner: 17 minutes with its encode if it is the plain one of "
+              "lesson 08 (0.1 s a merge on Multi30k, 7,741 merges; --fast-bpe: the package's, seconds)"))
+    if "beam_search" in mine:
+        print(f"   the test set: your beam search translates every {EVERY}th line, a sentence at a time; "
+              "the package's batched search all of them, to compare and for the rest")
+    BEAM.clear()
+    used = {k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}
+    PHASE[0] = "training and translating Multi30k"
+    with plugged(used, EVERY):
+        bleu = run_multi30k(example, data_dir, progress=not args.no_progress)
+    if BEAM["lines"]:
+        print(f"your beam search translated {BEAM['lines']} of the {BEAM['seen']:,} test lines "
+              f"({BEAM['seconds'] / BEAM['lines']:.1f} s a line): the package's output on "
+              f"{BEAM['same']} of them")
+    shown = "did not finish" if bleu is None else f"{bleu:.2f}"
+    ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, shown)
+    lines = (f"{BEAM['lines']} of them (every {EVERY}th) by your beam search, the other "
+             f"{BEAM['seen'] - BEAM['lines']:,} by the package's batched beam search" if BEAM["lines"] else
+             "all by the package's batched beam search")
+    print(f"   from: the lines of test_2016_flickr, translated by beam search (examples/multi30k.py's beam and "
+          f"alpha): {lines}; trained with {whose(used)}")
+    return ok
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """lessons/capstone.py, the learner's functions training the translator: with lessons/solutions/ every
 piece is the learner's, the demo trains at a reduced size through them, and each plugged-in op equals the
-package's; with the untouched stubs every piece falls back, said once; a wrong answer is refused with the
-grader's hint; everything is bound back on exit; the command line."""
+package's; with the untouched stubs every piece is the package's, said once; a wrong answer refuses the
+whole run with the grader's hint (unless named with --package); a function that raises or runs out of
+time while the capstone runs stops it, naming the call; each result says where it came from;
+everything is bound back on exit; the command line."""
 import importlib.util
 import re
 import shutil
@@ -30,7 +32,7 @@ spec = importlib.util.spec_from_file_location("capstone", LESSONS / "capstone.py
 capstone = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(capstone)
 NAMES = [name for _, name, _, _ in capstone.PIECES]
-LINE = re.compile(r"^  \d\d (\S+) +-> (\S+) +(yours|the package's): ?(.*)$")
+LINE = re.compile(r"^  \d\d (\S+) +-> (\S+) +(yours|the package's|REFUSED): ?(.*)$")
 
 
 def pieces(out):
@@ -40,11 +42,12 @@ def pieces(out):
 
 @pytest.fixture(scope="module")
 def solutions():
-    return capstone.choose(LESSONS / "solutions")
+    return capstone.choose(LESSONS / "solutions")[0]
 
 
 def test_solutions_are_all_yours_and_train_the_demo(capsys):
-    mine = capstone.choose(LESSONS / "solutions")
+    mine, refused = capstone.choose(LESSONS / "solutions")
+    assert refused == {}
     lines = pieces(capsys.readouterr().out)
     assert sorted(lines) == sorted(NAMES) and all(whose == "yours" for whose, _ in lines.values())
     capstone.CALLS.clear()
@@ -57,8 +60,8 @@ def test_solutions_are_all_yours_and_train_the_demo(capsys):
     assert ran == set(NAMES) - {"softmax", "softmax_backward"}, ran
 
 
-def test_stubs_all_fall_back_once(capsys):
-    assert capstone.choose(LESSONS / "exercises") == {}
+def test_stubs_are_all_the_packages_said_once(capsys):
+    assert capstone.choose(LESSONS / "exercises") == ({}, {})
     out = capsys.readouterr().out
     lines = pieces(out)
     assert sorted(lines) == sorted(NAMES)
@@ -66,20 +69,75 @@ def test_stubs_all_fall_back_once(capsys):
     assert out.count("not implemented yet") == len(NAMES)
 
 
-def test_a_wrong_answer_is_refused_with_the_graders_hint(tmp_path, capsys):
+def test_a_wrong_answer_is_refused_with_the_graders_hint(tmp_path, capsys, monkeypatch):
     for path in (LESSONS / "solutions").glob("[0-9][0-9]_*.py"):
         shutil.copy(path, tmp_path / path.name)
     wrong = tmp_path / "04_functional.py"
     wrong.write_text(wrong.read_text().replace("return y * (dy - (dy * y).sum(axis=axis, keepdims=True))",
                                                "return y * dy"))
     (tmp_path / "10_decoding.py").write_text("syntax error(\n")
-    mine = capstone.choose(tmp_path)
+    mine, refused = capstone.choose(tmp_path)
     lines = pieces(capsys.readouterr().out)
     whose, text = lines["softmax_backward"]
-    assert whose == "the package's" and text.startswith("refused by the grader") and "sum(dy * y)" in text
+    assert whose == "REFUSED" and text.startswith("refused by the grader") and "sum(dy * y)" in text
     for name in ("length_penalty", "beam_search"):
-        assert lines[name][0] == "the package's" and "10_decoding.py does not load" in lines[name][1]
-    assert set(mine) == set(NAMES) - {"softmax_backward", "length_penalty", "beam_search"}
+        assert lines[name][0] == "REFUSED" and "10_decoding.py does not load" in lines[name][1]
+    wrong = {"softmax_backward", "length_penalty", "beam_search"}
+    assert set(mine) == set(NAMES) - wrong and set(refused) == wrong
+    ran = []
+    monkeypatch.setattr(capstone, "run_all", lambda args, mine: ran.append(mine) or 0)
+    assert capstone.main(["--exercises", str(tmp_path), "--quick"]) == 1 and ran == []     # nothing trains
+    out = capsys.readouterr().out
+    assert "REFUSED: 3 of your functions fail the grader" in out
+    assert "--package softmax_backward,length_penalty,beam_search" in out
+    # named with --package: the package's, said so, and the run goes on
+    assert capstone.main(["--exercises", str(tmp_path), "--quick", "--package",
+                          "softmax_backward,length_penalty,beam_search"]) == 0 and len(ran) == 1
+    lines = pieces(capsys.readouterr().out)
+    assert lines["softmax_backward"][0] == "the package's" and lines["softmax_backward"][1].endswith("(--package)")
+    assert set(ran[0]) == set(NAMES) - wrong
+
+
+def test_a_function_that_fails_while_the_capstone_runs_stops_it(monkeypatch, capsys):
+    """Never the package's in silence: an error or an endless loop in one call ends the run, named."""
+    def boom(x, axis=-1):
+        if x.size > 3:
+            raise ValueError("too big")
+        return x
+    capstone.PHASE[0] = "training the demo"
+    capstone.CALLS.clear()
+    softmax = capstone.guarded("softmax", boom, Path("04_functional.py"))
+    assert softmax(np.zeros(2)).shape == (2,)
+    with pytest.raises(capstone.Refused, match=r"your softmax, call 2, while training the demo: raised "
+                                               r"ValueError: too big"):
+        softmax(np.zeros(5))
+
+    def endless(x, axis=-1):
+        while True:
+            pass
+    monkeypatch.setattr(capstone.grader, "CPU_SECONDS", 0.2)
+    capstone.CALLS.clear()
+    with pytest.raises(capstone.Refused, match=r"your softmax, call 1, .*still running after 0.2 s of CPU time"):
+        capstone.guarded("softmax", endless, Path("04_functional.py"))(np.zeros(2))
+
+    def run_all(args, mine):
+        raise capstone.Refused("your adam, call 7, while training the demo: raised ValueError: nan")
+    monkeypatch.setattr(capstone, "run_all", run_all)
+    assert capstone.main(["--solutions", "--quick"]) == 1
+    out = capsys.readouterr().out
+    assert "REFUSED: your adam, call 7" in out and "no number is reported" in out
+
+
+def test_each_result_says_where_it_came_from(monkeypatch, capsys, solutions):
+    monkeypatch.setattr(capstone, "run_demo", lambda settings, progress=False: 0.5)
+    args = capstone.main.__globals__["argparse"].Namespace(quick=True, demo_only=False, no_progress=True)
+    mine = {k: f for k, f in solutions.items() if k != "adam"}
+    assert capstone.run_all(args, mine) == 0
+    out = capsys.readouterr().out
+    assert f"from: the {QUICK['n_test']:,} held-out lines, each translated by beam search (4 beams, alpha 0) with " \
+           "your beam_search" in out and "the package's adam" in out
+    assert capstone.run_all(args, {}) == 0
+    assert "with the package's beam_search" in capsys.readouterr().out
 
 
 def test_plugged_ops_equal_the_packages(solutions):
@@ -193,6 +251,7 @@ def test_help_has_examples():
     (["--demo-only", "--fast-bpe"], "--fast-bpe is for Multi30k"),
     (["--exercises", "no/such/dir"], "no directory"),
     (["--solutions", "--exercises", "x"], "not allowed with"),
+    (["--package", "softmax,sofmax"], "--package: no piece named sofmax"),
 ])
 def test_bad_options_refused_in_one_sentence(argv, words):
     r = run_cli(*argv)

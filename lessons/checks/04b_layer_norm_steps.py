@@ -68,7 +68,12 @@ def var_mistakes(v, d):
             (0.5 * ve ** -1.5 * dr, "the exponent is -1/2, so the factor is -1/2: the minus sign is missing"),
             (-0.5 * ve ** -0.5 * dr, "the power rule lowers the exponent by one: -1/2 - 1 = -3/2, not -1/2"),
             (-0.5 * ve ** -1.5, "multiply by drstd, the gradient arriving from above (the chain rule)"),
-            (-0.5 * v["var"] ** -1.5 * dr, "you left out eps: rstd = (var + eps) ** -0.5")] + \
+            (-0.5 * v["var"] ** -1.5 * dr, "you left out eps: rstd = (var + eps) ** -0.5"),
+            (-0.5 * ve ** -3 / 2 * dr, "** -3/2 is (** -3) / 2 in Python, ** binds tighter than /: write ** -1.5"),
+            (0.5 * ve ** -0.5 * dr, "that is the derivative of sqrt(v); rstd = 1 / sqrt(v) = v^(-1/2), and "
+                                    "d v^(-1/2) / dv = -1/2 v^(-3/2)"),
+            (-1.5 * ve ** -2.5 * dr, "that is the derivative of v^(-3/2); rstd = v^(-1/2): n = -1/2, so "
+                                     "-1/2 v^(-3/2)")] + \
         ([(-0.5 * (v["var"] + 1e-6) ** -1.5 * dr, "that is eps = 1e-6, the default: use the eps you are given")]
          if v["eps"] != 1e-6 else [])
 
@@ -79,6 +84,9 @@ LAST_AXIS = "D is the size of the last axis, xc.shape[-1], not of the first (len
 def xc_mistakes(v, d):
     D, through_xhat, through_var = v["xc"].shape[-1], d["xhat"] * v["rstd"], d["var"] * 2 * v["xc"]
     return [(through_xhat, "xc is used twice, in xhat and in var: add the path through var, dvar * 2 xc / D"),
+            (d["xhat"] / v["rstd"] + through_var / D, "multiply by rstd, do not divide: xhat = xc * rstd"),
+            (through_xhat - through_var / D, "var = mean(xc ** 2): the path through var has a plus sign, "
+                                             "+ dvar * 2 xc / D"),
             (through_var / D, "xc is used twice: add the path through xhat, dxhat * rstd"),
             (through_xhat + through_var, "var is a MEAN of xc ** 2: d var / d xc_j = 2 xc_j / D; the 1/D is missing"),
             (through_xhat + through_var / 2 / D, "d (xc_j ** 2) / d xc_j = 2 xc_j: the factor 2 is missing"),
@@ -88,6 +96,7 @@ def xc_mistakes(v, d):
 def x_mistakes(v, d):
     D, dxc, dmu = v["xc"].shape[-1], d["xc"], d["mu"]
     return [(dxc + dmu, "mu is a mean: d mu / d x_j = 1/D, so the path through mu adds dmu / D"),
+            (dxc + dmu * D, "mu is a mean: d mu / d x_j = 1/D, so divide dmu by D, do not multiply"),
             (dxc, "x is used twice, in xc = x - mu and in mu = mean(x): add the path through mu, dmu / D"),
             (dxc - dmu / D, "dmu already holds the minus sign of xc = x - mu: add dmu / D"),
             (dxc + dmu / dxc.shape[0], LAST_AXIS)]
@@ -102,11 +111,14 @@ ITEMS = [
         (leading_mean(d["y"]), "sum over the leading axes, not mean: every position adds its share")])),
     ("grad_xhat", step("xhat", ["dy", "gamma"], mistakes=lambda v, d: [
         (d["y"], "multiply by gamma: y = gamma * xhat + beta"),
-        (d["y"] / v["gamma"], "multiply by gamma, do not divide: d y_i / d xhat_i = gamma_i")])),
+        (d["y"] / v["gamma"], "multiply by gamma, do not divide: d y_i / d xhat_i = gamma_i"),
+        (np.broadcast_to(v["gamma"], d["y"].shape), "multiply by dy, the gradient arriving from above (the chain "
+                                                    "rule)")])),
     ("grad_rstd", step("rstd", ["dxhat", "xc"], shape_hint="rstd " + BROADCAST, mistakes=lambda v, d: [
         ((d["xhat"] * v["xc"]).mean(-1, keepdims=True), "sum over the last axis, not mean: every feature adds"
                                                          " its share"),
-        (d["xhat"].sum(-1, keepdims=True), "multiply by xc: d xhat_j / d rstd = xc_j")])),
+        (d["xhat"].sum(-1, keepdims=True), "multiply by xc: d xhat_j / d rstd = xc_j"),
+        (-d["rstd"], "xhat = xc * rstd: d xhat_j / d rstd = +xc_j, no minus sign (the minus comes in dvar)")])),
     ("grad_var", step("var", ["drstd", "var", "eps"], mistakes=var_mistakes)),
     ("grad_xc", step("xc", ["dxhat", "rstd", "dvar", "xc"], mistakes=xc_mistakes)),
     ("grad_mu", step("mu", ["dxc"], shape_hint="mu " + BROADCAST, mistakes=lambda v, d: [

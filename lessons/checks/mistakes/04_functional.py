@@ -80,4 +80,13 @@ MISTAKES = [
             xhat = (x - mu) / sigma
             return dy * gamma / sigma, (dy * xhat).reshape(-1, D).sum(0), dy.reshape(-1, D).sum(0)
     """, "you treated them as constants"),
+    ("softmax_backward", ("return y * (dy - (dy * y).sum(axis=axis, keepdims=True))",
+                          "dy -= (dy * y).sum(axis=axis, keepdims=True)\n    return y * dy"),
+     "writing into it corrupts other tensors' gradients"),
+    ("cross_entropy_backward", ("p = softmax(logits)",
+                                "p = np.exp(logits)\n    p = p / p.sum(axis=-1, keepdims=True)"),   # right in float64
+     "exp of a float32 logit near 100 overflows"),
+    ("layer_norm_backward", ("sigma = np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps)",
+                             "sigma = np.sqrt((x * x).mean(axis=-1, keepdims=True) - mu ** 2 + eps)"),
+     "compute the variance as mean((x - mu)^2)"),
 ]
