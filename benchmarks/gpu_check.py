@@ -27,6 +27,7 @@ the scripts of a folder (NAME.sh, given the real command line): the CPU's dry ru
 (tests/test_gpu_check_budgets.py, benchmarks/tests/test_gpu_check.py).
 """
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -57,6 +58,8 @@ EXTRA_MIN_S = 15     # stage e's commands start only with this much left
 PLAN = (("a", "env", 10, 20), ("a", "parity", 35, 70), ("b", "suite", 90, 150),
         ("c", "multi30k", 115, 180), ("d", "small", 50, 75), ("d", "base", 50, 75),
         ("e", "nccl2", 0, 60), ("e", "profile", 0, 60))
+PACKAGES = ("numpy", "cupy-cuda13x", "cupy-cuda12x", "torch", "pytest", "pytest-xdist",
+            "pytest-timeout", "mpi4py")       # their versions, in the summary
 OVERRUN = ('trap "" INT TERM; sleep 3600 & echo $! > "$GPU_CHECK_WORK/$GPU_CHECK_COMMAND.pid"; '
            'wait')
 
@@ -93,23 +96,16 @@ def run_command(cmd, seconds, grace, log, env):
             code = proc.wait(timeout=max(seconds - grace, 0.01))
         except subprocess.TimeoutExpired:
             code = "timeout"
-            signal_group(proc.pid, signal.SIGINT)
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
-        signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)      # what is left of the group, once it ended too
         proc.wait()
         ended = "stopped at its budget" if code == "timeout" else f"exit {code}"
         f.write(f"# {ended}, {time.monotonic() - start:.1f} s of {seconds:.1f}\n")
     return code, time.monotonic() - start
-
-
-def signal_group(pid, sig):
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # -------------------------------------------------------------------- the commands
@@ -191,12 +187,16 @@ def run_one(rec, cmd, args, ctx, log):
 
 # -------------------------------------------------------------------- the data and the commit
 def git_commit():
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True)
+    """The commit checked out, and how many tracked files differ from it ({} without git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=ROOT, capture_output=True, text=True).stdout.splitlines()
+    except OSError:          # no git on the machine
+        return {}
     if head.returncode != 0:
         return {}
-    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                             capture_output=True, text=True).stdout.splitlines()
     return {"commit": head.stdout.strip(), "tracked files changed": len(changed)}
 
 
@@ -230,12 +230,9 @@ def versions():
     """The versions and the GPUs, one JSON line (the env command)."""
     from importlib import metadata
     info = {"python": sys.version.split()[0], "cores": os.cpu_count()}
-    for pkg in ("numpy", "cupy-cuda13x", "cupy-cuda12x", "torch", "pytest", "pytest-xdist",
-                "pytest-timeout", "mpi4py"):
-        try:
-            info[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
+    found = {d.metadata["Name"].lower().replace("_", "-"): d.version
+             for d in metadata.distributions()}
+    info.update({name: found[name] for name in PACKAGES if name in found})
     if shutil.which("nvidia-smi"):
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
