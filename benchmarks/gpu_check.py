@@ -119,7 +119,7 @@ def command(name, ctx):
     graphs = ["--cuda-graphs"] * ctx["graphs"]
     data = ["--data-dir", ctx["data"]]
     step = [py, "benchmarks/train_step.py", "--torch", "--device", "gpu", *data, "--max-tokens",
-            "8192"]
+            "8192", "--json", ctx["work"] / f"{name}.json"]
     minutes = max((ctx["granted"] - (GRACE_S + SCORE_S) * ctx["scale"]) / 60, 0.01)
     return {"env": [py, __file__, "--versions"],
             "parity": pytest + ["-m", "gpu", "tests/test_kernels.py", "tests/test_graphs.py",
@@ -153,10 +153,11 @@ def run_one(rec, cmd, args, ctx, log):
     name = rec["command"]
     reports = ctx["work"] / f"{name}.jsonl"
     reports.unlink(missing_ok=True)
+    (ctx["work"] / f"{name}.json").unlink(missing_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "GPU_CHECK_REPORTS": str(reports),
            "GPU_CHECK_WORK": str(ctx["work"]), "GPU_CHECK_COMMAND": name,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"),
-                                          os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "benchmarks"),
+                                                       os.environ.get("PYTHONPATH")]))}
     if name in PYTESTS:
         env["MINITRANSFORMER_DEVICE"] = "gpu"
     if args.stub == "overrun":
@@ -171,7 +172,7 @@ def run_one(rec, cmd, args, ctx, log):
             text = f.read()
         ended = "done" if code == 0 else "timeout" if code == "timeout" else "failed"
         rec.update(seconds=seconds, exit=code, outcome=ended, reason=f"exit {code}")
-        rec["figures"] = figures(name, text, reports)
+        rec["figures"] = figures(name, text, ctx["work"])
         if name == "env":
             ctx["versions"] = rec["figures"]
         failures = [r for r in rec["figures"].get("reports", []) if r.get("traceback")]

@@ -76,15 +76,21 @@ def replay_verdict(recs):
     return not bad, "; ".join(bad) or "the replay tests passed on the GPU"
 
 
-def step_ratios(text):
+def step_ratios(text, json_file):
     """train_step.py's rounds, ours then PyTorch's each: the median, lowest and highest ratio of
-    ms a step, synced step by step and pipelined (from the rounds that finished)."""
-    rows = re.findall(r"^(ours|torch)\s+\w+\s+x1\s+([\d.]+) ms/step.*?"
-                      r"(?:pipelined ([\d.]+) ms/step)?$", text, re.M)
+    ms a step, synced step by step and pipelined. From its --json file (unrounded) where it
+    finished, else from the lines of the rounds it printed before it was stopped."""
+    if json_file.exists():
+        rows = [(r["framework"], r["ms_per_step"], r.get("ms_per_step_pipelined"))
+                for r in json.loads(json_file.read_text(encoding="utf-8"))["results"]]
+    else:
+        rows = [(fw, float(ms), float(piped) if piped else None) for fw, ms, piped in re.findall(
+            r"^(ours|torch)\s+\w+\s+x1\s+([\d.]+) ms/step.*?(?:pipelined ([\d.]+) ms/step)?$",
+            text, re.M)]
     pairs = list(zip([r for r in rows if r[0] == "ours"], [r for r in rows if r[0] == "torch"]))
     result = {"rounds": len(pairs)}
     for key, col in (("synced", 1), ("pipelined", 2)):
-        both = [(float(o[col]), float(t[col])) for o, t in pairs if o[col] and t[col]]
+        both = [(o[col], t[col]) for o, t in pairs if o[col] and t[col]]
         if both:
             ratios = sorted(o / t for o, t in both)
             result[key] = {"ratio": statistics.median(ratios), "low": ratios[0], "high": ratios[-1],
@@ -92,15 +98,16 @@ def step_ratios(text):
     return result
 
 
-def figures(name, text, reports):
-    """What a command's output says, as a dict (`reports`: the plugin's file of a pytest run)."""
+def figures(name, text, work):
+    """What a command's output says, as a dict; work holds NAME.jsonl (the plugin's reports of a
+    pytest run) and NAME.json (train_step.py's results)."""
     if name == "env":
         found = [line for line in text.splitlines() if line.startswith("{")]
         return json.loads(found[-1]) if found else {}
     if name in PYTESTS:
-        return suite_figures(reports, text)
+        return suite_figures(work / f"{name}.jsonl", text)
     if name in ("small", "base"):
-        return step_ratios(text)
+        return step_ratios(text, work / f"{name}.json")
     if name == "profile":
         return {"tables": re.findall(r"^## (.*)$", text, re.M)}
     found = {key: float(m.group(1)) for key, pattern in MULTI30K if (m := re.search(pattern, text))}
