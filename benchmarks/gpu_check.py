@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_check.py --pack ../shared/data/multi30k    # here: the data, the commit
     PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --out "$OUT"  # there (docs/gpu_check.md)
-    python3 benchmarks/gpu_check.py --out "$OUT" --stages c d          # a second try of two stages
+    python3 benchmarks/gpu_check.py --out "$OUT" --stages c d --graphs on   # a second try of two
     python benchmarks/gpu_check.py --out /tmp/dry --stub overrun --scale 0.02   # the CPU: budgets
 
 Stages, in order: (a) the versions, then the fused-kernel parity tests (tests/test_kernels.py,

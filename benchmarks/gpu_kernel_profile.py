@@ -8,7 +8,8 @@ CuPy's and cuBLAS's included. Needs PyTorch (a benchmark tool, never a dependenc
 
 Per framework: the GPU's busy time a step (kernels, copies, fills), the wall time a step, and the kernels
 by name with their calls and time a step. On the CPU (--device cpu, the suite's dry run) the table lists
-PyTorch's CPU ops instead, and ours has none.
+PyTorch's CPU ops instead, and ours has none. The GPU check (benchmarks/gpu_check.py) runs it for the
+small preset with the time it has left.
 """
 import argparse
 import collections
