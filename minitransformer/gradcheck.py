@@ -8,6 +8,7 @@ seconds). Left out: second derivatives, complex numbers.
 import numpy as np
 
 from . import backend
+from .checks import check_int, check_real
 from .tensor import Tensor, no_grad
 
 
@@ -56,9 +57,7 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
     is reduced with a fixed random projection. mode: "elementwise", "directional" or "auto"
     (element-wise when the checked inputs have at most `max_elements` elements in all).
     """
-    if mode not in ("auto", "elementwise", "directional"):
-        raise ValueError(f"gradcheck: unknown mode {mode!r} "
-                         "(use 'auto', 'elementwise' or 'directional')")
+    _check_arguments(fn, eps, atol, rtol, mode, n_directions, seed, max_elements)
     checked = [(i, t) for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
         raise ValueError("gradcheck: no input has requires_grad=True, so there is nothing to check")
@@ -94,6 +93,23 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, mode="auto", n_direct
             t.grad = grad
             t.version = version
     return True
+
+
+def _check_arguments(fn, eps, atol, rtol, mode, n_directions, seed, max_elements):
+    """Refuse, in one sentence naming it, an argument the check cannot run with: eps must be a
+    positive finite step (0 divides by zero), the tolerances finite and at least 0."""
+    if not callable(fn):
+        raise TypeError(f"gradcheck: the first argument must be a function, got "
+                        f"{type(fn).__name__}")
+    check_real("gradcheck", "eps", eps, 0.0, low_open=True)
+    check_real("gradcheck", "atol", atol, 0.0)
+    check_real("gradcheck", "rtol", rtol, 0.0)
+    if not isinstance(mode, str) or mode not in ("auto", "elementwise", "directional"):
+        raise ValueError(f"gradcheck: unknown mode {mode!r} "
+                         "(use 'auto', 'elementwise' or 'directional')")
+    check_int("gradcheck", "n_directions", n_directions, 1)
+    check_int("gradcheck", "seed", seed, 0)
+    check_int("gradcheck", "max_elements", max_elements, 0)
 
 
 def _elementwise(fn, inputs, projection, checked, analytic, eps, atol, rtol):

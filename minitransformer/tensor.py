@@ -6,8 +6,13 @@ adds them up (an op may add a leaf's share into its existing .grad itself: grad_
 must not change before backward: `version` ticks one clock at a tensor's making and at each write
 the package sees (`t.data = ...`, `+=`, Adam's step, `assign`), so a parent newer than its node
 makes backward name the op, and a node keeps its leaf parents' NumPy arrays read-only until freed,
-so `w.data[...] = x` fails at once. Left out on purpose: higher-order gradients, retain_graph
-(backward frees the graph), a guard on CuPy arrays and op outputs.
+so `w.data[...] = x` fails at once. A Tensor holds real numbers or booleans, and only a floating
+one requires gradients (an integer gradient would be truncated): refused where it is made.
+Left out on purpose: higher-order gradients, retain_graph (backward frees the graph), a guard on
+CuPy arrays and op outputs, and on writes through another NumPy array that shares a leaf's memory
+and existed before the forward pass (a view `v = w.data[:]`, or the array `w.data` is a view of):
+NumPy cannot lock an existing view, and copying every saved input would double a step's memory;
+such a write gives a wrong gradient silently unless `w.changed()` says so (docs/reliability.md).
 """
 import contextlib
 import itertools
@@ -32,6 +37,8 @@ class Tensor:
     __array_priority__ = 1000  # so that ndarray + Tensor calls Tensor.__radd__
 
     def __init__(self, data, requires_grad=False, _parents=(), _backward=None, _op=""):
+        if getattr(getattr(data, "dtype", None), "kind", "") != "f":   # floats: one comparison
+            _check_kind(data, requires_grad)
         self._data = data
         self.version = next(_clock)
         self.grad = None
@@ -142,6 +149,8 @@ class Tensor:
             array.setflags(write=True)
 
     def _set_data(self, array):
+        if getattr(getattr(array, "dtype", None), "kind", "") != "f":
+            _check_kind(array, self.requires_grad)
         self._data = array
         self.version = next(_clock)
     data = property(operator.attrgetter("_data"), _set_data,
@@ -181,6 +190,12 @@ def _topological_order(root):
                     f"backward() reached a {node._op!r} node whose graph an earlier backward() "
                     "freed: run the forward pass again, or add the losses up and call backward() "
                     "once")
+            if node._backward is None and node._data.dtype.kind != "f":
+                # requires_grad set on an integer leaf after its making: refused before any work
+                raise TypeError(
+                    f"backward() reached a leaf of dtype {node.dtype} with requires_grad=True: "
+                    "only floating-point tensors can require gradients (token ids and masks are "
+                    "constants: leave requires_grad False)")
             seen.add(node)
             todo.append((node, True))
             for p in node._parents:
@@ -316,12 +331,12 @@ def tensor(data, requires_grad=False, dtype=None):
             f"(text must become token ids first)")
     if dtype is None and not hasattr(data, "dtype"):
         dtype = backend.DEFAULT_DTYPE if kind == "f" else None
-    t = Tensor(backend.asarray(data, dtype=dtype), requires_grad=requires_grad)
-    if requires_grad and t.dtype.kind != "f":
+    array = backend.asarray(data, dtype=dtype)
+    if requires_grad and array.dtype.kind != "f":
         raise TypeError(
-            f"tensor: only floating-point tensors can require gradients, got dtype {t.dtype} "
+            f"tensor: only floating-point tensors can require gradients, got dtype {array.dtype} "
             f"(write 1.0, not 1, or pass dtype=np.float32)")
-    return t
+    return Tensor(array, requires_grad=requires_grad)
 
 
 def data_of(x):
@@ -338,6 +353,22 @@ def as_tensor(x, like=None):
     if like is not None and isinstance(x, (int, float)):
         return Tensor(backend.xp.asarray(x, dtype=like.dtype))
     return Tensor(backend.asarray(x))
+
+
+def _check_kind(data, requires_grad):
+    """Refuse, in one sentence, an array a Tensor cannot hold: not an array, not real numbers or
+    booleans (complex, text, objects), or not floating-point with requires_grad (an integer or
+    boolean gradient would be cast to zeros). Integer tensors without gradients (token ids) pass."""
+    dtype = getattr(data, "dtype", None)
+    if not isinstance(getattr(dtype, "kind", None), str):
+        raise TypeError(f"Tensor: data must be a NumPy or CuPy array, got {type(data).__name__} "
+                        "(mt.tensor(...) converts numbers and lists)")
+    if dtype.kind not in ("b", "i", "u", "f"):
+        raise TypeError(f"Tensor: a Tensor holds real numbers or booleans, got dtype {dtype} "
+                        "(complex numbers, text and objects have no gradients here)")
+    if requires_grad:
+        raise TypeError(f"Tensor: only floating-point tensors can require gradients, got dtype "
+                        f"{dtype} (token ids and masks are constants: leave requires_grad False)")
 
 
 # ------------------------------------------------------------ the version clock and read-only locks

@@ -63,10 +63,38 @@ def test_runs_on_each_backend(xp_backend):
 
 
 def test_integer_inputs_and_unknown_modes_are_refused_before_any_work():
-    x = mt.Tensor(np.ones(3, np.int64), requires_grad=True)
+    x = mt.Tensor(np.ones(3, np.int64))
+    x.requires_grad = True                           # set after its making, past Tensor's own check
     with pytest.raises(TypeError, match="input 0 holds int64; only floating-point inputs"):
         mt.gradcheck(lambda t: (t * t).sum(), x)
     calls = []
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         mt.gradcheck(lambda t: calls.append(1) or (t * t).sum(), randn(3, requires_grad=True), mode="fast")
     assert not calls
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    ("eps", 0, r"eps must be a finite number in \(0.0, inf\), got 0"),     # would divide by zero
+    ("eps", -1e-6, "eps must be a finite number"), ("eps", float("nan"), "eps must be a finite number"),
+    ("eps", float("inf"), "eps must be a finite number"), ("eps", True, "eps must be a finite number"),
+    ("eps", "1e-6", "eps must be a finite number"),
+    ("atol", -1e-5, r"atol must be a finite number in \[0.0, inf\), got -1e-05"),
+    ("atol", float("nan"), "atol must be a finite number"), ("rtol", -0.1, "rtol must be a finite number"),
+    ("rtol", float("inf"), "rtol must be a finite number"), ("rtol", None, "rtol must be a finite number"),
+    ("n_directions", 0, "n_directions must be an integer of at least 1"),
+    ("n_directions", 2.0, "n_directions must be an integer"), ("seed", -1, "seed must be an integer of at least 0"),
+    ("max_elements", 1.5, "max_elements must be an integer"), ("mode", ["auto"], r"unknown mode \['auto'\]"),
+])
+def test_arguments_the_check_cannot_run_with_are_refused_in_one_sentence_before_any_work(argument, value, message):
+    calls = []
+    x = randn(3, requires_grad=True)
+    with pytest.raises(ValueError, match="gradcheck: " + message):
+        mt.gradcheck(lambda t: calls.append(1) or (t * t).sum(), x, **{argument: value})
+    assert not calls
+    assert mt.gradcheck(lambda t: (t * t).sum(), x, eps=np.float64(1e-6), atol=0, rtol=np.float32(1e-3),
+                        seed=np.int64(3), mode="directional")       # NumPy scalars are numbers too
+
+
+def test_a_function_that_is_no_function_is_refused():
+    with pytest.raises(TypeError, match="gradcheck: the first argument must be a function, got Tensor"):
+        mt.gradcheck(randn(3, requires_grad=True), randn(3, requires_grad=True))

@@ -145,6 +145,51 @@ def test_integer_tensors_cannot_require_gradients_and_text_is_no_tensor():
     assert mt.tensor([1, 2, 3]).dtype.kind == "i" and mt.tensor([1.0, 2.0], requires_grad=True).dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+def test_a_tensor_without_floats_cannot_require_gradients_however_it_is_made(dtype):
+    """Its gradient would be cast to its dtype (an integer: truncated, often all zeros), so it is refused
+    where it is made: Tensor(...) itself, mt.tensor, requires_grad set afterwards (backward refuses before
+    any gradient is written), or a new .data."""
+    with pytest.raises(TypeError, match=rf"Tensor: only floating-point tensors can require gradients, got dtype {np.dtype(dtype)}"):
+        mt.Tensor(np.ones(3, dtype), requires_grad=True)
+    with pytest.raises(TypeError, match=f"got dtype {np.dtype(dtype)}"):
+        mt.tensor(np.ones(3, dtype), requires_grad=True)
+    w = t64([1.0, 2.0, 3.0])
+    ids = mt.Tensor(np.ones(3, dtype))                # without a gradient: token ids, masks
+    ids.requires_grad = True
+    y = (w * ids).sum()
+    with pytest.raises(TypeError, match=f"backward\\(\\) reached a leaf of dtype {np.dtype(dtype)} with requires_grad=True"):
+        y.backward()
+    assert w.grad is None                             # refused before any work
+    with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
+        w.data = np.ones(3, dtype)
+    assert w.data.dtype == np.float64
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mt.Tensor(np.array([1 + 2j])), lambda: mt.Tensor(np.array([1 + 2j]), requires_grad=True),
+    lambda: mt.Tensor(np.array(["a"])), lambda: mt.Tensor(np.array([object()])),
+    lambda: mt.tensor([1.0]) * mt.Tensor(np.array([1j])), lambda: mt.tensor([1.0]) * np.array([1j]),
+    lambda: mt.ops.as_tensor(np.array([1j])),
+])
+def test_complex_text_and_object_tensors_are_refused_where_they_are_made(make):
+    with pytest.raises(TypeError, match="holds real numbers or booleans|cannot combine .* only real numbers"):
+        make()
+
+
+def test_data_that_is_no_array_is_refused_and_integer_tensors_without_gradients_still_work():
+    with pytest.raises(TypeError, match=r"Tensor: data must be a NumPy or CuPy array, got list \(mt.tensor"):
+        mt.Tensor([1.0, 2.0])
+    w = mt.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match="data must be a NumPy or CuPy array, got float"):
+        w.data = 3.0
+    ids = mt.Tensor(np.array([[2, 0], [1, 1]]))       # token ids: no gradient, used everywhere
+    table = mt.tensor(np.arange(6.0).reshape(3, 2), requires_grad=True)
+    mt.functional.embedding(table, ids).sum().backward()
+    np.testing.assert_array_equal(backend.to_numpy(table.grad), [[1, 1], [2, 2], [1, 1]])
+    assert (ids * 2).dtype.kind == "i" and not (ids * 2).requires_grad
+
+
 # ---------------------------------------------------------------- saved inputs changed before backward
 def _assign(w):
     w.data = w.data * 0
@@ -197,6 +242,23 @@ def test_arrays_read_only_before_the_graph_stay_read_only():
     (w * w).sum().backward()
     assert not w.data.flags.writeable
     np.testing.assert_array_equal(w.grad, [4.0, 4.0, 4.0])
+
+
+def test_a_view_taken_after_the_forward_pass_is_read_only_and_one_taken_before_is_declared_with_changed():
+    """NumPy cannot lock a view that exists before the forward pass (the one write the engine does not see,
+    docs/reliability.md): a view taken after it is read-only, and w.changed() after a write through an
+    older one makes backward refuse."""
+    mt.use("cpu")
+    w = t64([1.0, 2.0])
+    before = w.data[:]                # a view that exists before the graph
+    y = (w * w).sum()
+    after = w.data[:]
+    with pytest.raises(ValueError, match="read-only"):
+        after[0] = 5.0
+    before[0] = 5.0                   # not seen by the engine ...
+    w.changed()                       # ... until said so
+    with pytest.raises(RuntimeError, match="'mul' node whose input 0 .* was changed after the forward pass"):
+        y.backward()
 
 
 def test_unchanged_inputs_pass_and_gradcheck_leaves_no_trace():
