@@ -4,9 +4,21 @@ TrainingConfig, the settings of a training run (section 5), which holds the Sear
 evaluations. Each checks every field when made, so a bad value fails at once with one sentence
 naming it, never later inside the work (a TrainingConfig, never at its first evaluation). Also
 count_parameters(config), the model's size from the config alone.
+
+One rule for the type of every field of the three: a field holds the plain Python type it declares,
+so that what is made is what a checkpoint's JSON writes and reads back.
+- int: a Python int or a NumPy integer (converted exactly: np.int64(16) -> 16), of size at most
+  2**53 (float64 and JSON readers keep it exact); never a bool or a float, not even 16.0.
+- float: a finite real number, int and NumPy's included, stored as float; never a bool, NaN or inf.
+- bool: True or False (numpy.bool_ converted); never 0 or 1. str: a str.
+- betas: a tuple or list of exactly two such floats, stored as a tuple.
+Anything else is refused when the config is made, in one sentence naming the field.
 Left out: a config file format of its own (JSON is enough).
 """
 import dataclasses
+import numbers
+
+import numpy as np
 
 from .checks import check_int, check_max_tokens, check_real, fail as _fail
 
@@ -22,6 +34,55 @@ MAX_FLOATS = 1 << 31
 MAX_LEN = 1 << 16
 MAX_LAYERS = 1 << 10
 MAX_BEAM = 256
+MAX_INT = 1 << 53  # any int field: exact in float64 and in every JSON reader
+
+
+def _size(value):
+    """A number as the error shows it: an integer of 400 digits by its length in bits (Python will
+    not print one of over 4,300 digits)."""
+    bits = value.bit_length() if isinstance(value, int) else 0
+    return f"an integer of {bits:,} bits" if bits > 80 else repr(value)
+
+
+def _exact(owner, config, limit=MAX_INT):
+    """Refuse an int field past `limit` in absolute value: at the end of the checks, so that a
+    field's own tighter bound speaks first; at the start (_plain) for one too long to print."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.type is int and type(value) is int and abs(value) > limit:
+            _fail(owner, f"{field.name} must be at most 2**53 = {MAX_INT:,} in absolute value "
+                  f"(integers are kept exact in float64 and JSON), got {_size(value)}",
+                  field.name, value)
+
+
+def _plain(owner, config):
+    """Each field of `config` as the plain type it declares (the rule of the module's docstring), or
+    one sentence naming it; None and values of another type pass to the field's own check."""
+    for field in dataclasses.fields(config):
+        name = field.name
+        value = getattr(config, name)
+        if field.type is int and isinstance(value, np.integer):
+            value = int(value)
+        if field.type is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+            try:
+                value = float(value)
+            except OverflowError:  # an int past float64's range
+                _fail(owner, f"{name} must be a finite number, got {_size(value)}", name, value)
+        if field.type is bool and not isinstance(value, (bool, np.bool_)):
+            # a TransformerConfig is read from JSON (--config, checkpoints): JSON's spelling
+            spelled = "true or false" if owner == "TransformerConfig" else "True or False"
+            _fail(owner, f"{name} must be {spelled}, got {value!r}", name, value)
+        if field.type is bool or field.type is str and isinstance(value, str):
+            value = field.type(value)
+        if field.type is tuple:  # betas
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                _fail(owner, f"{name} must be a pair of numbers (beta1, beta2), got {value!r}",
+                      name, value)
+            for i, b in enumerate(value):
+                check_real(owner, f"{name}[{i}]", b, 0.0, 1.0)
+            value = tuple(map(float, value))
+        object.__setattr__(config, name, value)  # SearchConfig is frozen
+    _exact(owner, config, 1 << 4096)
 
 
 @dataclasses.dataclass
@@ -52,6 +113,7 @@ class TransformerConfig:
     def __post_init__(self):
         def fail(msg, setting):
             _fail("TransformerConfig", msg, setting)
+        _plain("TransformerConfig", self)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff",
                      "n_encoder_layers", "n_decoder_layers", "max_len"):
             check_int("TransformerConfig", name, getattr(self, name), 1)
@@ -67,9 +129,6 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
             check_real("TransformerConfig", name, getattr(self, name), 0.0, 1.0)
         check_real("TransformerConfig", "layer_norm_eps", self.layer_norm_eps, 0.0, low_open=True)
-        for name in ("norm_first", "share_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                fail(f"{name} must be true or false, got {getattr(self, name)!r}", name)
         if self.d_model % self.n_heads:
             fail(f"d_model must split evenly across heads: {self.d_model} is not a multiple of "
                  f"n_heads={self.n_heads}", ("d_model", "n_heads"))
@@ -93,6 +152,7 @@ class TransformerConfig:
         for name, value in ids.items():
             if not 0 <= value < self.vocab_size:
                 fail(f"{name}={value} lies outside the vocabulary [0, {self.vocab_size})", name)
+        _exact("TransformerConfig", self)
 
     @property
     def d_k(self):
@@ -163,6 +223,7 @@ class SearchConfig:
 
     def __post_init__(self):
         owner = "SearchConfig"
+        _plain(owner, self)
         check_int(owner, "beam_size", self.beam_size, 1)
         if self.beam_size > MAX_BEAM:
             _fail(owner, f"beam_size must be at most {MAX_BEAM}, got {self.beam_size:,}: beam "
@@ -182,6 +243,7 @@ class SearchConfig:
         if self.stop not in STOPS:
             _fail(owner, f"stop must be one of {', '.join(map(repr, STOPS))}, not {self.stop!r}",
                   "stop", self.stop)
+        _exact(owner, self)
 
 
 @dataclasses.dataclass
@@ -211,6 +273,7 @@ class TrainingConfig:
 
     def __post_init__(self):
         owner = "TrainingConfig"
+        _plain(owner, self)
         if self.steps is None and self.epochs is None:
             _fail(owner, "give steps or epochs")
         check_int(owner, "steps", self.steps, 1, allow_none=True)
@@ -225,11 +288,6 @@ class TrainingConfig:
         check_real(owner, "lr_scale", self.lr_scale, 0.0, low_open=True)
         check_real(owner, "clip_norm", self.clip_norm, 0.0, low_open=True, allow_none=True)
         check_real(owner, "eps", self.eps, 0.0)
-        for b in self.betas:
-            check_real(owner, "each of betas", b, 0.0, 1.0)
-        if not isinstance(self.cuda_graphs, bool):
-            _fail(owner, f"cuda_graphs must be True or False, got {self.cuda_graphs!r}",
-                  "cuda_graphs", self.cuda_graphs)
         if self.cuda_graphs and (self.accum != 1 or self.clip_norm is not None):
             _fail(owner, "cuda_graphs replays one batch per update without clipping: give accum=1 "
                   f"and no clip_norm, got accum={self.accum}, clip_norm={self.clip_norm}",
@@ -240,6 +298,7 @@ class TrainingConfig:
         if self.search.nbest != 1:   # evaluation scores one translation per sentence
             _fail(owner, "search.nbest must be 1 (BLEU scores one translation per sentence), "
                   f"got {self.search.nbest}", "nbest", self.search.nbest)
+        _exact(owner, self)
 
 
 def count_parameters(config):

@@ -1,5 +1,9 @@
 """config.py: TrainingConfig refuses settings that make no sense, naming the field; TransformerConfig and
 SearchConfig have upper bounds that say why (memory), so a config from a file cannot ask for more than a machine has."""
+import dataclasses
+import json
+
+import numpy as np
 import pytest
 
 from minitransformer.config import SearchConfig, TrainingConfig, TransformerConfig
@@ -69,3 +73,86 @@ def test_search_config_bounds_the_beam_with_its_reason():
                                          r"scores beam_size x vocabulary candidates") as e:
         SearchConfig(beam_size=100_000)
     assert e.value.setting == "beam_size" and e.value.renamed({"beam_size": "--beam"}).startswith("--beam must")
+
+
+# ---------------------------------------------------------------- one rule for every field's type
+NAN = float("nan")
+INF = float("inf")
+
+
+@pytest.mark.parametrize("cls, field, value, message", [
+    # floats, bools, text and None where an integer goes
+    (TransformerConfig, "d_model", 16.0, "d_model must be an integer of at least 1, got 16.0"),
+    (TransformerConfig, "n_heads", True, "n_heads must be an integer of at least 1, got True"),
+    (TransformerConfig, "vocab_size", "300", "vocab_size must be an integer"),
+    (TransformerConfig, "max_len", np.float64(64.0), "max_len must be an integer"),
+    (TrainingConfig, "steps", 1.5, "steps must be an integer of at least 1, got 1.5"),
+    (TrainingConfig, "seed", False, "seed must be an integer of at least 0, got False"),
+    (TrainingConfig, "keep", None, "keep must be an integer"),
+    (SearchConfig, "beam_size", 4.0, "beam_size must be an integer"),
+    (SearchConfig, "max_len_b", np.bool_(True), "max_len_b must be an integer"),
+    # integers past what float64 and JSON keep exactly
+    (TrainingConfig, "warmup_steps", 10 ** 400, r"warmup_steps must be at most 2\*\*53 = 9,007,199,254,740,992 "
+                                                r"in absolute value .*, got an integer of 1,329 bits"),
+    (TrainingConfig, "seed", 2 ** 53 + 1, "seed must be at most 2"),
+    (TrainingConfig, "max_tokens", np.uint64(2 ** 64 - 1), "max_tokens must be at most 2"),
+    (TrainingConfig, "steps", -10 ** 400, "steps must be an integer of at least 1, got -1000"),
+    pytest.param(TrainingConfig, "keep", 10 ** 5000, "keep must be at most 2.* got an integer of 16,610 bits",
+                 id="an int Python will not print"),
+    (SearchConfig, "max_len_b", 10 ** 20, "max_len_b must be at most 1,000,000, got"),  # its own bound first
+    (TransformerConfig, "d_model", -2 ** 4097, "d_model must be at most 2"),
+    # NaN, infinity, bools, text, numbers too large for a float where a float goes
+    (TransformerConfig, "dropout", NAN, r"dropout must be a finite number in \[0.0, 1.0\), got nan"),
+    (TransformerConfig, "layer_norm_eps", np.float32(INF), "layer_norm_eps must be a finite number"),
+    (TransformerConfig, "label_smoothing", True, "label_smoothing must be a finite number"),
+    (TrainingConfig, "epochs", 10 ** 400, "epochs must be a finite number, got an integer of 1,329 bits"),
+    (TrainingConfig, "eps", "1e-9", "eps must be a finite number"),
+    (TrainingConfig, "clip_norm", INF, "clip_norm must be a finite number"),
+    (SearchConfig, "alpha", NAN, "alpha must be a finite number"),
+    (SearchConfig, "max_len_a", 10 ** 400, "max_len_a must be a finite number"),
+    # numbers, text and None where a bool goes
+    (TransformerConfig, "norm_first", 1, "norm_first must be true or false, got 1"),
+    (TransformerConfig, "share_embeddings", "yes", "share_embeddings must be true or false"),
+    (TrainingConfig, "progress", 0, "progress must be True or False, got 0"),
+    (TrainingConfig, "cuda_graphs", None, "cuda_graphs must be True or False"),
+    # betas: a pair, of numbers in [0, 1)
+    (TrainingConfig, "betas", (0.9,), r"betas must be a pair of numbers \(beta1, beta2\), got \(0.9,\)"),
+    (TrainingConfig, "betas", (0.9, 0.98, 0.999), "betas must be a pair of numbers"),
+    (TrainingConfig, "betas", 0.9, "betas must be a pair of numbers"),
+    (TrainingConfig, "betas", "ab", "betas must be a pair of numbers"),
+    (TrainingConfig, "betas", np.array([0.9, 0.98]), "betas must be a pair of numbers"),
+    (TrainingConfig, "betas", (0.9, NAN), r"betas\[1\] must be a finite number in \[0.0, 1.0\), got nan"),
+    (TrainingConfig, "betas", (1.0, 0.98), r"betas\[0\] must be a finite number"),
+    (TrainingConfig, "betas", (True, 0.98), r"betas\[0\] must be a finite number"),
+    # text where text goes, nothing else
+    (TransformerConfig, "positional", 5, "positional must be 'sinusoidal' or 'learned', got 5"),
+    (SearchConfig, "stop", ["exact"], "stop must be one of"),
+])
+def test_every_field_of_the_wrong_type_or_shape_is_refused_when_made_naming_it(cls, field, value, message):
+    owner = cls.__name__
+    extra = {"steps": 5} if cls is TrainingConfig and field != "steps" else {}
+    with pytest.raises(ValueError, match=f"{owner}: {message}") as e:
+        cls(**extra, **{field: value})
+    assert e.value.setting.startswith(field) and "\n" not in str(e.value)
+
+
+def test_numpy_scalars_are_converted_exactly_to_the_plain_type_each_field_declares():
+    """The rule of config.py's docstring: np.int64(16) is the int 16, np.float32(0.25) the float 0.25,
+    np.True_ is True; a checkpoint's JSON then writes and reads back what was made."""
+    config = TransformerConfig.tiny(vocab_size=np.int64(300), d_model=np.int32(16), n_heads=np.uint8(2),
+                                    d_ff=np.int16(32), dropout=np.float32(0.25), label_smoothing=0,
+                                    norm_first=np.True_, positional=np.str_("learned"))
+    expected = {"vocab_size": 300, "d_model": 16, "n_heads": 2, "d_ff": 32, "dropout": 0.25,
+                "label_smoothing": 0.0, "norm_first": True, "positional": "learned"}
+    for name, value in expected.items():
+        assert type(getattr(config, name)) is type(value) and getattr(config, name) == value, name
+    assert TransformerConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    training = TrainingConfig(steps=np.int64(3), epochs=None, lr_scale=2, betas=[np.float32(0.5), 0.98],
+                              eps=np.float64(1e-9), progress=np.False_,
+                              search=SearchConfig(beam_size=np.int64(2), max_len_a=np.float16(1.5)))
+    assert type(training.steps) is int and type(training.lr_scale) is float and training.lr_scale == 2.0
+    assert training.betas == (0.5, 0.98) and all(type(b) is float for b in training.betas)
+    assert training.progress is False and type(training.search.beam_size) is int
+    assert training.search.max_len_a == 1.5 and type(training.search.max_len_a) is float
+    json.dumps(dataclasses.asdict(training))          # no NumPy scalar left for JSON to refuse
+    assert TrainingConfig(steps=2 ** 53).steps == 2 ** 53      # the bound itself passes
