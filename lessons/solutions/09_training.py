@@ -2,20 +2,7 @@
 
 Graded by `python lessons/check.py 09 --solutions`; your own go in lessons/exercises/09_training.py.
 
-Answers to the lesson's questions:
-1. At step = warmup_steps = 1000, the rate 256^-0.5 * 1000^-0.5 ~ 0.001976.
-2. 1 - eps + eps / V = 0.90001 for eps = 0.1, V = 10,000.
-3. (300 * 2.0 + 100 * 4.0) / 400 = 2.5, the mean over all 400 tokens; averaging the two means would give 3.0.
-4. At t = 1, m = (1 - b1) g and v = (1 - b2) g^2; the bias corrections divide those out: m_hat = g,
-   v_hat = g^2, and the step is lr * g / (|g| + eps) ~ lr * sign(g), for a gradient of 1e-6 as for 1e3.
-   Every weight moves by the full rate at once, before the moments mean anything: a small rate at first
-   keeps those early steps small.
-5. n + 1: y_1 .. y_n and </s>. <s> is never predicted (it is only read, at position 0), and </s> is
-   never read (it is only predicted, at position n).
-6. d_model^-0.5 scales the whole schedule: (1024 / 512)^-0.5 = 1 / sqrt(2) ~ 0.707 (0.000494 against
-   0.000699 at step 4,000).
-7. The batch is 2 x 20 = 40 positions, 18 of them padding: 45%, computed and thrown away. Sentences of
-   about the same length pad little; random ones pad up to the longest in every batch.
+The answers to the lesson's questions, explained, are in lessons/answers/09_training.md.
 """
 import math
 
@@ -55,16 +42,3 @@ def adam(p, g, m, v, t, lr, betas=(0.9, 0.98), eps=1e-9):
     v = b2 * v + (1 - b2) * g * g                                # the running mean of g^2
     m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)          # bias corrections
     return p - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
-
-
-def answers_to_questions():
-    """The lesson's questions, checked (the test suite runs this)."""
-    assert max(range(1, 5000), key=lambda s: noam_lr(s, 256, 1000)) == 1000
-    assert math.isclose(noam_lr(1000, 256, 1000), 256 ** -0.5 * 1000 ** -0.5)
-    assert math.isclose(smoothed_targets(np.array([0]), 10_000, 0.1)[0, 0], 0.90001)
-    assert (300 * 2.0 + 100 * 4.0) / 400 == 2.5
-    p, m, v = np.array([1.0, 1.0]), 0.0, 0.0                                                      # 4
-    new, _, _ = adam(p, np.array([1e-6, -1e3]), m, v, 1, lr=0.01)
-    assert np.allclose(p - new, [0.01, -0.01], rtol=1e-3)
-    assert math.isclose(noam_lr(4000, 1024, 4000) / noam_lr(4000, 512, 4000), 2 ** -0.5)           # 6
-    assert 18 / (2 * 20) == 0.45                                                                    # 7
