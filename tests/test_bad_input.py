@@ -8,11 +8,15 @@ Row: (id, argv, stdin bytes or None, files to create in the working directory, e
 valid.src/.tgt), config.json (tiny, d_model 32, max_len 32: positions for 31 tokens and </s>), a
 checkpoint trained 2 steps (model.npz, run/), its tokenizer (tok.json) and foreign ones (other_tok.json;
 foreign_tok.json, of the same size).
-A file entry's value is its bytes, READ_ONLY_DIR for an empty directory without write permission, or
-TO_DEV_NULL for a symbolic link to /dev/null (a device: replacing it would lose what is written there).
+A file entry's value is its bytes, READ_ONLY_DIR for an empty directory without write permission,
+TO_DEV_NULL for a symbolic link to /dev/null (a device: replacing it would lose what is written there), or
+TO_DEV_ZERO for one to /dev/zero (a device that never ends: reading it whole would take all memory).
+Hostile inputs that would take gigabytes if their bound regressed are also run in a subprocess under
+RLIMIT_AS (test_hostile_inputs_fail_within_a_memory_limit), so a regression fails instead of eating the machine.
 """
 import contextlib
 import errno
+import gzip
 import importlib.util
 import io
 import json
@@ -20,6 +24,7 @@ import os
 import random
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -42,6 +47,8 @@ TARGETS = ["twelve", "three , forty five", "sixty seven , eight", "nine", "ten ,
 LONG = " ".join(["7"] * 60) + "\n"           # more tokens than the model's 31 positions
 READ_ONLY_DIR = object()
 TO_DEV_NULL = object()
+TO_DEV_ZERO = object()
+DEVICES = {id(TO_DEV_NULL): os.devnull, id(TO_DEV_ZERO): "/dev/zero"}
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root writes anywhere: no permission to test
 NEEDS_USER = pytest.mark.skipif(AS_ROOT, reason="root may write in a directory without write permission")
 NEEDS_NO_GPU = pytest.mark.skipif(backend.gpu_available(), reason="--device gpu works on this machine")
@@ -82,6 +89,57 @@ BIG_TOK = BPE([(3 + k // 256, 3 + k % 256) for k in range(1000 - 259)]).to_json(
 HUGE_CONFIG = json.dumps({"preset": "tiny", "d_model": 13300, "d_ff": 2, "n_heads": 2, "n_layers": 1, "max_len": 32,
                           "share_embeddings": False}).encode()
 MB2_LINE = "".join(random.Random(0).choices("abcdefghij", k=2_000_000)).encode() + b"\n"  # one word
+
+
+def tokenizer_json(pattern=None, specials=(), merges=()):
+    """The bytes of a tokenizer file written by hand (no check of the code under test runs)."""
+    return json.dumps({"format": "minitransformer-bpe", "version": 1, "pattern": pattern or BPE().pattern,
+                       "special_tokens": ["<pad>", "<s>", "</s>", *specials], "merges": list(merges)}).encode()
+
+
+def patched_directory(data, member, **fields):
+    """The zip `data` with the central directory entry of `member` changed: compress_size, file_size (32-bit)
+    or flag_bits, patched in place as a hostile file would carry them."""
+    data = bytearray(data)
+    name = member.encode()
+    at = data.find(b"PK\x01\x02")
+    while at >= 0 and data[at + 46:at + 46 + len(name)] != name:
+        at = data.find(b"PK\x01\x02", at + 4)
+    offsets = {"flag_bits": (8, "<H"), "compress_size": (20, "<I"), "file_size": (24, "<I")}
+    for key, value in fields.items():
+        offset, fmt = offsets[key]
+        data[at + offset:at + offset + struct.calcsize(fmt)] = struct.pack(fmt, value)
+    return bytes(data)
+
+
+def cut_header(keep=None):
+    """A .npy member whose header is cut inside its dict (keep bytes of it), or zeroed (keep None)."""
+    full = header_of((2,)) + bytes(8)
+    if keep is None:
+        return full[:10] + bytes(len(full) - 10)
+    return full[:10 + keep]
+
+
+def meta_bomb(items):
+    """An .npz whose deflated meta.json holds `items` empty objects ([{},{},...]: 24 times its bytes as
+    Python objects), a few hundred KB on disk."""
+    text = json.dumps({"format": ckpt.FORMAT, "version": ckpt.VERSION, "step": 1})[:-1] + ', "x": ['
+    text = (text + "{}," * items + "{}]}").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("meta.json.npy", npy_bytes(np.frombuffer(text, np.uint8)))
+    return buffer.getvalue()
+
+
+SMALL_W = {"model/w.npy": npy_bytes(np.ones(2, np.float32))}
+LYING_NPZ = patched_directory(hostile_npz(SMALL_W), "model/w.npy", compress_size=3 << 20, file_size=3 << 30)
+BOMB_CLAIM_NPZ = patched_directory(hostile_npz(SMALL_W), "model/w.npy", file_size=(1 << 30) + 88)
+ENCRYPTED_NPZ = patched_directory(hostile_npz(SMALL_W), "model/w.npy", flag_bits=1)
+CUT_HEADER_NPZ = hostile_npz({"model/w.npy": cut_header(keep=30)})
+ZEROED_HEADER_NPZ = hostile_npz({"model/w.npy": cut_header()})
+SLOW_PATTERN = r"(?:x|x)*y|[\s\S]"                  # 2^n ways on n x's; passes the load-time probe
+X_LINES = b"x" * 20 + b"\n"
+ZEROS_GZ = gzip.compress(bytes(6 << 20), 1)         # one 6 MiB line of NUL bytes: over the line limit
 
 
 def train(*extra, drop=()):
@@ -419,6 +477,80 @@ ROWS = [
     ("train-2mb-line", train("--train-src", "long.src", "--train-tgt", "one.tgt"), None,
      {"long.src": MB2_LINE, "one.tgt": b"twelve\n"}, 1,
      r"no sentence pairs to train on in long\.src and one\.tgt: kept 0 of 1 pairs \(0 empty, 1 longer than 31 tokens\)"),
+    # ---- every allocation bounded before it is made: devices, endless lines, archives, patterns, sizes
+    ("translate-input-dev-zero", TRANSLATE + ["--input", "zero"], None, {**OLD, "zero": TO_DEV_ZERO}, 1,
+     r"zero is a device, not a file"),
+    ("translate-tokenizer-dev-zero", TRANSLATE + ["--tokenizer", "zero"], None, {**OLD, "zero": TO_DEV_ZERO}, 1,
+     r"zero is a device, not a file"),
+    ("bleu-hypotheses-dev-zero", ["bleu", "zero", "r.txt"], None, {"zero": TO_DEV_ZERO, "r.txt": b"a\n"}, 1,
+     r"zero is a device, not a file"),
+    ("train-train-src-dev-zero", train("--train-src", "zero"), None, {"zero": TO_DEV_ZERO}, 1,
+     r"zero is a device, not a file"),
+    ("translate-stdin-endless-line", TRANSLATE + ["--input", "-"], b"7" * (5 << 20), OLD, 1,
+     r"stdin: line 1 is longer than the 4,194,304 bytes a line may have"),
+    ("translate-input-gzip-of-zeros", TRANSLATE + ["--input", "z.gz"], None, {**OLD, "z.gz": ZEROS_GZ}, 1,
+     r"z\.gz: line 1 is longer than the 4,194,304 bytes a line may have"),
+    ("bpe-input-5mb-line", BPE_OWN + ["--vocab-size", "300", "--input", "long.txt"], None,
+     {**OLD_TOK, "long.txt": b"a" * (5 << 20) + b"\n"}, 1, r"long\.txt: line 1 is longer than the 4,194,304 bytes"),
+    ("translate-checkpoint-lying-directory", TRANSLATE + ["--checkpoint", "liar.npz"], None,
+     {**OLD, "liar.npz": LYING_NPZ}, 1,
+     r"liar\.npz: its zip directory says model/w\.npy packs 3,145,728 bytes, more than the file's [\d,]+"),
+    ("average-checkpoint-claims-a-gigabyte", ["average", "{D}/model.npz", "bomb.npz", "--output", "avg.npz"], None,
+     {**OLD_AVG, "bomb.npz": BOMB_CLAIM_NPZ}, 1, r"bomb\.npz: its members inflate to 1,073,7\d\d,\d+ bytes from a file of"),
+    ("translate-checkpoint-encrypted-member", TRANSLATE + ["--checkpoint", "enc.npz"], None,
+     {**OLD, "enc.npz": ENCRYPTED_NPZ}, 1, r"enc\.npz: its member model/w\.npy is encrypted"),
+    ("translate-checkpoint-header-cut-in-its-dict", TRANSLATE + ["--checkpoint", "cut.npz"], None,
+     {**OLD, "cut.npz": CUT_HEADER_NPZ}, 1, r"cut\.npz: model/w has a damaged array header"),
+    ("average-checkpoint-header-zeroed", ["average", "{D}/model.npz", "zero.npz", "--output", "avg.npz"], None,
+     {**OLD_AVG, "zero.npz": ZEROED_HEADER_NPZ}, 1, r"zero\.npz: model/w has a damaged array header"),
+    ("translate-checkpoint-meta-json-bomb", TRANSLATE + ["--checkpoint", "bomb.npz"], None,
+     {**OLD, "bomb.npz": meta_bomb(9_000_000)}, 1,
+     r"bomb\.npz: its meta\.json entry is damaged \(its JSON holds [\d,]+ values or more, more than 8,388,608\)"),
+    ("translate-tokenizer-counted-repeat", TRANSLATE + ["--tokenizer", "rep.json"], None,
+     {**OLD, "rep.json": tokenizer_json(r"a{2000000000}|[\s\S]")}, 1,
+     r"rep\.json is a damaged tokenizer file: the pattern .* repeats too much"),
+    ("translate-tokenizer-nested-repeats", TRANSLATE + ["--tokenizer", "rep.json"], None,
+     {**OLD, "rep.json": tokenizer_json(r"(?:a{1000}){1000}{1000}|[\s\S]")}, 1,
+     r"rep\.json is a damaged tokenizer file: the pattern .* repeats too much"),
+    ("translate-tokenizer-pattern-too-long", TRANSLATE + ["--tokenizer", "long.json"], None,
+     {**OLD, "long.json": tokenizer_json("a|" * 3000 + r"[\s\S]")}, 1,
+     r"long\.json is a damaged tokenizer file: the pattern .* has 6,006 characters, more than 4,096"),
+    ("translate-tokenizer-too-many-specials", TRANSLATE + ["--tokenizer", "sp.json"], None,
+     {**OLD, "sp.json": tokenizer_json(specials=[f"<s{k}>" for k in range(5000)])}, 1,
+     r"sp\.json is a damaged tokenizer file: 5,003 special tokens are too many: at most 1,024"),
+    ("translate-tokenizer-merges-as-objects", TRANSLATE + ["--tokenizer", "obj.json"], None,
+     {**OLD, "obj.json": tokenizer_json(merges=[{"left": 100, "right": 100, "text": "aa"}])}, 1,
+     r"obj\.json is a damaged tokenizer file: merge 0 is \{'left': 100, .* not \[left id, right id, \"its text\"\]"),
+    ("translate-tokenizer-nan", TRANSLATE + ["--tokenizer", "nan.json"], None,
+     {**OLD, "nan.json": tokenizer_json().replace(b'"version": 1', b'"version": NaN')}, 1,
+     r"nan\.json is not a tokenizer file: it is not valid JSON \(NaN is not a JSON number\)"),
+    # ---- every damaged file a sentence (crafted from the shared checkpoint by the fixture)
+    ("average-meta-step-a-list", ["average", "{D}/model.npz", "{D}/step_list.npz", "--output", "avg.npz"], None,
+     OLD_AVG, 1, r"step_list\.npz: its meta\.json is damaged: its step is \[6\], not a whole number of at least 0"),
+    ("average-meta-step-an-object", ["average", "{D}/model.npz", "{D}/step_dict.npz", "--output", "avg.npz"], None,
+     OLD_AVG, 1, r"step_dict\.npz: its meta\.json is damaged: its step is \{\}, not a whole number"),
+    ("average-meta-nan", ["average", "{D}/model.npz", "{D}/meta_nan.npz", "--output", "avg.npz"], None, OLD_AVG, 1,
+     r"meta_nan\.npz: its meta\.json entry is damaged \(NaN is not a JSON number\)"),
+    ("average-meta-config-a-list", ["average", "{D}/model.npz", "{D}/config_list.npz", "--output", "avg.npz"], None,
+     OLD_AVG, 1, r"config_list\.npz: its meta\.json is damaged: its config is \[1, 2\], not a JSON object"),
+    ("train-resume-step-counts-short", train("--resume", "{D}/t_short.npz"), None, {}, 1,
+     r"t_short\.npz: its optimizer state is damaged: it holds \d+ step counts for \d+ parameters"),
+    ("train-resume-moments-missing", train("--resume", "{D}/no_m3.npz"), None, {}, 1,
+     r"no_m3\.npz: its optimizer state is damaged: optim/m\.3 is missing \(parameter 3 has taken steps\)"),
+    ("train-resume-float16-moments", train("--resume", "{D}/half.npz"), None, {}, 1,
+     r"half\.npz: optim/m\.0 holds float16 values; a checkpoint holds float32 or float64 arrays only"),
+    ("train-resume-float64-moments", train("--resume", "{D}/double.npz"), None, {}, 1,
+     r"double\.npz: its optimizer state is damaged: optim/m\.0 holds .* float64 values, but the model's are float32"),
+    ("train-resume-batch-index-past-the-epoch", train("--resume", "{D}/index.npz"), None, {}, 1,
+     r"index\.npz cannot be resumed from: cannot resume the batch stream: its batch index 1,000,000 is past the "
+     r"\d+ batches of an epoch"),
+    # ---- a time budget per file of text encoded, not per call: 200 short lines cannot add up to minutes
+    ("translate-slow-pattern-many-lines", TRANSLATE + ["--checkpoint", "{D}/slow.npz", "--input", "x.txt"], None,
+     {**OLD, "x.txt": X_LINES * 200}, 1, r"the pattern .* of the tokenizer embedded in .*slow\.npz backtracks "
+     r"catastrophically: it ran out of its time budget of 1 s per 100,000 characters"),
+    ("train-slow-pattern-many-lines", train("--tokenizer", "{D}/slow_tok.json", "--train-src", "x.src", "--train-tgt",
+                                            "x.tgt"), None, {"x.src": X_LINES * 200, "x.tgt": X_LINES * 200}, 1,
+     r"the pattern .* of .*slow_tok\.json backtracks catastrophically"),
 ]
 
 
@@ -439,7 +571,35 @@ def shared(tmp_path_factory):
     (d / "tok.json").write_bytes((d / "run" / "tokenizer.json").read_bytes())
     BPE.train(["x y z"], 262, min_frequency=1).save(d / "other_tok.json")
     BPE(BPE.load(d / "tok.json").merges, pattern=r"\s+|\S").save(d / "foreign_tok.json")  # the same size, not its own
+    craft_checkpoints(d)
     return d
+
+
+def craft_checkpoints(d):
+    """Damaged copies of model.npz in d, each with one fault (see the rows that use them), written with
+    np.savez as a hostile or broken writer would, not through the code under test."""
+    source = np.load(d / "model.npz")
+    arrays = {k[:-len(".npy")] if k.endswith(".npy") else k: source[k] for k in source.files}
+    meta = json.loads(arrays.pop("meta.json").tobytes())
+    slow = BPE(BPE.load(d / "tok.json").merges, pattern=SLOW_PATTERN)
+    slow.save(d / "slow_tok.json")
+    n = meta["optimizer"]["n_params"]
+    faults = {  # name: (meta changes, arrays changes; None removes an entry)
+        "step_list": ({"step": [6]}, {}), "step_dict": ({"step": {}}, {}), "meta_nan": ({"best_bleu": "NaN"}, {}),
+        "config_list": ({"config": [1, 2]}, {}),
+        "t_short": ({"optimizer": {**meta["optimizer"], "t": meta["optimizer"]["t"][:n - 1]}}, {}),
+        "no_m3": ({}, {"optim/m.3": None, "optim/v.3": None}),
+        "half": ({}, {"optim/m.0": arrays["optim/m.0"].astype(np.float16)}),
+        "double": ({}, {"optim/m.0": arrays["optim/m.0"].astype(np.float64),
+                        "optim/v.0": arrays["optim/v.0"].astype(np.float64)}),
+        "index": ({"iterator": {**meta["iterator"], "index": 1_000_000}}, {}),
+        "slow": ({"tokenizer": slow.to_json()}, {}),
+    }
+    for name, (meta_change, array_change) in faults.items():
+        members = {**arrays, **array_change}
+        text = json.dumps({**meta, **meta_change}).replace('"NaN"', "NaN")
+        members = {k: v for k, v in members.items() if v is not None}
+        np.savez(d / f"{name}.npz", **members, **{"meta.json": np.frombuffer(text.encode(), np.uint8)})
 
 
 def snapshot(*roots):
@@ -448,7 +608,8 @@ def snapshot(*roots):
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             found.update({os.path.join(dirpath, n): None for n in dirnames})
-            found.update({os.path.join(dirpath, n): Path(dirpath, n).read_bytes() for n in filenames})
+            found.update({os.path.join(dirpath, n): ("link", os.readlink(Path(dirpath, n)))  # /dev/zero: never read
+                          if Path(dirpath, n).is_symlink() else Path(dirpath, n).read_bytes() for n in filenames})
     return found
 
 
@@ -470,8 +631,8 @@ def test_bad_input(row_id, argv, stdin, files, code, message, shared, tmp_path, 
             path.mkdir()
             path.chmod(0o555)
             locked.append(path)
-        elif content is TO_DEV_NULL:
-            path.symlink_to(os.devnull)
+        elif id(content) in DEVICES:
+            path.symlink_to(DEVICES[id(content)])
         else:
             path.write_bytes(content)
     monkeypatch.chdir(work)
@@ -595,3 +756,40 @@ def test_bpe_learns_a_2mb_line_without_a_space(tmp_path, capsys):
                      "--output", str(tmp_path / "tok.json"), "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0 and "learned 3 merges" in out and "tokens for 3 words" in out, err
+
+
+# ---- hostile inputs under a memory limit: a bound that regressed fails here instead of taking the machine
+MEMORY_LIMIT = 5 << 29                                   # 2.5 GiB of address space for the whole process
+LIMITED = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
+           "from minitransformer import cli; sys.exit(cli.main(sys.argv[1:]))").format(MEMORY_LIMIT)
+TEXT_BOMB = gzip.compress((b"a" * 999 + b"\n") * 1024, 9) * 300      # 300 MiB of lines from about 300 KB
+
+
+@pytest.mark.parametrize("argv, files, message", [
+    (TRANSLATE + ["--tokenizer", "rep.json"], {"rep.json": tokenizer_json(r"a{2000000000}|[\s\S]")},
+     r"rep\.json is a damaged tokenizer file: the pattern .* repeats too much"),
+    (TRANSLATE + ["--checkpoint", "liar.npz"], {"liar.npz": LYING_NPZ}, r"liar\.npz: its zip directory says"),
+    (TRANSLATE + ["--input", "big.gz"], {"big.gz": TEXT_BOMB},
+     r"big\.gz holds more than the 268,435,456 bytes of text a file may hold"),
+    (TRANSLATE + ["--input", "zero"], {"zero": TO_DEV_ZERO}, r"zero is a device, not a file"),
+    (BPE_OWN + ["--vocab-size", "300", "--input", "long.txt"], {"long.txt": b"a" * (20 << 20) + b"\n"},
+     r"long\.txt: line 1 is longer than the 4,194,304 bytes a line may have"),
+], ids=["pattern-of-2e9-repeats", "zip-directory-claiming-3-GiB", "gzip-of-300-MiB-of-lines", "dev-zero",
+        "bpe-20-MB-line"])
+def test_hostile_inputs_fail_within_a_memory_limit(argv, files, message, shared, tmp_path):
+    """Each input would take gigabytes if its bound were gone (the pattern's repeats, the archive's claimed
+    sizes, the corpus streamed with a cap, /dev/zero, a line's length); run under RLIMIT_AS it must end in
+    one line naming the file, exit 1, within the limit (a MemoryError would be a traceback)."""
+    for name, content in files.items():
+        if id(content) in DEVICES:
+            (tmp_path / name).symlink_to(DEVICES[id(content)])
+        else:
+            (tmp_path / name).write_bytes(content)
+    (tmp_path / "in.txt").write_bytes(OLD["in.txt"])
+    argv = [a.replace("{D}", str(shared)) for a in argv]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", LIMITED, *argv], cwd=tmp_path, env=env, capture_output=True,
+                          timeout=300)
+    err = done.stderr.decode()
+    assert done.returncode == 1 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
+    assert not (tmp_path / "out.txt").exists() and not (tmp_path / "tok.json").exists()
