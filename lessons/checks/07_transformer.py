@@ -6,7 +6,7 @@ from minitransformer import config, transformer
 
 
 def check_sinusoids(fn, g):
-    for n, d in ((10, 4), (50, 16), (3, 2)):
+    for n, d in ((10, 4), (50, 16), (3, 2), (1024, 512)):      # the last: the base model's max_len
         g.start(f"{n} positions, d_model={d}")
         ref = transformer.sinusoids(n, d)
         yours = g.call(fn, n, d)

@@ -52,6 +52,9 @@ MISTAKES = [
                         ("(r + 1 - s) % N, chunks[r][(r + 1 - s) % N]", "(r - 1 + s) % N, chunks[r][(r - 1 + s) % N]"),
                         ("chunks[(r + 1) % N][c][...] = data", "chunks[(r - 1) % N][c][...] = data")),
      "added in another order than the ring's"),                # the ring the other way round
+    ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
+                        "return [np.concatenate(chunks[0]).reshape(shape)] * N"),   # one object for all
+     "return one array"),
     ("ring_bytes_sent", """
         def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the reduce-scatter alone
             return (size - 1) * (n_elements // size) * itemsize
