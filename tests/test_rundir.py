@@ -1,6 +1,11 @@
 """rundir.py: the run directory keeps the last k step checkpoints and the best copy, lists only step
-checkpoints, and refuses to resume with another tokenizer or over a later step's checkpoint."""
+checkpoints, and refuses to resume with another tokenizer or over a later step's checkpoint. The folder is
+the run's: one owner (run.lock), no link, FIFO or hard link planted as its lock or log written through or
+waited on, a lost lock said, a path too long for its files named."""
+import contextlib
 import os
+import re
+import signal
 
 import numpy as np
 import pytest
@@ -148,7 +153,7 @@ def test_a_planted_symbolic_link_as_the_lock_is_refused(task, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.lock").symlink_to(victim)
     trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(tmp_path / "run"), log=quiet)
-    with pytest.raises(ckpt.CheckpointError, match=r"run\.lock is a symbolic link, not the lock of a run"):
+    with pytest.raises(ckpt.CheckpointError, match=r"run\.lock is a symbolic link, not a file of a run"):
         trainer.train()
     assert victim.read_text() == "keep me"
 
@@ -179,3 +184,87 @@ def test_a_new_run_refuses_any_file_an_earlier_run_left(tmp_path, left):
     if left == ["tokenizer.json"]:                                   # a run given --tokenizer writes none
         check_new_run(str(tmp_path), "--out", tokenizer=None)
     check_new_run(str(tmp_path / "fresh"), "--out", tokenizer="tokenizer.json")
+
+
+@contextlib.contextmanager
+def no_hang(seconds=60):
+    """A TimeoutError if the block still runs after `seconds` (a hang fails the test, never blocks it)."""
+    def hung(signum, frame):
+        raise TimeoutError(f"still waiting after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "hard link"])
+@pytest.mark.parametrize("name", ["run.lock", "log.jsonl"])
+def test_a_planted_fifo_or_hard_link_as_lock_or_log_is_refused_never_waited_on_nor_written(task, tmp_path, name,
+                                                                                          kind):
+    tok, pairs, _ = task
+    run = tmp_path / "run"
+    run.mkdir()
+    victim = tmp_path / "victim.txt"                      # outside the folder: a hard link would write it
+    victim.write_text("keep me")
+    if kind == "fifo":
+        os.mkfifo(run / name)                            # open for writing: waits for a reader for ever
+    else:
+        os.link(victim, run / name)
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=1), str(run), log=quiet)
+    what = r"is not a regular file \(a FIFO" if kind == "fifo" else r"has 2 names \(hard links\)"
+    with no_hang(), pytest.raises(ckpt.CheckpointError, match=re.escape(name) + " " + what):
+        trainer.train()
+    assert victim.read_text() == "keep me" and sorted(os.listdir(run)) == [name]   # nothing written there
+
+
+def test_a_lost_lock_is_said_once_taken_again_and_the_run_ends_with_its_checkpoint(task, tmp_path, capsys):
+    tok, pairs, _ = task
+
+    def lose(trainer):
+        if trainer.step == 2:
+            os.remove(tmp_path / "run.lock")              # another run could now start here
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=4, save_every=1), str(tmp_path),
+                      [lose], log=quiet)
+    summary = trainer.train()
+    assert summary["stopped"] == "done" and ckpt.load(summary["checkpoint"]).step == 4
+    err = capsys.readouterr().err
+    assert err.count("run.lock was removed or replaced while this run held it") == 1, err
+    assert not (tmp_path / "run.lock").exists()           # the lock taken again, removed on leaving
+
+
+def test_a_lock_replaced_by_another_run_is_said_and_left_to_it(task, tmp_path, capsys):
+    tok, pairs, _ = task
+    other = []
+
+    def lose(trainer):
+        if trainer.step == 2:
+            os.remove(tmp_path / "run.lock")
+            other.append(hold_lock(tmp_path))             # a second run takes the folder
+    trainer = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=4, save_every=1), str(tmp_path),
+                      [lose], log=quiet)
+    try:
+        summary = trainer.train()
+        assert summary["stopped"] == "done" and ckpt.load(summary["checkpoint"]).step == 4
+        err = capsys.readouterr().err
+        assert err.count("run.lock was removed or replaced while this run held it") == 1, err
+        assert (tmp_path / "run.lock").read_text().split()[0] == str(other[0].pid)   # its lock, left to it
+    finally:
+        for process in other:
+            process.communicate("")
+
+
+def test_a_path_too_long_for_a_runs_files_is_named_before_anything_is_made(tmp_path):
+    from minitransformer.run.rundir import check_run_path, owning
+    long_name = tmp_path / ("a" * 256)
+    deep = tmp_path.joinpath(*["b" * 200] * 21)           # each part fits, the whole does not
+    with pytest.raises(ckpt.CheckpointError, match=r"--out .*: the name a+\.\.\.a+ of it is 256 bytes long, more than the 255"):
+        check_run_path(str(long_name), "--out")
+    with pytest.raises(ckpt.CheckpointError, match=r"--out .* is a path of 4,\d{3} bytes: with the names of a run"):
+        check_run_path(str(deep), "--out")
+    with pytest.raises(ckpt.CheckpointError, match="the run folder"), owning(str(deep)):
+        pass
+    assert os.listdir(tmp_path) == []                     # no folder made on the way
+    check_run_path(str(tmp_path.joinpath(*["c" * 200] * 15)), "--out")

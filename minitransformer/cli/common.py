@@ -14,12 +14,12 @@ import sys
 
 from minitransformer import backend
 
-from minitransformer.run import distributed
+from minitransformer.run import distributed, host
 from minitransformer.run.checkpoint import CheckpointError
 from minitransformer.checks import SettingError
 from minitransformer.text.fileio import check_creatable, check_name, check_writable_dir
-from minitransformer.run.rundir import check_new_run
-from minitransformer.run.training import Terminated, TrainingError
+from minitransformer.run.rundir import check_new_run, check_run_path
+from minitransformer.run.training import TrainingError
 
 PROG = "python -m minitransformer"
 PRESETS = ("tiny", "small", "base", "big")
@@ -33,9 +33,13 @@ def run_command(args, report=True):
     """args.func(args), the subcommand parsed into args, -> its exit code, each error as one line
     on stderr: a UsageError 2, the work failing 1, Ctrl-C 130, SIGTERM 143 (cli.main, and each
     rank thread of train). report=False: the code alone, no line (a rank thread but the first,
-    whose errors are the first's, found on the same lines of the same corpus)."""
+    whose errors are the first's, found on the same lines of the same corpus). The first Ctrl-C or
+    SIGTERM stops the subcommand where it is (a training run saves first); later ones are only
+    noted (host.StopSignals), so a second Ctrl-C never cuts the ending short."""
     say = (lambda line: print(line, file=sys.stderr)) if report else (lambda line: None)
+    signals = host.StopSignals()
     try:
+        signals.catch()
         return args.func(args) or 0
     except UsageError as e:
         say(f"{PROG} {args.command}: error: {e}")
@@ -44,10 +48,12 @@ def run_command(args, report=True):
         say(f"{PROG} {args.command}: error: {e}")
         return 1
     except KeyboardInterrupt as e:
-        terminated = isinstance(e, Terminated)
-        what = "terminated (SIGTERM)" if terminated else "interrupted"
-        say(f"{PROG} {args.command}: {what}")
-        return 143 if terminated else 130
+        signals.stopping = True
+        terminated = isinstance(e, host.Terminated)
+        say(f"{PROG} {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}")
+        return host.exit_code(e)
+    finally:
+        signals.release()
 
 
 def help_formatter(prog):
@@ -121,7 +127,9 @@ def not_an_input(path, option, inputs):
 
 def writable_dir(path, option):
     """path itself when it is a writable directory or one that can be created; a UsageError naming
-    `option` otherwise (a file, a directory without write permission). Creates nothing."""
+    `option` otherwise (a file, a directory without write permission, a path too long to hold a
+    run's files). Creates nothing."""
+    _usage(check_run_path, path, option)
     _usage(check_writable_dir, path, option)
     return path
 

@@ -14,14 +14,15 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 
-from minitransformer.run import distributed
+from minitransformer.run import distributed, host
 from minitransformer.text.bpe import BOS_ID, BPE, EOS_ID, MAX_VOCAB, MIN_VOCAB, PAD_ID
 from minitransformer.checks import SettingError
 from minitransformer.config import SearchConfig
 from minitransformer.text.corpus import read_parallel
 from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
-from minitransformer.run.rundir import owning
+from minitransformer.run.rundir import list_checkpoints, owning
 from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
@@ -160,6 +161,11 @@ def model_config(spec, vocab_size):
     return config
 
 
+# every integer option: none may pass 2**53 - 1 (a float, a checkpoint's JSON), checked first
+INTEGERS = ("vocab_size", "max_tokens", "accum", "ranks", "steps", "warmup", "max_len",
+            "eval_every", "eval_sentences", "save_every", "keep", "beam", "seed")
+
+
 def training_config_of(args):
     """The TrainingConfig of the options; a UsageError naming the option of a bad value."""
     try:
@@ -178,6 +184,11 @@ def training_config_of(args):
 def check_args(args):
     """Every option, before any work: (TrainingConfig, --max-len), or a UsageError naming the
     first bad one."""
+    try:  # 10**400 would overflow later (a float, int64, JSON): refused before anything else
+        host.check_exact("train", **{f"--{name.replace('_', '-')}": getattr(args, name)
+                                     for name in INTEGERS})
+    except SettingError as e:
+        raise UsageError(e.message) from None
     for name in ("train_src", "train_tgt", "valid_src", "valid_tgt"):
         existing(getattr(args, name), f"--{name.replace('_', '-')} file")
     # read here for its size, and again by the run
@@ -213,6 +224,10 @@ def check_args(args):
     if args.max_tokens // args.ranks < 1:
         raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among "
                          f"--ranks {args.ranks}")
+    if args.ranks > distributed.max_rank_threads():
+        raise UsageError(f"--ranks must be at most {distributed.max_rank_threads()} (2 rank threads "
+                         "per CPU core here: more would only wait for a core, each holding its own "
+                         f"activations), got {args.ranks:,}")
     # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists;
     # a damaged tokenizer file is named now too (exit 1), before the corpus is read
     config = model_config(args.config, args.vocab_size or BPE.load(args.tokenizer).vocab_size)
@@ -234,12 +249,18 @@ def run_train(args):
     # one run writes in --out (rank 0 for all): a live run there is named at once, before
     # anything is read
     with owning(args.out) if distributed.world().is_main else contextlib.nullcontext():
-        if args.resume is None and distributed.world().is_main:
-            no_earlier_run(args.out, "--out", "continue that run (--resume auto), or ",
+        # a fresh run (--resume auto too, where no step checkpoint is left) touches no earlier
+        # run's files: its log.jsonl, best copy or tokenizer.json
+        fresh = args.resume is None or (args.resume == "auto" and not list_checkpoints(args.out))
+        if fresh and distributed.world().is_main:
+            no_earlier_run(args.out, "--out", "continue that run (--resume auto), or "
+                           if args.resume is None else "--resume auto finds none of its step "
+                           "checkpoints to continue; put them back, ",
                            None if args.tokenizer else TOKENIZER_FILE)
         use_device(args.device)
         corpus = read_parallel(args.train_src, args.train_tgt)
         valid = read_parallel(args.valid_src, args.valid_tgt) if args.valid_src else None
+        check_fits(args, training_config, len(corpus[0]))
         if args.ranks == 1:
             return train_rank(args, training_config, max_len, corpus, valid)
         # the ranks as threads of this process, each a share of every update's tokens
@@ -247,6 +268,20 @@ def run_train(args):
                                     max_tokens=training_config.max_tokens // args.ranks)
         return distributed.run_threads(train_thread, (args, share, max_len, corpus, valid),
                                        args.ranks)
+
+
+def check_fits(args, training_config, pairs):
+    """Before any work on the corpus: an update's batches (planned at once) and the updates of
+    --epochs are bounded by its `pairs` (an epoch has at most one batch a pair); the Trainer
+    checks the batches themselves (host.check_plan), once the pairs are encoded."""
+    if 0 < pairs < training_config.accum:  # none: the pipeline says so
+        raise UsageError(f"--accum {training_config.accum:,} asks for more batches per update "
+                         f"than the {pairs:,} training pairs can make (an update plans its "
+                         f"batches at once, each of one pair at least): give at most {pairs:,}")
+    if args.epochs is not None and args.epochs * pairs > host.MAX_EXACT:
+        raise UsageError(f"--epochs {args.epochs:g} over {pairs:,} pairs could make more than "
+                         f"{host.MAX_EXACT:,} updates (2**53 - 1, the most a step count holds "
+                         "exactly); give fewer")
 
 
 def train_thread(args, training_config, max_len, corpus, valid):
@@ -259,13 +294,21 @@ def train_thread(args, training_config, max_len, corpus, valid):
 def train_rank(args, training_config, max_len, corpus, valid):
     """One rank's training (of one, or of rank threads) while this process owns --out."""
     train_src, train_tgt = corpus
-    trainer, _ = prepare_training(train_src, train_tgt,
-                                  lambda vocab_size: model_config(args.config, vocab_size),
-                                  training_config, args.out, tokenizer=args.tokenizer,
-                                  vocab_size=args.vocab_size,
-                                  valid=valid, max_len=max_len, resume=args.resume,
-                                  train_names=(args.train_src, args.train_tgt),
-                                  valid_names=(args.valid_src, args.valid_tgt))
+    try:
+        trainer, _ = prepare_training(train_src, train_tgt,
+                                      lambda vocab_size: model_config(args.config, vocab_size),
+                                      training_config, args.out, tokenizer=args.tokenizer,
+                                      vocab_size=args.vocab_size,
+                                      valid=valid, max_len=max_len, resume=args.resume,
+                                      train_names=(args.train_src, args.train_tgt),
+                                      valid_names=(args.valid_src, args.valid_tgt))
+    except SettingError as e:  # the Trainer's bounds of --accum, --epochs (host.check_plan)
+        if e.owner != "Trainer":
+            raise
+        learned = os.path.join(args.out, TOKENIZER_FILE)
+        kept = (f" ({learned}, learned now, is kept: --tokenizer {learned} uses it again)"
+                if args.vocab_size is not None and args.resume is None else "")
+        raise UsageError(option_error(e, OPTIONS).args[0] + kept) from None
     del train_src, train_tgt  # the Trainer holds the encoded pairs
     summary = trainer.train()
     if summary["stopped"] != "done":

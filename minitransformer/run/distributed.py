@@ -225,7 +225,10 @@ def run_threads(main, args, ranks):
     """main(*args) as `ranks` ranks of one process, one thread each (rank 0 on this thread, for the
     signals), each with the BLAS on one thread (host.blas_threads): data parallel without
     mpiexec. Returns the exit code: 0, or the first failing rank's (run_main; a failure ends every
-    rank)."""
+    rank). At most max_rank_threads() ranks."""
+    if not 1 <= ranks <= max_rank_threads():
+        raise ValueError(f"run_threads: ranks must be between 1 and {max_rank_threads()} (2 per "
+                         f"core of this machine's {os.cpu_count() or 1}), got {ranks}")
     shared = {"barrier": threading.Barrier(ranks), "slots": [None] * ranks}
     codes = [0] * ranks
 
@@ -323,16 +326,25 @@ def run_main(main, *args):
 
     A rank that fails (an exception, a non-zero exit: bad input, a diverged loss, a signal) ends
     every rank with its code (MPI_Abort), after printing its own message: the others may be waiting
-    in a collective for it, and would wait for ever."""
+    in a collective for it, and would wait for ever. Ctrl-C and SIGTERM: the first stops main (a
+    KeyboardInterrupt; host.StopSignals), later ones are only noted: exit 130 or 143, one line."""
+    signals = host.StopSignals().catch()
     try:
         code = main(*args)
     except SystemExit as e:                        # argparse's exit 2, sys.exit("message")
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt as e:                 # a signal after main's own handling of one
+        print("terminated (SIGTERM)" if isinstance(e, host.Terminated) else "interrupted",
+              file=sys.stderr)
+        code = host.exit_code(e)
     except BaseException:                          # a bug: its traceback, then every rank ends
         traceback.print_exc()
         code = 1
+    finally:
+        signals.stopping = True
+        signals.release()
     code = code or 0
     # a rank thread: the barrier ends the others
     if getattr(_here, "world", None) is not None:
@@ -361,6 +373,12 @@ def default_ranks():
     else 1. NumPy runs an elementwise pass on one core: two ranks of one core each, the BLAS on
     one thread each, keep both cores busy on every pass and meet only at the gradient sum."""
     return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def max_rank_threads():
+    """The most rank threads one process starts (run_threads, `train --ranks`): 2 per core here.
+    More would only wait for a core, each holding its own activations and gradients."""
+    return 2 * (os.cpu_count() or 1)
 
 
 def threads_per_rank(ranks):

@@ -7,8 +7,14 @@ import contextlib
 import ctypes
 import re
 import signal
+import sys
 import threading
 
+from ..checks import fail
+
+# the largest integer that a float64 and a checkpoint's JSON hold exactly: a step count, a seed or
+# a size beyond it would round or overflow later, so it is refused before any work
+MAX_EXACT = 2**53 - 1
 _blas = None  # [(set_num_threads, get_num_threads)] of the OpenBLAS libraries loaded, once found
 
 
@@ -79,17 +85,146 @@ def keep_freed_memory(nbytes=1 << 30):
     return mallopt(M_TOP_PAD, int(nbytes)) == 1 and mallopt(M_MMAP_MAX, 0) == 1
 
 
-def catch_signals(handler):
-    """Send Ctrl-C (SIGINT) and SIGTERM to handler(signum, frame) where this is the main thread
-    (only it may set handlers) and the signal is not ignored; returns the handlers replaced, for
-    restore_signals."""
-    on_main_thread = threading.current_thread() is threading.main_thread()
-    handled = [s for s in (signal.SIGINT, signal.SIGTERM)
-               if signal.getsignal(s) is not signal.SIG_IGN]
-    return {s: signal.signal(s, handler) for s in handled} if on_main_thread else {}
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, `kill` and job schedulers send): handled as Ctrl-C."""
 
 
-def restore_signals(previous):
-    """Put back the handlers that catch_signals replaced."""
-    for s, handler in previous.items():
-        signal.signal(s, handler)
+def stop_for(signum):
+    """The exception a signal stops a run with: Terminated for SIGTERM, else KeyboardInterrupt."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def exit_code(stop):
+    """A stopped command's exit code, 128 + the signal: 143 for SIGTERM, 130 for Ctrl-C."""
+    return 143 if isinstance(stop, Terminated) else 130
+
+
+class StopSignals:
+    """Ctrl-C (SIGINT) and SIGTERM from catch() to release(): a run stops where it may, never inside
+    what must be whole, and a second signal cannot cut short the work the first one asked to save.
+
+        signals = StopSignals(alone=True).catch()
+        try:
+            ...                                  # the first signal raises KeyboardInterrupt here
+            with signals.whole():                # ... but not here: it is noted,
+                write_the_checkpoint()
+            signals.stop_if_noted()              # and raised here
+        except KeyboardInterrupt:
+            signals.stopping = True              # a callback's KeyboardInterrupt: the same
+            save()                               # every later signal is only noted
+        finally:
+            signals.release()
+
+    Every signal is noted in `seen` ([Ctrl-C, SIGTERM]). The first one raises stop_for(signum) at
+    once, unless the run is inside whole() (then at stop_if_noted), or `alone` is False (the
+    ranks of a data-parallel run stop together: they sum their notes after each update, take()).
+    From the first stop on (`stopping`), further signals are noted, never raised: git and SQLite
+    finish a write before they answer a signal. Handlers are set on the main thread only (only it
+    may set them), and never for a signal that is ignored (nohup); release() puts the old ones back.
+    """
+
+    def __init__(self, alone=True):
+        self.alone = alone
+        self.seen = [0, 0]
+        self.count = 0   # every signal this block noted, take() or not
+        self.stopping = False
+        self._whole = 0
+        self._previous = {}
+
+    def catch(self):
+        """Handle both signals (where this is the main thread); returns self."""
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(s)
+                if previous not in (signal.SIG_IGN, None):
+                    self._previous[s] = previous     # noted first: a signal now still finds it
+                    signal.signal(s, self._noted)
+        return self
+
+    def release(self):
+        """Put back the handlers that catch() replaced. After a signal, the block around this one
+        (a StopSignals whose handlers these were: the command line's) only notes too: the process
+        is ending for that signal, and a later one must not cut short what remains (its message)."""
+        while self._previous:
+            s, handler = self._previous.popitem()
+            signal.signal(s, handler)
+            outer = getattr(handler, "__self__", None)
+            if self.count and isinstance(outer, StopSignals):
+                outer.stopping = True
+
+    def _noted(self, signum, frame):
+        self.seen[signum == signal.SIGTERM] += 1
+        self.count += 1
+        if self.alone and not self._whole and not self.stopping:
+            self.stopping = True
+            raise stop_for(signum)
+
+    @contextlib.contextmanager
+    def whole(self):
+        """A block no signal cuts: a signal inside it is only noted (stop_if_noted, after it)."""
+        self._whole += 1
+        try:
+            yield
+        finally:
+            self._whole -= 1
+
+    def take(self):
+        """The signals noted since the last take(), [Ctrl-C, SIGTERM]; the notes start again."""
+        seen = self.seen
+        self.seen = [0, 0]
+        return seen
+
+    def stop_if_noted(self):
+        """Alone: stop now if a signal was noted (inside whole(), or raised in a finalizer, which
+        Python drops). Data parallel: the notes wait for the next update's sum."""
+        if self.alone:
+            self.stop(self.take())
+
+    def stop(self, seen):
+        """Stop (raise, and from now on only note) when `seen` ([Ctrl-C, SIGTERM], of every rank)
+        holds a signal: Terminated when one was SIGTERM, else KeyboardInterrupt."""
+        if any(seen):
+            self.stopping = True
+            raise stop_for(signal.SIGTERM if seen[1] else signal.SIGINT)
+
+
+def check_exact(owner, **settings):
+    """Before any work: each integer setting given (None is skipped) is at most MAX_EXACT in size;
+    else a SettingError naming it (a long number said by its digits: 10**400 is not printed)."""
+    for name, value in settings.items():
+        if isinstance(value, int) and abs(value) > MAX_EXACT:
+            digits = len(str(abs(value)))
+            got = f"{value:,}" if digits <= 20 else f"a number of {digits:,} digits"
+            fail(owner, f"{name} must be at most {MAX_EXACT:,} in size (2**53 - 1, the largest "
+                 f"integer a float and a checkpoint's JSON hold exactly), got {got}", name, value)
+
+
+def check_plan(owner, training_config, batches, ranks=1):
+    """Before any work: a run's updates fit `batches`, the batches an epoch of its corpus holds (on
+    each of `ranks` ranks). An update plans its accum batches at once, so accum is at most an
+    epoch's; and its updates (steps, or epochs x batches / (accum x ranks)) are at most MAX_EXACT.
+    Else a SettingError naming accum or epochs."""
+    accum = training_config.accum
+    if accum > batches:
+        each = " on each rank" if ranks > 1 else ""
+        fail(owner, f"accum {accum:,} asks for more batches per update than an epoch holds "
+             f"({batches:,} of up to {training_config.max_tokens:,} tokens{each}): an update "
+             f"would see pairs more than once; give at most {batches:,}", "accum", accum)
+    epochs = training_config.epochs
+    if training_config.steps is None and epochs * batches / (accum * ranks) > MAX_EXACT:
+        fail(owner, f"epochs {epochs:g} of {batches:,} batches make more than {MAX_EXACT:,} "
+             "updates (2**53 - 1, the most a step count holds exactly)", "epochs", epochs)
+
+
+def stopped_while_loading(signum, frame):
+    """SIGINT while `python -m minitransformer` loads its modules: one line and exit code 130, not a
+    traceback of the import under way (quiet_loading)."""
+    print("python -m minitransformer: interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
+def quiet_loading():
+    """From here until __main__.py puts Python's handler back, Ctrl-C is stopped_while_loading, when
+    the process is `python -m minitransformer` (whose sys.argv[0] is "-m" until __main__ runs)."""
+    if sys.argv[:1] == ["-m"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, stopped_while_loading)

@@ -20,22 +20,29 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 
 import numpy as np
 
-from .checkpoint import CheckpointError, load, save
+from .checkpoint import CheckpointError, load, save, tokenizer_to_json
 from ..checks import check_int
-from ..text.fileio import atomic_write, inside_target, remove_stale_temporaries
+from ..text.fileio import NAME_MAX, atomic_write, inside_target, remove_stale_temporaries
 
 BEST = "checkpoint_best.npz"
 LOCK = "run.lock"   # out_dir/run.lock: held (flock) by the run writing there; holds "pid host"
 # what a fresh run would replace or mix with its own (the tokenizer only when it learns one)
-RUN_FILES = (BEST, "log.jsonl")
+LOG = "log.jsonl"    # out_dir/log.jsonl: a JSON object per line, appended
+RUN_FILES = (BEST, LOG)
+PATH_MAX = 4096      # bytes of a path, with its final NUL (Linux; macOS allows 1024)
+# bytes of the longest name a run writes in out_dir: a step checkpoint's temporary (2**53 steps)
+RUN_NAME_MAX = 64
 # TrainingConfig's settings that decide the updates: a resume with other values would be another run
 SCHEDULE = ("max_tokens", "accum", "warmup_steps", "lr_scale", "betas", "eps", "clip_norm", "seed")
 # the real path of a run directory -> the descriptor of its run.lock that this process holds
 _held = {}
+# run.lock paths whose loss (deleted or replaced while held) was said
+_lost = set()
 
 
 def checkpoint_path(out_dir, step):
@@ -82,31 +89,101 @@ def owning(out_dir):
     if key is None or key in _held:
         yield
         return
+    check_run_path(out_dir, "the run folder")
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, LOCK)
     _held[key] = _lock(path)
     try:
+        log = os.path.join(out_dir, LOG)
+        if os.path.lexists(log):  # a FIFO or a link out, planted: named now, before any work
+            os.close(open_own(inside_target(log), os.O_RDONLY))
         yield
     finally:
         # still holding it: a run that opened the old file sees it gone and tries again
-        os.unlink(path)
+        if held_still(out_dir):
+            os.unlink(path)
+        _lost.discard(path)
         os.close(_held.pop(key))
         if made:
             with contextlib.suppress(OSError):
                 os.rmdir(out_dir)  # only when empty
 
 
+def held_still(out_dir):
+    """Whether out_dir/run.lock is still the file this process locked (owning). When it was
+    deleted or replaced meanwhile (another run may then start there), says so once on stderr, and
+    locks a new one if no other run holds it; the run goes on, its files its own, to its
+    checkpoint. True where this process holds no lock of out_dir."""
+    key = os.path.realpath(out_dir)
+    path = os.path.join(out_dir, LOCK)
+    fd = _held.get(key)
+    with contextlib.suppress(OSError):
+        if fd is None or os.path.samestat(os.fstat(fd), os.lstat(path)):
+            return True
+    if path not in _lost:
+        _lost.add(path)
+        print(f"warning: {path} was removed or replaced while this run held it, so another run "
+              f"could start writing in {out_dir}; this run goes on and ends with its checkpoint",
+              file=sys.stderr)
+        with contextlib.suppress(CheckpointError, OSError):  # a new lock, unless another run's
+            _held[key] = _lock(path)
+            os.close(fd)
+            _lost.discard(path)
+    return False
+
+
+def open_own(path, flags):
+    """A descriptor of `path` opened with `flags`, never through a link and never waiting on a
+    FIFO; it must be a regular file with one name. A FIFO, a device, a folder, or a file with
+    another hard link (a name that may lie outside the run's folder, which writing would change
+    too) is a CheckpointError naming it."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            raise
+        what = "a symbolic link" if e.errno == errno.ELOOP else "not a regular file"
+        raise CheckpointError(f"{path} is {what}, not a file of a run: remove it, or choose "
+                              "another output directory") from None
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        return fd
+    os.close(fd)
+    what = "is not a regular file (a FIFO, a device or a socket), so no run writes it"
+    if stat.S_ISREG(info.st_mode):
+        what = (f"has {info.st_nlink} names (hard links): writing it would change the file of "
+                "another name, maybe outside the folder")
+    raise CheckpointError(f"{path} {what}; remove it, or choose another output directory")
+
+
+def check_run_path(out_dir, what):
+    """Before any work, creating nothing: a run's files fit in out_dir, each part of its path at
+    most NAME_MAX bytes and its whole path with the longest name a run writes there (RUN_NAME_MAX:
+    a checkpoint's temporary) under PATH_MAX; else a CheckpointError naming `what`."""
+    shown = _shortened(os.fspath(out_dir))
+    for part in os.fspath(out_dir).split(os.sep):
+        if len(os.fsencode(part)) > NAME_MAX:
+            which = "" if part == os.fspath(out_dir) else f" {_shortened(part)} of it"
+            raise CheckpointError(f"{what} {shown}: the name{which} is "
+                                  f"{len(os.fsencode(part)):,} bytes long, more than the "
+                                  f"{NAME_MAX} a file name may have")
+    size = len(os.fsencode(os.path.abspath(out_dir)))
+    if size + 1 + RUN_NAME_MAX >= PATH_MAX:
+        raise CheckpointError(f"{what} {shown} is a path of {size:,} bytes: with the names of a "
+                              f"run's files in it (up to {RUN_NAME_MAX}) it passes the "
+                              f"{PATH_MAX - 1:,} bytes a path may have; choose a shorter one")
+
+
+def _shortened(text, keep=60):
+    """text, or its first and last characters around "..." when it is longer than `keep`."""
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 4:]}"
+
+
 def _lock(path):
     """The descriptor of `path`, created if need be, flock-ed and holding "pid host"; see owning."""
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise
-            raise CheckpointError(f"{path} is a symbolic link, not the lock of a run: "
-                                  "remove it") from None
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -159,6 +236,7 @@ class RunDirectory:
     def save(self, step, model_state, meta, optim_arrays=None, best=False):
         """Write checkpoint_<step>.npz (atomically), copy it to checkpoint_best.npz when `best`,
         delete this run's step checkpoints beyond the last `keep`; returns the path written."""
+        held_still(self.out_dir)  # run.lock lost: said once, taken again where it can be
         path = save(checkpoint_path(self.out_dir, step), model_state, meta, optim_arrays)
         if best:
             self.copy_to_best(path)
@@ -178,9 +256,10 @@ class RunDirectory:
     def log(self, record):
         """Append record (a dict) to out_dir/log.jsonl as one line of strict JSON."""
         os.makedirs(self.out_dir, exist_ok=True)
-        path = os.path.join(self.out_dir, "log.jsonl")
-        try:
-            with open(inside_target(path), "a", encoding="utf-8") as f:
+        path = os.path.join(self.out_dir, LOG)
+        try:  # a regular file of the folder only: a FIFO would hang, a hard link write elsewhere
+            fd = open_own(inside_target(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            with open(fd, "a", encoding="utf-8") as f:
                 f.write(json.dumps(jsonable(record)) + "\n")
         except OSError as e:  # a full disk: name the file
             raise OSError(e.errno, e.strerror, path) from None
@@ -197,6 +276,19 @@ def jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     return x
+
+
+def run_meta(step, config, training, optimizer, iterator, identity, tokenizer=None,
+             tokenizer_path=None, best_bleu=None):
+    """The meta of a run's checkpoint at `step`: what load_resumable checks and Trainer.resume
+    reads (the model config dict, the TrainingConfig dict, Adam's scalars, the batch stream's
+    position, the run_identity), the best BLEU so far, and the tokenizer (its JSON text, and the
+    absolute path of its file when it has one)."""
+    return {"config": config, "training": jsonable(training), "step": step,
+            "optimizer": optimizer, "iterator": iterator, "seed": training["seed"],
+            "best_bleu": best_bleu, "identity": identity,
+            "tokenizer_path": None if tokenizer_path is None else os.path.abspath(tokenizer_path),
+            "tokenizer": None if tokenizer is None else tokenizer_to_json(tokenizer)}
 
 
 def run_identity(tokenizer_json, pairs, model_config):

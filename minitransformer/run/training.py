@@ -12,8 +12,6 @@ tokens, and the ranks sum their gradients.
 Left out on purpose: mixed precision, early stopping.
 """
 import math
-import os
-import signal
 import time
 from dataclasses import asdict
 
@@ -27,6 +25,7 @@ from ..config import TrainingConfig
 from ..text.corpus import encode_pairs
 from ..text.data import BatchIterator
 from .distributed import step_seed
+from .host import Terminated  # noqa: F401  (SIGTERM's KeyboardInterrupt, named here too)
 from .replay import StepGraphs, memory_mb
 from .metrics import perplexity
 from ..optim import Adam, WarmupSchedule, clip_grad_norm
@@ -35,11 +34,6 @@ from ..optim import Adam, WarmupSchedule, clip_grad_norm
 # ---------------------------------------------------------------- training
 class TrainingError(RuntimeError):
     """Training cannot go on (a diverged loss, non-finite weights); the message says what to do."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what `timeout`, `kill` and job schedulers send) during train(): handled as
-    Ctrl-C."""
 
 
 class Trainer:
@@ -86,6 +80,8 @@ class Trainer:
         special = ids.pad_id, ids.bos_id, ids.eos_id
         self.iterator = BatchIterator(train_pairs, training_config.max_tokens, *special,
                                       seed=training_config.seed)
+        # an update's batches are planned at once: at most an epoch's; at most 2**53 updates
+        host.check_plan("Trainer", training_config, len(self.iterator), self.world.size)
         self.valid = valid
         self.valid_iterator = None
         if valid is not None:
@@ -114,10 +110,8 @@ class Trainer:
         self._window_start = time.perf_counter()
         # when train() began: log records carry the seconds since
         self._started = time.perf_counter()
-        # Ctrl-C and SIGTERM seen since the last update (data parallel, or mid-update)
-        self._stops = [0, 0]
-        # the update is being applied: a signal now stops the run after it
-        self._updating = False
+        # Ctrl-C and SIGTERM: never acted on inside an update or a save (host.StopSignals)
+        self.signals = host.StopSignals(alone=self.world.size == 1)
         # rank threads hold one copy of the weights, each updating its part
         self._shared = False
         self.log_every = training_config.log_every or (20 if backend.device == "gpu" else 1)
@@ -147,15 +141,15 @@ class Trainer:
         plans = [self.iterator.next_indices() for _ in range(training_config.accum * world.size)]
         # the update's target tokens, every rank's
         n_total = sum(map(self.iterator.target_tokens, plans))
-        # r, r+N, r+2N, ...
-        batches = [self.iterator.make_batch(idx) for idx in plans[world.rank::world.size]]
+        # r, r+N, r+2N, ...: each built when its turn comes, one batch in memory at a time
+        batches = (self.iterator.make_batch(idx) for idx in plans[world.rank::world.size])
         step_loss = None
         graphs = training_config.cuda_graphs
         # forward, backward and Adam: one CUDA graph per batch shape, replayed (graphs.py)
         if graphs:
             self.graphs = self.graphs or StepGraphs(self.model, self.optimizer,
                                                     on_failure=self._graphs_failed)
-            step_loss = self.graphs.step(batches[0], self.schedule(step))
+            step_loss = self.graphs.step(next(batches), self.schedule(step))
         for b in [] if graphs else batches:
             # per target token
             loss = self.model.loss(b.src, b.tgt_in, b.tgt_out, b.src_mask, b.tgt_mask)
@@ -164,35 +158,27 @@ class Trainer:
             loss = loss * (b.n_tgt_tokens / n_total)
             loss.backward()
             step_loss = loss.data if step_loss is None else step_loss + loss.data
-        # alone: a signal from here on stops the run after this update, never inside it
-        self._updating = True
-        if world.size > 1:  # each rank holds its batches' part of the sums: add them up
-            # a signal from now on counts for the next update
-            seen = self._stops
-            self._stops = [0, 0]
-            # clipping reads the whole sum
-            own_part = self._shared and not training_config.clip_norm
-            step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss, seen,
-                                                          own_part)
-        if training_config.clip_norm:
-            clip_grad_norm(self.optimizer.params, training_config.clip_norm)
-        if not graphs:
-            # rank threads: this rank's part of the one copy
-            self.optimizer.step(self.schedule(step))
-            self.optimizer.zero_grad()
-            if self._shared:
-                # every part updated before any rank's next forward reads the weights
-                world.barrier()
-        self.step = step
-        self._iter_state = self.iterator.state_dict()
-        if world.size == 1:
-            stops = np.array(self._stops)
-            self._stops = [0, 0]
-        self._updating = False
-        # a signal reached some rank (or came mid-update): every rank stops here, loss logged
-        if stops.any():
+        # a signal from here on stops the run after this update, never inside it
+        with self.signals.whole():
+            if world.size > 1:  # each rank holds its batches' part of the sums: add them up
+                # clipping reads the whole sum; a signal from now on counts for the next update
+                own_part = self._shared and not training_config.clip_norm
+                step_loss, stops = distributed.sum_over_ranks(world, self.optimizer, step_loss,
+                                                              self.signals.take(), own_part)
+            if training_config.clip_norm:
+                clip_grad_norm(self.optimizer.params, training_config.clip_norm)
+            if not graphs:
+                # rank threads: this rank's part of the one copy
+                self.optimizer.step(self.schedule(step))
+                self.optimizer.zero_grad()
+                if self._shared:
+                    # every part updated before any rank's next forward reads the weights
+                    world.barrier()
+            self.step = step
+            self._iter_state = self.iterator.state_dict()
             self._pending.append((step, step_loss, n_total))
-            raise Terminated() if stops[1] else KeyboardInterrupt()
+        # a signal reached some rank (or came mid-update): every rank stops here, loss logged
+        self.signals.stop(stops if world.size > 1 else self.signals.take())
         return step_loss, n_total
 
     def _graphs_failed(self, what):
@@ -248,7 +234,12 @@ class Trainer:
         every case). Holds out_dir's lock (rundir.owning: refused at once while another run writes
         there); refuses (CheckpointError) an out_dir holding a later checkpoint than the start."""
         with rundir.owning(self.out_dir if self.run_dir is not None else None):
-            return self._train()
+            # Ctrl-C and SIGTERM from here on (a note of an earlier train() is spent)
+            self.signals = host.StopSignals(alone=self.world.size == 1)
+            try:
+                return self._train()
+            finally:
+                self.signals.release()
 
     def _train(self):
         training_config = self.training_config
@@ -263,7 +254,6 @@ class Trainer:
         start_step = self.step
         stopped = "done"
         tokens = 0
-        self._stops = [0, 0]  # a signal noted in an earlier train() is spent
         self._started = start
         self._window_start = start
         self._window_tokens = 0
@@ -276,11 +266,11 @@ class Trainer:
         # data parallel: every rank starts from rank 0's weights; rank threads: one copy, each rank
         # updating its part
         self._shared = distributed.start_together(self.world, self.optimizer)
-        previous = host.catch_signals(self._on_signal)
+        signals = self.signals
         try:
+            signals.catch()
             while self.step < total:
                 loss, n = self.train_step()
-                self._pending.append((self.step, loss, n))
                 self._window_tokens += n
                 tokens += n
                 bar.update(1)
@@ -293,12 +283,16 @@ class Trainer:
                         self.evaluate()
                     if save_now or self._best_pending:  # the best copy holds the weights judged
                         self.save()
+                    signals.stop_if_noted()  # a signal during the save: stop now it is written
                     # tokens/s: training only
                     self._window_tokens = 0
                     self._window_start = time.perf_counter()
                 for cb in self.callbacks:
                     cb(self)
+            signals.stopping = True  # every step done: a signal until the save is only noted
         except KeyboardInterrupt as e:
+            # from the first stop (a callback's too) to the end of its save, a signal is only noted
+            signals.stopping = True
             # a step cut short is forgotten: the batch stream goes back to the last whole step
             stopped = "terminated" if isinstance(e, Terminated) else "interrupted"
             self.iterator.load_state_dict(self._iter_state)
@@ -307,17 +301,12 @@ class Trainer:
                      f"{self.step}" + (": saving a checkpoint" if self.run_dir is not None else ""))
         finally:
             bar.close()
-            host.restore_signals(previous)
             # CuPy's own GEMMs again; the graphs and their memory dropped
             if self.graphs is not None:
                 self.graphs.close()
                 self.graphs = None
         self.save()                     # first the work, then the final evaluation
-        if stopped == "done":
-            self.evaluate()
-            if self._best_pending:
-                # the same step again, its meta now with the best BLEU, and its best copy
-                self.save()
+        stopped = self._evaluate_at_end(stopped)
         self.world.barrier()            # data parallel: no rank ends before rank 0 has saved
         self.world.stopped_together = True
         seconds = time.perf_counter() - start
@@ -329,14 +318,24 @@ class Trainer:
         self._write_log({"event": "end", **summary})
         return summary
 
-    def _on_signal(self, signum, frame):
-        """Ctrl-C or SIGTERM alone: stop now, or after the update being applied. Data parallel: note
-        it; all ranks stop after this update. Always noted: an exception raised inside a finalizer
-        (`__del__`) is printed and dropped by Python, and the note still stops the run after this
-        update."""
-        self._stops[signum == signal.SIGTERM] += 1
-        if self.world.size == 1 and not self._updating:
-            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    def _evaluate_at_end(self, stopped):
+        """The final evaluation of a run that did every step, and its best copy; skipped when a
+        signal came since the last update, and cut short by one during it (the work is saved):
+        returns how the run stopped ("done", or as that signal says)."""
+        seen = self.signals.take()
+        if stopped != "done" or any(seen):
+            return stopped if stopped != "done" else ("terminated" if seen[1] else "interrupted")
+        self.signals.stopping = False   # rank 0 evaluates alone: a signal may stop it at once
+        self.signals.alone = True
+        try:
+            self.evaluate()
+            self.signals.stopping = True
+        except KeyboardInterrupt as e:
+            return "terminated" if isinstance(e, Terminated) else "interrupted"
+        if self._best_pending:
+            # the same step again, its meta now with the best BLEU, and its best copy
+            self.save()
+        return stopped
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self):
@@ -371,15 +370,9 @@ class Trainer:
     def state(self):
         """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
         scalars, arrays = self.optimizer.state_dict()
-        meta = {"config": self.model.config.to_dict(),
-                "training": rundir.jsonable(asdict(self.training_config)),
-                "step": self.step, "optimizer": scalars, "iterator": self._iter_state,
-                "seed": self.training_config.seed, "best_bleu": self.best_bleu,
-                "identity": self.identity,
-                "tokenizer_path": (None if self.tokenizer_path is None
-                                   else os.path.abspath(self.tokenizer_path)),
-                "tokenizer": (ckpt.tokenizer_to_json(self.tokenizer)
-                              if self.tokenizer is not None else None)}
+        meta = rundir.run_meta(self.step, self.model.config.to_dict(), asdict(self.training_config),
+                               scalars, self._iter_state, self.identity, self.tokenizer,
+                               self.tokenizer_path, self.best_bleu)
         return self.model.state_dict(), meta, arrays
 
     def save(self):
@@ -388,15 +381,16 @@ class Trainer:
         checkpoint_best.npz when the latest evaluation was the best so far."""
         if self.run_dir is None:
             return None
-        if self._pending:
-            self._read_losses()  # never save a model whose loss was not checked
-        model, meta, arrays = self.state()
-        if not all(np.isfinite(a).all() for group in (model, arrays) for a in group.values()):
-            self._stop(self.step,
-                       "the weights or Adam's moments hold NaN or infinity after the update")
-        self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays,
-                                                 best=self._best_pending)
-        self._best_pending = False
+        with self.signals.whole():  # a signal waits for the file to be whole
+            if self._pending:
+                self._read_losses()  # never save a model whose loss was not checked
+            model, meta, arrays = self.state()
+            if not all(np.isfinite(a).all() for group in (model, arrays) for a in group.values()):
+                self._stop(self.step,
+                           "the weights or Adam's moments hold NaN or infinity after the update")
+            self.last_checkpoint = self.run_dir.save(self.step, model, meta, arrays,
+                                                     best=self._best_pending)
+            self._best_pending = False
         return self.last_checkpoint
 
     def resume(self, path):
