@@ -486,3 +486,70 @@ def test_long_word_encodes_in_about_linear_time():
     small, large = zip(*((cpu_seconds(25_000), cpu_seconds(200_000)) for _ in range(3)))
     ratio = min(large) / min(small)
     assert ratio < 8 * 8 ** 0.5, f"8 times the letters took {ratio:.0f} times the CPU time: not linear"
+
+
+# ---- patterns bounded before regex.compile, and timed per file, not per call ---------------------------
+
+@pytest.mark.parametrize("pattern, message", [
+    (r"a{2000000000}|[\s\S]", r"repeats too much: .*\{2000000000\}"),
+    (r"(?:a{1000}){1000}{1000}|[\s\S]", r"repeats too much"),                  # nested: the product explodes
+    (r"(?:(?:a{100}){100}){100}|[\s\S]", r"repeats too much"),
+    (r"a{5,}|[\s\S]" + "|b" * 9000, r"has 18,\d+ characters, more than 4,096"),
+    (r"x{99999999999999999999}|[\s\S]", r"repeats too much"),               # a count too long to read
+    ("", r"the pre-tokenization pattern is empty"),
+    (5, r"the pre-tokenization pattern must be a str"),
+], ids=["2e9", "nested", "nested-three", "long", "huge-count", "empty", "not-a-str"])
+def test_a_pattern_that_could_blow_up_is_refused_before_it_is_compiled(pattern, message, monkeypatch):
+    """regex.compile expands counted repeats (a{2000000000} takes 2 GB in seconds): the bound is checked
+    first, so here compiling is never reached."""
+    from minitransformer.checks import SettingError
+    from minitransformer.text import pretokenize
+    compiled = []
+    monkeypatch.setattr(pretokenize.regex, "compile", lambda *a, **k: compiled.append(a) or 1 / 0)
+    with pytest.raises(SettingError, match=message):
+        BPE(pattern=pattern)
+    assert not compiled
+
+
+def test_patterns_with_modest_repeats_are_kept():
+    """GPT-4's pattern (one {1,3}) and dates ({4}, {2}, {2}) stay well under the bound."""
+    gpt4 = (r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    for pattern in (gpt4, r"\d{4}-\d{2}-\d{2}|[\s\S]"):
+        tok = BPE(pattern=pattern)
+        assert tok.decode(tok.encode("In 2024-01-31, 12345 cats.")) == "In 2024-01-31, 12345 cats."
+
+
+def test_a_slow_pattern_spends_one_budget_per_file_not_one_per_call(tmp_path, monkeypatch):
+    """(?:x|x)*y takes 2^n steps on n x's: each short line stays under a per-call bound, but 200 of them
+    add up; encode_batch and a corpus file share one budget (PATTERN_SECONDS per 100,000 characters)."""
+    from minitransformer.text import pretokenize
+    monkeypatch.setattr(pretokenize, "PATTERN_SECONDS", 0.2)
+    tok = BPE(pattern=r"(?:x|x)*y|[\s\S]")
+    spent = []
+    findall = tok._splitter.regex.findall
+
+    def timed(text, timeout=None):
+        spent.append(timeout)
+        return findall(text, timeout=timeout)
+    monkeypatch.setattr(tok._splitter, "regex", type("R", (), {"findall": staticmethod(timed)}))
+    with pytest.raises(TimeoutError, match=r"backtracks catastrophically: it ran out of its time budget"):
+        tok.encode_batch(["x" * 22] * 200)
+    assert len(spent) < 200 and all(a >= b for a, b in zip(spent, spent[1:]))   # one budget, spent down
+    (tmp_path / "x.txt").write_text(("x" * 22 + "\n") * 200)
+    with pytest.raises(TimeoutError, match=r"backtracks catastrophically"):
+        tok.count_words([tmp_path / "x.txt"])
+
+
+def test_special_tokens_and_merges_of_a_file_are_bounded_and_typed(tmp_path):
+    from minitransformer.checks import FileError
+    with pytest.raises(ValueError, match=r"2,003 special tokens are too many: at most 1,024"):
+        BPE(special_tokens=[f"<t{k}>" for k in range(2003)])
+    with pytest.raises(ValueError, match=r"special tokens must be non-empty strings of at most 256 characters"):
+        BPE(special_tokens=["<" + "x" * 300 + ">"])
+    path = tmp_path / "obj.json"
+    path.write_text(json.dumps({"format": "minitransformer-bpe", "version": 1, "pattern": BPE().pattern,
+                                "special_tokens": ["<pad>", "<s>", "</s>"], "merges": [[100, 100.0, "aa"]]}))
+    with pytest.raises(FileError, match=r"obj\.json is a damaged tokenizer file: merge 0 is \[100, 100\.0, 'aa'\]"):
+        BPE.load(path)
+    with pytest.raises(ValueError, match=r"merge 0 \(100, 100.0\) is not a pair of integer ids"):
+        BPE([(100, 100.0)])

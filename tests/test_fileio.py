@@ -162,3 +162,84 @@ def test_a_fifo_is_read_like_a_file(tmp_path):
     writer.start()
     assert read_lines(fifo) == ["ein Haus", "zwei"]
     writer.join()
+
+
+# ---- reading is bounded before it is done: devices, endless pipes, long lines, large files, JSON bombs
+def test_a_device_is_refused_before_it_is_opened(tmp_path):
+    from minitransformer.text.fileio import read_json
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match=r"zero is a device, not a file"):
+        read_lines(tmp_path / "zero")
+    with pytest.raises(ValueError, match=r"zero is a device, not a file"):
+        read_json(tmp_path / "zero", "a tokenizer file")
+
+
+def test_an_endless_pipe_stops_at_the_limit_not_at_the_end_of_memory(tmp_path):
+    """A FIFO fed for ever (`yes | ...`): read_lines refuses it once `limit` bytes (a line counted
+    LINE_COST bytes more) have come, and the writer is released by the closed pipe."""
+    import os
+    import threading
+    from minitransformer.text.fileio import LINE_COST
+    fifo = tmp_path / "endless.fifo"
+    os.mkfifo(fifo)
+    written = []
+
+    def feed():
+        try:
+            with open(fifo, "wb") as f:
+                while sum(written) < 1 << 24:                 # stops by itself, should the bound fail
+                    f.write(b"y\n" * 1000)
+                    written.append(2000)
+        except BrokenPipeError:
+            pass
+    writer = threading.Thread(target=feed)
+    writer.start()
+    with pytest.raises(ValueError, match=r"endless\.fifo holds more than the 100,000 bytes of text a file may hold"):
+        read_lines(fifo, limit=100_000)
+    writer.join()
+    assert sum(written) < 1 << 24 and 100_000 // (2 + LINE_COST) < 1600
+
+
+def test_a_line_over_the_limit_is_refused_with_its_number(tmp_path, monkeypatch):
+    from minitransformer.text import fileio
+    monkeypatch.setattr(fileio, "MAX_LINE_BYTES", 10)
+    path = tmp_path / "a.txt"
+    path.write_bytes(b"0123456789\n012345678\r\n01234567890\n")      # 10, 9 and \r, then 11 bytes
+    with pytest.raises(ValueError, match=r"a\.txt: line 3 is longer than the 10 bytes a line may have"):
+        read_lines(path)
+    path.write_bytes(b"0123456789\n0123456789")
+    assert read_lines(path) == ["0123456789", "0123456789"]
+
+
+def test_a_gzip_that_inflates_past_the_limit_is_refused_as_it_inflates(tmp_path):
+    """Concatenated gzip members: a few KB that inflate to 64 MiB; read with a 1 MiB limit, refused after
+    about 1 MiB of it, never holding the rest."""
+    import tracemalloc
+    path = tmp_path / "bomb.txt.gz"
+    path.write_bytes(gzip.compress(b"abc\n" * (1 << 18), 9) * 64)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"bomb\.txt\.gz holds more than the 1,048,576 bytes of text"):
+            read_lines(path, limit=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak
+
+
+def test_json_is_bounded_before_it_is_parsed(tmp_path):
+    """parse_json counts the values first ("[{},{},...]" is 24 times its bytes as objects) and refuses NaN,
+    Infinity and numbers that overflow; read_json caps the bytes it reads."""
+    from minitransformer.text.fileio import JSONLimitError, MAX_JSON_ITEMS, parse_json, read_json
+    assert parse_json('{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+    with pytest.raises(JSONLimitError, match=r"holds [\d,]+ values or more, more than 8,388,608"):
+        parse_json("[" + "{}," * MAX_JSON_ITEMS + "{}]")
+    for bad, reason in (("[NaN]", "NaN is not a JSON number"), ("[-Infinity]", "-Infinity is not a JSON number"),
+                        ("[1e400]", "the number 1e400 is out of range")):
+        with pytest.raises(ValueError, match=reason):
+            parse_json(bad)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        parse_json("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "big.json").write_text("[" + "1," * 600 + "1]")
+    with pytest.raises(ValueError, match=r"big\.json is larger than the 1,000 bytes a tokenizer file may have"):
+        read_json(tmp_path / "big.json", "a tokenizer file", limit=1000)

@@ -346,7 +346,12 @@ def average(paths):
             total[k] += a
         last = ck
     last = last if len(paths) > 1 else first
-    mean = {k: (t / len(paths)).astype(first.model[k].dtype) for k, t in total.items()}
+    with np.errstate(all="ignore"):    # an overflow is named below, not warned about
+        mean = {k: (t / len(paths)).astype(first.model[k].dtype) for k, t in total.items()}
+    for k, a in mean.items():
+        if not np.isfinite(a).all():
+            raise CheckpointError(f"the average of {paths[0]} ... {paths[-1]} overflows in {k}: "
+                                  f"its values pass what {a.dtype} holds")
     meta = dict(last.meta, averaged_from=paths, optimizer=None, iterator=None)
     return Checkpoint(meta, mean, {}, None)
 
