@@ -91,6 +91,42 @@ WRONG = [
                 merges.append(best)
             return merges
     """, "not only the first"),
+    ("08", "merge", """
+        def merge(ids, pair, new_id):                    # the last id lost
+            out, i = [], 0
+            while i < len(ids) - 1:
+                if (ids[i], ids[i + 1]) == pair:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            return out
+    """, "the last id is lost"),
+    ("08", "encode", """
+        def encode(word, merges, offset=3):              # each merge's first occurrence only
+            ids = [b + offset for b in word.encode("utf-8")]
+            for k, pair in enumerate(merges):
+                for i in range(len(ids) - 1):
+                    if (ids[i], ids[i + 1]) == pair:
+                        ids[i:i + 2] = [offset + 256 + k]
+                        break
+            return ids
+    """, "EVERY occurrence"),
+    ("09", "loss_floor", """
+        def loss_floor(vocab_size, eps):                 # log 0 at eps = 0
+            q_t = 1 - eps + eps / vocab_size
+            q_o = eps / vocab_size
+            return -q_t * math.log(q_t) - (vocab_size - 1) * q_o * math.log(q_o)
+    """, "0 log 0 counts as 0"),
+    ("09", "loss_floor", """
+        def loss_floor(vocab_size, eps):                 # V other tokens, not V - 1
+            if eps == 0:
+                return 0.0
+            q_t = 1 - eps + eps / vocab_size
+            q_o = eps / vocab_size
+            return -q_t * math.log(q_t) - vocab_size * q_o * math.log(q_o)
+    """, "only the V - 1 other tokens"),
     ("09", "noam_lr", """
         def noam_lr(step, d_model, warmup_steps=4000):   # the larger branch
             step = max(step, 1)

@@ -23,10 +23,23 @@ def check_merge(fn, g):
         first = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair), None)
         once = ids[:first] + [new] + ids[first + 2:] if first is not None else ids
         text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new)).split()
-        g.same("it", g.ids(got), ref, hint=("replace EVERY occurrence of the pair, not the first" if got == once else
-                                             f"compare whole ids, not their digits: {' '.join(map(str, ids))!r} holds "
-                                             f"'{pair[0]} {pair[1]}' across ids" if got == [int(t) for t in text]
-                                             else MERGE_HINT))
+        got = g.ids(got)
+        g.same("it", got, ref, hint=merge_hint(got, ref, ids, pair, new, once, [int(t) for t in text]))
+
+
+def merge_hint(got, ref, ids, pair, new, once, as_text):
+    """The mistake `got` is, where it is one; else where it first differs from `ref`."""
+    if got == once:
+        return "replace EVERY occurrence of the pair, not the first"
+    if got == as_text:
+        return (f"compare whole ids, not their digits: {' '.join(map(str, ids))!r} holds "
+                f"'{pair[0]} {pair[1]}' across ids")
+    if got == merge_overlapping(ids, pair, new):
+        return MERGE_HINT
+    if ref and got == ref[:-1]:
+        return "the last id is lost: an id that starts no pair (the last one) is kept as it is"
+    k = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
+    return f"yours first differs at position {k} of the result"
 
 
 def corpus_words(n_lines=200, seed=0):
@@ -74,18 +87,27 @@ def check_encode(fn, g):
     for word, merges, what, offset in cases:
         g.start(f"encode({word!r}" + (f", offset={offset}" if offset != 3 else "") + f") with {what}")
         ref = encode_like(word, merges, offset)
-        got = g.call(fn, word, merges, offset=offset)
-        g.same(f"encode({word!r})", g.ids(got, f"encode({word!r})"), ref, hint=encode_hint(got, word, merges, offset))
+        got = g.ids(g.call(fn, word, merges, offset=offset), f"encode({word!r})")
+        if got != ref:                           # yours on every case: a mistake is named only if all agree
+            found = []
+            for other, other_merges, _, other_offset in cases:
+                try:                             # (timed as yours; one that raised says nothing)
+                    found.append((other, other_merges, other_offset,
+                                  g.ids(g.call(fn, other, other_merges, offset=other_offset))))
+                except Exception:
+                    pass
+            g.same(f"encode({word!r})", got, ref, hint=encode_hint(got, word, merges, offset, found))
 
 
-def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True, byte_offset=True):
+def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True, byte_offset=True,
+                replace=None):
     """encode as the exercise says (each learned merge in rank order), or with a mistake: from the
     characters' code points; the leftmost known pair first; new ids 256 + k, or bytes b, without the offset."""
     ids = [ord(c) + offset for c in word] if chars else [b + offset * byte_offset for b in word.encode("utf-8")]
     new = {pair: (offset if new_offset else 0) + 256 + k for k, pair in enumerate(merges)}
     if not leftmost:
         for pair, made in new.items():
-            ids = bpe_learn.merge(ids, pair, made)
+            ids = (replace or bpe_learn.merge)(ids, pair, made)
         return ids
     while True:
         i = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) in new), None)
@@ -98,22 +120,34 @@ def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=
 MERGE_HINT = "scan left to right and skip past both ids of a merged pair: [5, 5, 5] -> [6, 5]"
 
 
-def encode_hint(yours, word, merges, offset=3):
-    """The hint of the mistake that gives `yours`, else the rule."""
+def encode_hint(yours, word, merges, offset=3, found=()):
+    """The hint of the mistake that gives `yours` here and on every case of `found` ((word, merges, offset,
+    your ids)), where at least two cases tell it from the rule; else where yours first differs."""
     for mistake, hint in (({"chars": True}, "start from the UTF-8 bytes, list(word.encode('utf-8')), not the "
                                             "characters"),
                           ({"leftmost": True}, "that is the leftmost known pair first: apply the merge of the lowest "
                                                "rank (learned earliest) first, wherever it is in the word"),
+                          ({"replace": merge_first}, "each merge replaces EVERY occurrence of its pair in "
+                                                     "the word, not only the first"),
+                          ({"replace": merge_overlapping}, "after replacing a pair, skip past both of its ids"),
                           ({"new_offset": False}, "merge k makes the id offset + 256 + k"),
                           ({"byte_offset": False}, "byte b has id b + offset: ids 0 .. offset - 1 are the special "
                                                    "tokens"),
                           ({"offset": 3}, f"use the offset given ({offset}), not 3: byte b has id b + offset, merge k "
                                           f"makes offset + 256 + k")):
-        if yours == encode_like(word, merges, **{"offset": offset, **mistake}):
+        if yours != encode_like(word, merges, **{"offset": offset, **mistake}):
+            continue
+        wrong = [(ids, encode_like(w, m, **{"offset": o, **mistake}), encode_like(w, m, o))
+                 for w, m, o, ids in found]
+        telling = sum(mistaken != right for _, mistaken, right in wrong)
+        if all(ids == mistaken for ids, mistaken, _ in wrong) and telling >= 2:
             return hint
+    ref = encode_like(word, merges, offset)
+    k = next((i for i, (a, b) in enumerate(zip(yours, ref)) if a != b), min(len(yours), len(ref)))
+    where = f"yours first differs at id {k}"
     if offset != 3:
-        return f"with offset {offset}: byte b has id b + {offset}, and merge k makes {offset} + 256 + k"
-    return "apply the merge of the lowest rank first, again and again, until no learned pair is left"
+        return f"{where}; with offset {offset}: byte b has id b + {offset}, and merge k makes {offset} + 256 + k"
+    return f"{where}; apply the merge of the lowest rank first, again and again, until no learned pair is left"
 
 
 def merged(word, merges, offset):

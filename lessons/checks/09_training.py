@@ -43,6 +43,7 @@ def check_smoothed_targets(fn, g):
 def check_loss_floor(fn, g):
     for V, eps in ((4, 0.1), (37000, 0.1), (10, 0.0), (2, 1.0), (5, 0.3)):
         g.start(f"V={V}, eps={eps}")
+        g.error_hint = "0 log 0 counts as 0 (with eps = 0, q is one-hot)" if eps == 0 else ""
         q = np.full(V, eps / V)
         q[0] += 1 - eps
         if eps == 0:
@@ -50,7 +51,8 @@ def check_loss_floor(fn, g):
         else:                                    # the package's loss at the optimum, logits = log q
             ref = F.cross_entropy(mt.tensor(np.log(q)[None]), np.array([0]), label_smoothing=eps).item()
         g.cmp("H(q)", g.call(fn, V, eps), ref, nan_hint="0 log 0 counts as 0 (with eps = 0, q is one-hot)",
-              known=loss_floor_mistakes(V, eps))
+              known=loss_floor_mistakes(V, eps), otherwise="the floor is the entropy H(q) of the smoothed "
+              "target q, where the loss is lowest (p = q)")
 
 
 def check_adam(fn, g):
@@ -144,7 +146,10 @@ def loss_floor_mistakes(V, eps):
     t2t = -(1 - eps) * math.log(1 - eps) - eps * math.log(eps / (V - 1))
     q_t, q_o = 1 - eps + eps / V, eps / V
     bits = -q_t * math.log2(q_t) - (V - 1) * q_o * math.log2(q_o)
+    every = -q_t * math.log(q_t) - V * q_o * math.log(q_o)
     return [(t2t, "that is tensor2tensor's q; here q_t = 1 - eps + eps / V and eps / V elsewhere"),
+            (every, "the target's term is -q_t log q_t, and only the V - 1 other tokens get -(eps/V) "
+                    "log(eps/V) each"),
             (bits, "that is in bits: the loss is in nats, natural logarithms (math.log)")]
 
 
