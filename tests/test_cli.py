@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from minitransformer.run import checkpoint as ckpt
+from minitransformer.run import distributed
 from minitransformer import cli
 from minitransformer.cli import demo
 
@@ -213,6 +214,7 @@ def test_bleu_hand_computed(tmp_path, capsys):
     (["translate", "--checkpoint", "missing.npz"], 2, "--checkpoint file not found: missing.npz"),
     (["average", "a.npz", "--output", "b.npz"], 2, "checkpoint not found: a.npz"),
     (["demo", "--steps", "0"], 2, "--steps must be at least 1"),
+    (["demo", "--seed", str(10 ** 400)], 2, "--seed must be at most 9,007,199,254,740,991 in size"),
 ])
 def test_usage_errors(argv, code, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -264,3 +266,72 @@ def test_stdout_is_utf8_whatever_the_locale(tmp_path, monkeypatch):
                           env={**os.environ, "PYTHONIOENCODING": "ascii", "PYTHONPATH": str(CLI_DIR.parents[1])})
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()
     assert "wrote tök.json".encode("utf-8") in done.stdout
+
+
+HUGE = str(10 ** 400)
+max_rank_threads = distributed.max_rank_threads
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--warmup", HUGE], r"--warmup must be at most 9,007,199,254,740,991 in size \(2\*\*53 - 1, .*\), got a number "
+                         r"of 401 digits"),
+    (["--seed", str(2 ** 53)], r"--seed must be at most 9,007,199,254,740,991 in size .*got 9,007,199,254,740,992"),
+    (["--max-tokens", HUGE], r"--max-tokens must be at most"),
+    (["--steps", "-" + HUGE], r"--steps must be at most .* in size"),
+    (["--ranks", str(max_rank_threads() + 1), "--max-tokens", "100000"],
+     r"--ranks must be at most \d+ \(2 rank threads per CPU core here"),
+    (["--accum", "1000000"], r"--accum 1,000,000 asks for more batches per update than the 200 training pairs"),
+    (["--epochs", "1e300"], r"--epochs 1e\+300 over 200 pairs could make more than 9,007,199,254,740,991 updates"),
+], ids=["warmup", "seed", "max-tokens", "steps", "ranks", "accum", "epochs"])
+def test_train_bounds_every_option_before_any_work(corpus, tmp_path, capsys, extra, message):
+    """What would overflow later (a float, int64, a checkpoint's JSON) or allocate without bound (an
+    update's batches, rank threads) is one sentence naming the option, exit 2, before --out holds a file."""
+    argv = train_args(corpus, tmp_path / "run", "--vocab-size", "300", *extra)
+    if "--epochs" not in extra:
+        argv += ["--steps", "2"] if "--steps" not in extra else []
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert re.search(message, err), err
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_refuses_more_batches_per_update_than_an_epoch_holds_keeping_the_tokenizer(corpus, tmp_path, capsys):
+    """Fewer than --accum batches in an epoch is known once the pairs are encoded: refused before the model
+    trains, naming --accum; the tokenizer learned meanwhile is kept, and --tokenizer uses it again."""
+    out = tmp_path / "run"
+    code, _, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "2", "--accum", "150", "--ranks", "1"),
+                       capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert re.search(r"--accum 150 asks for more batches per update than an epoch holds \(\d+ of up to 200 tokens\)",
+                     err), err
+    assert f"{out / 'tokenizer.json'}, learned now, is kept" in err and os.listdir(out) == ["tokenizer.json"]
+    code, _, err = run(train_args(corpus, out, "--tokenizer", str(out / "tokenizer.json"), "--steps", "1"), capsys)
+    assert code == 0, err
+
+
+def test_train_too_long_an_out_is_one_sentence_and_makes_no_folder(corpus, tmp_path, capsys):
+    deep = tmp_path.joinpath(*["d" * 200] * 21)
+    code, _, err = run(train_args(corpus, deep, "--vocab-size", "300", "--steps", "1"), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert re.search(r"--out \S+ is a path of 4,\d{3} bytes: .* passes the 4,095 bytes a path may have", err), err
+    assert os.listdir(tmp_path) == []
+
+
+def test_resume_auto_never_touches_another_runs_files_when_its_checkpoints_are_gone(corpus, tmp_path, capsys):
+    """The step checkpoints moved away, the run's log.jsonl and tokenizer.json stay: `--resume auto` finds
+    nothing to continue, and starting afresh would append to that log and replace that tokenizer."""
+    out = tmp_path / "run"
+    code, _, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "2"), capsys)
+    assert code == 0, err
+    for name in os.listdir(out):
+        if name.startswith("checkpoint_"):
+            os.replace(out / name, tmp_path / name)
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert sorted(before) == ["log.jsonl", "tokenizer.json"]
+    code, _, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "4", "--resume", "auto"), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"--out {out} already holds log.jsonl of an earlier run: --resume auto finds none of its step" in err
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    code, _, err = run(train_args(corpus, tmp_path / "empty", "--vocab-size", "300", "--steps", "1", "--resume",
+                                  "auto"), capsys)
+    assert code == 0, err                                              # an empty folder: a fresh start

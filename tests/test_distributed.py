@@ -58,6 +58,17 @@ def test_a_cpu_run_starts_two_ranks_by_default_where_it_can(monkeypatch, cores, 
     assert distributed.default_ranks() == ranks
 
 
+def test_rank_threads_are_bounded_by_the_cores(monkeypatch):
+    """2 rank threads per core at most (each holds its own activations; more only wait for a core)."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert distributed.max_rank_threads() == 6
+    with pytest.raises(ValueError, match=r"run_threads: ranks must be between 1 and 6 \(2 per core of this "
+                                         r"machine's 3\), got 7"):
+        distributed.run_threads(lambda: 0, (), 7)
+    monkeypatch.setattr(os, "cpu_count", lambda: None)   # unknown: one core
+    assert distributed.max_rank_threads() == 2
+
+
 def test_a_lone_process_is_rank_0_of_1_and_its_collectives_return_their_input():
     world = distributed.LocalWorld()
     a = np.arange(5, dtype=np.float32)

@@ -327,3 +327,20 @@ def test_a_checkpoint_from_before_run_identities_is_resumed_with_a_word(task, tm
     again = Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=2), None, log=said.append)
     again.resume(str(old))
     assert again.step == 1 and sum("written before runs had an identity" in line for line in said) == 1
+
+
+def test_an_update_of_more_batches_than_an_epoch_or_past_2_to_the_53_updates_is_refused_before_any_work(task):
+    """An update plans its accum batches at once: more than an epoch holds would see pairs twice and hold
+    the plans of many epochs; epochs so many that the step count passes 2**53 - 1 would overflow."""
+    from minitransformer.checks import SettingError
+    tok, pairs, _ = task
+    batches = len(Trainer(tiny_model(tok), tok, pairs, None, training_config(), log=quiet).iterator)
+    Trainer(tiny_model(tok), tok, pairs, None, training_config(accum=batches), log=quiet)   # a whole epoch: fine
+    with pytest.raises(SettingError, match=rf"accum {batches + 1} asks for more batches per update than an epoch "
+                                           rf"holds \({batches} of up to 120 tokens\)") as e:
+        Trainer(tiny_model(tok), tok, pairs, None, training_config(accum=batches + 1), log=quiet)
+    assert e.value.setting == "accum"
+    with pytest.raises(SettingError, match=r"epochs 1e\+300 of \d+ batches make more than 9,007,199,254,740,991 "
+                                           r"updates") as e:
+        Trainer(tiny_model(tok), tok, pairs, None, training_config(steps=None, epochs=1e300), log=quiet)
+    assert e.value.setting == "epochs"

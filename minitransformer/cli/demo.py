@@ -10,7 +10,8 @@ import dataclasses
 import tempfile
 import time
 
-from minitransformer.run import distributed
+from minitransformer.checks import SettingError
+from minitransformer.run import distributed, host
 from minitransformer.text.demo_task import DEMO, QUICK, make_splits
 from minitransformer.run.metrics import corpus_bleu, exact_match
 from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
@@ -55,6 +56,10 @@ def run_demo(args):
     """Generate the task, train on it, translate held-out lines, print the scores; the exit code."""
     settings = QUICK if args.quick else DEMO
     steps = settings["steps"] if args.steps is None else args.steps
+    try:  # 10**400 would overflow later (a float, a checkpoint's JSON): refused first
+        host.check_exact("demo", **{"--steps": steps, "--seed": args.seed})
+    except SettingError as e:
+        raise UsageError(e.message) from None
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, got {steps}")
     if args.seed < 0:

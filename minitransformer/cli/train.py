@@ -224,10 +224,11 @@ def check_args(args):
     if args.max_tokens // args.ranks < 1:
         raise UsageError(f"--max-tokens {args.max_tokens} cannot be split among "
                          f"--ranks {args.ranks}")
-    if args.ranks > distributed.max_rank_threads():
-        raise UsageError(f"--ranks must be at most {distributed.max_rank_threads()} (2 rank threads "
-                         "per CPU core here: more would only wait for a core, each holding its own "
-                         f"activations), got {args.ranks:,}")
+    most = distributed.max_rank_threads()
+    if args.ranks > most:
+        raise UsageError(f"--ranks must be at most {most} (2 rank threads per CPU core here: more "
+                         f"would only wait for a core, each holding its own activations), "
+                         f"got {args.ranks:,}")
     # the real vocabulary: a model too big for it is refused now, before run.lock or --out exists;
     # a damaged tokenizer file is named now too (exit 1), before the corpus is read
     config = model_config(args.config, args.vocab_size or BPE.load(args.tokenizer).vocab_size)
