@@ -770,7 +770,7 @@ TEXT_BOMB = gzip.compress((b"a" * 999 + b"\n") * 1024, 9) * 300      # 300 MiB o
      r"rep\.json is a damaged tokenizer file: the pattern .* repeats too much"),
     (TRANSLATE + ["--checkpoint", "liar.npz"], {"liar.npz": LYING_NPZ}, r"liar\.npz: its zip directory says"),
     (TRANSLATE + ["--input", "big.gz"], {"big.gz": TEXT_BOMB},
-     r"big\.gz holds more than the 268,435,456 bytes of text a file may hold"),
+     r"big\.gz holds more than the 134,217,728 bytes of text a file may hold"),
     (TRANSLATE + ["--input", "zero"], {"zero": TO_DEV_ZERO}, r"zero is a device, not a file"),
     (BPE_OWN + ["--vocab-size", "300", "--input", "long.txt"], {"long.txt": b"a" * (20 << 20) + b"\n"},
      r"long\.txt: line 1 is longer than the 4,194,304 bytes a line may have"),

@@ -553,3 +553,14 @@ def test_special_tokens_and_merges_of_a_file_are_bounded_and_typed(tmp_path):
         BPE.load(path)
     with pytest.raises(ValueError, match=r"merge 0 \(100, 100.0\) is not a pair of integer ids"):
         BPE([(100, 100.0)])
+
+
+def test_a_corpus_of_too_many_distinct_words_is_refused_while_counting(tmp_path, monkeypatch):
+    """The learner holds about 300 bytes a distinct word: past MAX_WORDS the corpus is refused, naming the
+    file, before learning begins."""
+    from minitransformer.text import bpe
+    monkeypatch.setattr(bpe, "MAX_WORDS", 100)
+    (tmp_path / "many.txt").write_text(" ".join(f"w{k:04d}x" for k in range(150)) + "\n")
+    with pytest.raises(ValueError, match=r"the corpus holds more than 100 distinct words \(in .*many\.txt\)"):
+        BPE.train([tmp_path / "many.txt"], 300)
+    assert len(BPE.train([" ".join(f"w{k:04d}x" for k in range(90))], 300).merges) > 0

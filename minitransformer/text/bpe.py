@@ -32,6 +32,7 @@ EOS_ID = 2
 MIN_VOCAB = len(SPECIALS) + 256
 MAX_VOCAB_BYTES = 1 << 27
 MAX_SPECIALS = 1024
+MAX_WORDS = 1 << 21       # distinct words a BPE learns from (the learner holds ~300 bytes each)
 MAX_SPECIAL_CHARS = 256
 FORMAT = "minitransformer-bpe"
 VERSION = 1
@@ -178,17 +179,22 @@ class BPE:
             lines_or_paths = [lines_or_paths]
         counts = Counter()
         for item in lines_or_paths:
-            if isinstance(item, os.PathLike):  # read line by line, bounded, as training reads it
+            if not isinstance(item, (str, os.PathLike)):
+                raise TypeError(f"a corpus item must be a line (str) or a file (pathlib.Path), "
+                                f"not {type(item).__name__}")
+            if isinstance(item, str):
+                counts.update(self._words(item))
+            else:  # a file, read line by line, bounded, as training reads it
                 lines = read_lines(item)
                 budget = Splitter.budget(sum(map(len, lines)))      # one budget per file
                 for chunk in _chunks(lines):
                     counts.update(self._words(chunk, budget))
                 del lines
-            elif isinstance(item, str):
-                counts.update(self._words(item))
-            else:
-                raise TypeError(f"a corpus item must be a line (str) or a file (pathlib.Path), "
-                                f"not {type(item).__name__}")
+            if len(counts) > MAX_WORDS:
+                where = "the lines given" if isinstance(item, str) else os.fspath(item)
+                raise ValueError(f"the corpus holds more than {MAX_WORDS:,} distinct words (in "
+                                 f"{where}): too many to learn merges from in memory; learn "
+                                 "from a sample of it")
         return counts
 
     def _words(self, text, budget=None):
@@ -242,7 +248,7 @@ class BPE:
             raise TypeError(f"encode takes one str, got {type(text).__name__}{hint}")
         return self._encode(text, add_bos, add_eos, special)
 
-    def _encode(self, text, add_bos, add_eos, special, budget=None):
+    def _encode(self, text, add_bos=False, add_eos=False, special=False, budget=None):
         """encode(), a custom pattern spending `budget` (Splitter.findall)."""
         ids = [BOS_ID] if add_bos else []
         parts = self._special_regex.split(text) if special else [text]
@@ -271,13 +277,9 @@ class BPE:
             raise TypeError("encode_batch takes a list of texts, not one str "
                             "(that would encode each character apart)")
         texts = list(texts)
-        budget = None
-        if self._splitter.custom and all(isinstance(t, str) for t in texts):
-            budget = Splitter.budget(sum(map(len, texts)))
-        flags = {"add_bos": False, "add_eos": False, "special": False, **kwargs}
-        if len(flags) != 3:
-            raise TypeError(f"encode_batch takes encode's flags, got {sorted(kwargs)}")
-        return [self._encode(t, budget=budget, **flags) if isinstance(t, str) else self.encode(t)
+        custom = self._splitter.custom and all(isinstance(t, str) for t in texts)
+        budget = Splitter.budget(sum(map(len, texts))) if custom else None
+        return [self._encode(t, budget=budget, **kwargs) if isinstance(t, str) else self.encode(t)
                 for t in texts]
 
     def decode(self, ids, skip_special=False):

@@ -39,7 +39,7 @@ STALE_SECONDS = 60
 # Reading is bounded before it is done: a text file holds at most MAX_TEXT_BYTES (each line counted
 # LINE_COST bytes more, about what a str in a list costs), a line at most MAX_LINE_BYTES; a JSON
 # file (a tokenizer, a checkpoint's meta.json) at most MAX_JSON_BYTES and MAX_JSON_ITEMS values.
-MAX_TEXT_BYTES = 1 << 28
+MAX_TEXT_BYTES = 1 << 27
 LINE_COST = 64
 MAX_LINE_BYTES = 1 << 22
 MAX_JSON_BYTES = 1 << 27
