@@ -278,9 +278,14 @@ def test_stubs_and_solutions_have_the_same_functions_and_signatures(lesson):
 
 
 @pytest.mark.parametrize("lesson", sorted(check.LESSON_ITEMS))
-def test_the_answers_to_the_lessons_questions_hold(lesson):
+def test_the_answers_to_the_lessons_questions_stand_apart_from_the_solutions(lesson):
+    """The questions' answers are prose in lessons/answers/ (tests/test_lessons.py runs their blocks); a
+    solution file that still holds them as code must have them hold."""
     answer = check.load(LESSONS / "solutions" / f"{stem(lesson)}.py")
-    answer.answers_to_questions()
+    if hasattr(answer, "answers_to_questions"):
+        assert lesson >= "07", "lessons 01-06 keep their answers in lessons/answers/ only"
+        answer.answers_to_questions()
+    assert (LESSONS / "answers" / f"{next(LESSONS.glob(lesson[:2] + '_*.md')).stem}.md").exists()
 
 
 def test_a_wrong_step_of_layer_norm_fails_that_step_alone(tmp_path, capsys):
@@ -363,9 +368,25 @@ def test_every_folded_derivation_closes_in_its_own_notebook_cell(path):
 
 @pytest.mark.parametrize("lesson", sorted(check.LESSON_ITEMS))
 def test_each_lesson_ends_with_now_you_and_keeps_its_answers_out_of_sight(lesson):
+    """Questions, then Now you (the exercise, its grader, where its solution is), then at most a section
+    "After the exercises" with the package's forms the exercises ask for."""
     text = next(LESSONS.glob(f"{lesson[:2]}_*.md")).read_text(encoding="utf-8")   # 04b: lesson 04's second
     exercises = text[text.index("## Exercises"):]
-    assert "<details>" not in exercises, "answers belong in lessons/solutions/, not under the questions"
+    assert "<details>" not in exercises, "answers belong in lessons/answers/, not under the questions"
     assert f"solutions/{stem(lesson)}.py" in exercises
     now_you = exercises[exercises.index("## Now you"):]
     assert f"exercises/{stem(lesson)}.py" in now_you and f"python lessons/check.py {lesson}" in now_you
+    assert all(h.startswith("## After the exercises") for h in re.findall(r"^## .*", now_you, re.M)[1:])
+
+
+FORMS = {"04": ["def softmax(x, axis=-1):", "print(body(F.layer_norm))"],      # what an exercise asks for
+         "06": ["def attention(q, k, v, mask=None", "getsource(attention.attention_backward)"]}
+
+
+@pytest.mark.parametrize("lesson", sorted(FORMS))
+def test_the_package_forms_an_exercise_asks_for_are_shown_only_after_it(lesson):
+    text = next(LESSONS.glob(f"{lesson}_*.md")).read_text(encoding="utf-8")
+    after = text.index("## After the exercises")
+    assert text.index("## Now you") < after
+    for shown in FORMS[lesson]:
+        assert text.count(shown) == 1 and text.index(shown) > after, shown

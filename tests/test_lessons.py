@@ -1,6 +1,8 @@
-"""Every lesson's ```python blocks run in order in one namespace, asserts included."""
+"""Every lesson's ```python blocks run in order in one namespace, asserts included, and so do those of
+the answers to its questions (lessons/answers/); each question has a prose answer there."""
 import importlib.util
 import os
+import re
 import traceback
 from pathlib import Path
 
@@ -14,12 +16,24 @@ runner = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(runner)
 
 
+ANSWERS = sorted((LESSONS / "answers").glob("[0-9][0-9]_*.md"))
+
+
 @pytest.mark.parametrize("path", runner.lesson_paths(), ids=lambda p: p.stem)
 def test_lesson_runs(path, monkeypatch):
     monkeypatch.chdir(LESSONS.parent)
     assert runner.blocks(path), f"{path.name} has no ```python block to run"
     runner.run(path)
     mt.use(os.environ.get("MINITRANSFORMER_DEVICE", "cpu"))   # a lesson may switch the backend
+
+
+@pytest.mark.parametrize("path", ANSWERS, ids=lambda p: p.stem)
+def test_the_answers_computations_hold(path, monkeypatch):
+    """lessons/answers/NN_name.md: the prose answers, their ```python blocks asserted like a lesson's."""
+    monkeypatch.chdir(LESSONS.parent)
+    assert runner.blocks(path), f"{path.name} has no ```python block to run"
+    runner.run(path)
+    mt.use(os.environ.get("MINITRANSFORMER_DEVICE", "cpu"))
 
 
 def test_runner_reports_the_failing_block(tmp_path):
@@ -86,13 +100,27 @@ def test_figures_refuses_a_bad_name_or_out_before_drawing(tmp_path, capsys):
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+def questions(path):
+    """The numbered items of a lesson's "## Exercises" section (up to the next heading)."""
+    section = path.read_text(encoding="utf-8").split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
+    return [int(line.split(".", 1)[0]) for line in section.splitlines() if line[:1].isdigit() and ". " in line[:4]]
+
+
 @pytest.mark.parametrize("path", sorted(LESSONS.glob("[01][0-9]_*.md")), ids=lambda p: p.stem)
-def test_each_lesson_ends_with_five_to_ten_questions_answered_in_its_solutions(path):
-    """The questions of a lesson: the numbered items of its "## Exercises" section (up to the next
-    heading); their answers stand in lessons/solutions/ under the lesson's number."""
-    text = path.read_text(encoding="utf-8")
-    section = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
-    numbers = [int(line.split(".", 1)[0]) for line in section.splitlines() if line[:1].isdigit() and ". " in line[:4]]
+def test_each_lesson_ends_with_five_to_ten_questions_each_answered_in_prose_apart(path):
+    """Each question gets a section of lessons/answers/NN_name.md, "## k. ...", in prose (not only code);
+    the lesson links to that file, and the exercises' solutions hold no answers to the questions."""
+    numbers = questions(path)
     assert 5 <= len(numbers) <= 10 and numbers == list(range(1, len(numbers) + 1)), (path.name, numbers)
-    answers = LESSONS / "solutions" / (path.stem + ".py")
-    assert answers.exists() and "Answers to the lesson's questions" in answers.read_text(encoding="utf-8")
+    answers = LESSONS / "answers" / path.name
+    assert answers.exists(), f"{path.name}: its answers belong in lessons/answers/{path.name}"
+    text = answers.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (\d+)\. .*?(?=^## |\Z)", text, flags=re.M | re.S)
+    assert [int(n) for n in sections] == numbers, (answers.name, sections)
+    for number, body in re.findall(r"^## (\d+)\. [^\n]*\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S):
+        prose = re.sub(r"^```.*?^```", "", body, flags=re.M | re.S)
+        assert len(prose.split()) >= 8, f"{answers.name}: answer {number} needs its why, in words"
+    assert f"answers/{path.name}" in path.read_text(encoding="utf-8")
+    solution = LESSONS / "solutions" / f"{path.stem}.py"
+    if path.stem < "07":                       # (07-12: their solutions are being moved the same way)
+        assert "answers_to_questions" not in solution.read_text(encoding="utf-8")

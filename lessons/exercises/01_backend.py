@@ -11,17 +11,15 @@ import numpy as np
 
 
 def machine_epsilon(dtype):
-    """The machine epsilon of `dtype` (np.float16, np.float32 or np.float64), found by halving.
-
-    Start from e = 1.0 and halve it while dtype(1) + dtype(e / 2) still differs from dtype(1); return
-    the last e that changed 1 (a Python float or a NumPy scalar). For float32 that is 2^-23 ~ 1.19e-7.
+    """The machine epsilon of `dtype` (np.float16, np.float32 or np.float64): the smallest power of
+    two e for which dtype(1) + dtype(e) still differs from dtype(1), found by arithmetic in `dtype`
+    (not read from np.finfo). A Python float or a NumPy scalar.
     """
     raise NotImplementedError("machine_epsilon: your turn")
 
 
 def smallest_lost_power_of_ten(dtype):
-    """The smallest k >= 1 such that dtype(1) + dtype(10.0 ** -k) == dtype(1), as an int.
-
-    Lesson 01's exercise 2: for float32 it is 8. Do the addition in `dtype`, not in Python floats.
+    """The smallest int k >= 1 such that dtype(1) + dtype(10.0 ** -k) == dtype(1), the addition done
+    in `dtype`.
     """
     raise NotImplementedError("smallest_lost_power_of_ten: your turn")

@@ -30,8 +30,7 @@ def reduce_sum(x, axis=None, keepdims=False):
     """x summed over `axis` (None: every axis; an int, negative allowed; or a tuple of ints), keeping the
     summed axes with size 1 when keepdims=True, like np.sum. Tensor -> Tensor.
 
-    backward(g) gets g of the OUTPUT's shape and must return a gradient of x's shape. Hint:
-    np.expand_dims and np.broadcast_to.
+    backward(g) gets g of the OUTPUT's shape and must return a gradient of x's shape.
     """
     raise NotImplementedError("reduce_sum: your turn")
 

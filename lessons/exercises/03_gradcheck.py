@@ -16,9 +16,8 @@ import minitransformer as mt
 def numeric_gradient(f, x, eps=1e-6):
     """The gradient of a scalar function f at x by central differences: an array of x's shape.
 
-    f takes a float64 array of x's shape and returns a float. Perturb one element of x at a time
-    (x itself, in place, is fine), and leave x exactly as you found it. Which difference is accurate
-    to O(eps^2)?
+    f takes a float64 array of x's shape and returns a float; eps is the step. The difference must be
+    accurate to O(eps^2). You may perturb x itself, but on return it must be exactly as you found it.
     """
     raise NotImplementedError("numeric_gradient: your turn")
 
@@ -26,14 +25,10 @@ def numeric_gradient(f, x, eps=1e-6):
 def gradcheck(op, *arrays, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """True when the backward pass of `op` is right at `arrays`, else False.
 
-    op takes Tensors (one per array) and returns a Tensor, as mt.gradcheck's function does. Your check:
-      1. make float64 copies of the arrays (never change the caller's arrays) and leaf Tensors of them
-         (mt.tensor(x, requires_grad=True));
-      2. reduce the output to a scalar with a FIXED RANDOM R of its shape (np.random.default_rng(seed)),
-         L = sum(op(...) * R), and call backward: the leaves' .grad are the analytic gradients
-         (a .grad left None means a zero gradient);
-      3. for each input, the numeric gradient of L with numeric_gradient above (evaluate L under
-         mt.no_grad(), the other inputs held fixed);
-      4. every element must satisfy |analytic - numeric| <= atol + rtol * |numeric|.
+    op takes Tensors (one per array) and returns a Tensor, as mt.gradcheck's function does. Right
+    means: for L = sum(op(...) * R), R a fixed random array of the output's shape drawn from
+    np.random.default_rng(seed), every element of every input's analytic gradient (backward, in
+    float64) is within atol + rtol * |numeric| of the numeric one (numeric_gradient, step eps). An
+    input the output does not use has gradient zero. The caller's arrays stay unchanged.
     """
     raise NotImplementedError("gradcheck: your turn")

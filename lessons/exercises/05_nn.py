@@ -24,8 +24,7 @@ def xavier_bound(d_in, d_out):
 def linear_backward(x, weight, dy):
     """(dx, dweight, dbias) for y = x W + b, x (..., d_in), W (d_in, d_out), b (d_out,), dy (..., d_out).
 
-    Every leading axis is a batch of rows: flatten them, as Linear does. Each gradient has its
-    parent's shape.
+    Every leading axis is a batch of rows, as in Linear. Each gradient has its parent's shape.
     """
     raise NotImplementedError("linear_backward: your turn")
 

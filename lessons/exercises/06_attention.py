@@ -33,7 +33,6 @@ def attention_forward(q, k, v, mask=None):
 def attention_backward(q, k, v, weights, dout):
     """(dq, dk, dv) for out = attention_forward(q, k, v, mask)[0], given its weights P and dout = dL/dout.
 
-    The mask is not needed: masked weights are 0, and the gradient through them is 0 on its own.
-    Walk back one step at a time: out = P v, then the row softmax, then S = q k^T / sqrt(d_k).
+    The mask is not an argument: masked weights are 0. Shapes: dq, dk, dv as q, k, v.
     """
     raise NotImplementedError("attention_backward: your turn")

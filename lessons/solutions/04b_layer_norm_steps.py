@@ -4,8 +4,7 @@ Graded by `python lessons/check.py 04b --solutions`; your own go in lessons/exer
 The forward (x: (..., D); mu, var, rstd: (..., 1)): mu = mean(x); xc = x - mu; var = mean(xc ** 2);
 rstd = (var + eps) ** -0.5; xhat = xc * rstd; y = gamma * xhat + beta.
 
-Answer to the exercise's question (chain the eight steps): they give lesson 04's closed form,
-dx = (g - mean(g) - xhat * mean(g * xhat)) * rstd with g = dy * gamma; answers_to_questions checks it.
+The answers to the lesson's questions, explained, are in lessons/answers/04_functional.md.
 """
 import numpy as np
 
@@ -48,19 +47,3 @@ def grad_mu(dxc):
 def grad_x(dxc, dmu):
     """dx = dxc + dmu / D: the direct path through xc, plus the path through mu = mean(x), d mu / dx_j = 1/D."""
     return dxc + dmu / dxc.shape[-1]
-
-
-def answers_to_questions():
-    """The eight steps, chained, give lesson 04's closed form (the test suite runs this)."""
-    rng = np.random.default_rng(0)
-    x, gamma, dy, eps = 3 * rng.standard_normal((4, 6)) + 1, rng.standard_normal(6), rng.standard_normal((4, 6)), 1e-6
-    mu = x.mean(-1, keepdims=True)
-    xc = x - mu
-    var = (xc ** 2).mean(-1, keepdims=True)
-    rstd = (var + eps) ** -0.5
-    dxhat = grad_xhat(dy, gamma)
-    dxc = grad_xc(dxhat, rstd, grad_var(grad_rstd(dxhat, xc), var, eps), xc)
-    dx = grad_x(dxc, grad_mu(dxc))
-    xhat = xc * rstd
-    closed = (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True)) * rstd
-    assert np.allclose(dx, closed, rtol=1e-12, atol=1e-12)
