@@ -190,6 +190,43 @@ WRONG = [
             best = max(s for s, _, _ in done)
             return next((toks, lp) for s, toks, lp in done if s == best)
     """, "no usual mistake gives your outputs"),
+    ("10", "beam_search", """
+        def beam_search(step, beam_size, max_len, alpha=0.0):   # greedy, whatever the beam
+            prefix, logp = (), 0.0
+            for t in range(max_len + 1):
+                row = np.asarray(step([prefix])[0], dtype=float)
+                if t == max_len:
+                    return list(prefix), logp + row[EOS]
+                tok = int(np.argmax(row))
+                logp += row[tok]
+                if tok == EOS:
+                    return list(prefix), logp
+                prefix += (tok,)
+    """, "that is greedy search"),
+    ("10", "beam_search", """
+        def length_penalty(length, alpha):
+            return ((5 + length) / 6) ** alpha
+
+        def beam_search(step, beam_size, max_len, alpha=0.0):   # no step of EOS only
+            alive, done = [((), 0.0)], []
+            for t in range(max_len):
+                rows = step([p for p, _ in alive])
+                cands = sorted(((lp + rows[r][tok], r, tok) for r, (p, lp) in enumerate(alive)
+                                for tok in range(len(rows[r]))), key=lambda c: (-c[0], c[1], c[2]))
+                cands = [c for c in cands if c[0] > -math.inf]
+                for lp, r, tok in cands[:beam_size]:
+                    if tok == EOS:
+                        lp_y = length_penalty(len(alive[r][0]) + 1, alpha)
+                        done.append((lp / lp_y, list(alive[r][0]), lp))
+                alive = [(alive[r][0] + (tok,), lp) for lp, r, tok in cands
+                         if tok != EOS][:beam_size]
+                if not alive:
+                    break
+            if not done:
+                return [], 0.0
+            best = max(s for s, _, _ in done)
+            return next((toks, lp) for s, toks, lp in done if s == best)
+    """, "only EOS may follow"),
     ("11", "layer_norm", """
         def layer_norm(x, gamma, beta, eps=1e-6):        # the variance as E[x^2] - E[x]^2
             mu = x.mean(axis=-1, keepdims=True)

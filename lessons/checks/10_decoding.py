@@ -274,6 +274,10 @@ MISTAKES = {   # what a wrong search does: (hint, the mistake as a search)
     "one alive prefix, whatever k": (
         "only one prefix stayed alive: the k best candidates that do not end in EOS go on",
         lambda step, V, k, *rest: beam_like(step, V, k, *rest, keep=1)),
+    "greedy search": (
+        "that is greedy search: one prefix, ended at its first EOS; beam search keeps k prefixes alive and "
+        "goes on until none is",
+        lambda step, V, k, *rest: beam_like(step, V, 1, *rest, stop="first")),
     "a beam of 1": (
         "that is what a beam of 1 finds: keep the k best candidates alive",
         lambda step, V, k, *rest: beam_like(step, V, 1, *rest)),
@@ -306,7 +310,10 @@ def beam_search_hint(found, cases, failed):
         return "tokens leave out the final EOS and hold at most max_len words (then EOS is forced)"
     ran = [(mine, case) for mine, case in zip(found, cases) if mine is not None]
     for name, (hint, mistake) in MISTAKES.items():
-        if all(mine == mistake(*case[1:])[0] for mine, case in ran):
+        theirs = [mistake(*case[1:])[0] for _, case in ran]      # None: that mistake finishes nothing
+        if all(wrong is None or mine == wrong for (mine, _), wrong in zip(ran, theirs)) and any(
+                wrong is not None and wrong == mine != reference(case)[0]
+                for (mine, case), wrong in zip(ran, theirs)):
             return hint
     right = reference(cases[failed])[0]
     mine = found[failed]
@@ -319,6 +326,7 @@ def beam_search_hint(found, cases, failed):
             f"which k stay alive, the tie rule, when the search stops)")
 
 
+@functools.cache
 def reference(case):
     """The right (tokens, log_prob) of a case: the best of all outputs where the beam prunes nothing."""
     _, step, V, k, max_len, alpha = case
