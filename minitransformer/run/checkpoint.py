@@ -155,11 +155,11 @@ def _check_meta(meta, path):
     else a CheckpointError naming the file and the field (before average or resume uses it)."""
     step = meta.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise CheckpointError(f"{path}: its {META_KEY} is damaged: its step is "
+        raise CheckpointError(f"{path} holds a damaged {META_KEY}: its step is "
                               f"{json.dumps(step)[:40]}, not a whole number of at least 0")
     for key, kinds in META_KINDS.items():
         if meta.get(key) is not None and not isinstance(meta[key], kinds):
-            raise CheckpointError(f"{path}: its {META_KEY} is damaged: its {key} is "
+            raise CheckpointError(f"{path} holds a damaged {META_KEY}: its {key} is "
                                   f"{json.dumps(meta[key])[:40]}, not a JSON "
                                   f"{'object' if kinds == (dict,) else kinds[0].__name__}")
 
@@ -175,11 +175,11 @@ def _check_optimizer(headers, meta, path):
     n = scalars.get("n_params") if scalars else None
     if not (isinstance(counts, list) and isinstance(n, int)):
         if optim and scalars is None:
-            raise CheckpointError(f"{path}: it holds optimizer arrays but no optimizer state")
+            raise CheckpointError(f"{path} holds optimizer arrays but no optimizer state")
         return
-    where = f"{path}: its optimizer state is damaged"
+    where = f"{path} holds damaged optimizer state"
     if len(counts) != n:
-        raise CheckpointError(f"{where}: it holds {len(counts):,} step counts for {n:,} parameters")
+        raise CheckpointError(f"{where}: {len(counts):,} step counts for {n:,} parameters")
     expected = {f"{k}.{i}" for i, t in enumerate(counts) if t for k in "mv"}
     if set(optim) != expected:
         missing = sorted(expected - set(optim))
