@@ -46,11 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minitransformer.run import checkpoint as ckpt  # noqa: E402
 from minitransformer import backend  # noqa: E402
-from minitransformer.run import distributed
+from minitransformer.run import distributed, host  # noqa: E402
 from minitransformer.text.bpe import BPE, MAX_VOCAB, MIN_VOCAB  # noqa: E402
 from minitransformer.checks import SettingError  # noqa: E402
 from minitransformer.text.fileio import check_writable_dir  # noqa: E402
-from minitransformer.run.rundir import check_new_run, list_checkpoints  # noqa: E402
+from minitransformer.run.rundir import check_new_run, check_run_path, list_checkpoints  # noqa: E402
 from minitransformer.text.corpus import read_parallel  # noqa: E402
 from minitransformer.run.metrics import corpus_bleu, corpus_chrf  # noqa: E402
 from minitransformer.run.pipeline import prepare_training  # noqa: E402
@@ -69,7 +69,7 @@ QUICK = {**RECIPE, "config": "tiny", "steps": 1800, "dropout": 0.1, "label_smoot
 # --device gpu: 4x larger batches for about as many updates (a GPU runs a large batch in about the time
 # of a small one), dropout 0.3 at 44 epochs; one H200: 2 minutes to test BLEU 41.60 (commit 2ab2c44; results/gpu-run-h200/)
 GPU = {**RECIPE, "steps": 3000, "dropout": 0.3, "max_tokens": 8192, "eval_every": 1000}
-QUICK_BLEU = "39.0"                   # measured with the defaults, 2 ranks: test BLEU 38.97 (val 38.58)
+QUICK_BLEU = "38.7-39.0"  # the defaults, 2 ranks: test 38.97 at e94add3, 38.67 at 5b7f3a0 (results/)
 SPLITS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}  # lines per file
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 # TrainingConfig's, TransformerConfig's and SearchConfig's fields -> the options that set them
@@ -146,6 +146,9 @@ def check_args(args):
     checked by prepare_training: the same model, not past --steps.)"""
     if args.minutes is not None and not args.minutes > 0:
         raise UsageError(f"--minutes must be a number above 0, got {args.minutes}")
+    if args.ranks is not None and args.ranks > distributed.max_rank_threads():
+        raise UsageError(f"--ranks must be at most {distributed.max_rank_threads()} (2 rank threads per CPU core "
+                         f"here: more would only wait for a core, each holding its own activations), got {args.ranks:,}")
     if args.cuda_graphs and args.device != "gpu":
         raise UsageError("--cuda-graphs replays CUDA graphs: give --device gpu")
     if args.minutes is not None and distributed.world().size > 1:  # ranks would stop at different updates
@@ -168,9 +171,13 @@ def check_args(args):
             check_writable_dir(args.data_dir, "--data-dir")
         else:
             find_files(args.data_dir)
+        check_run_path(args.out, "--out")
         check_writable_dir(args.out, "--out")
         if not args.resume:
             check_new_run(args.out, "--out", "continue that run (--resume), or ")
+        elif not list_checkpoints(str(args.out)):  # nothing to continue: a fresh run, touching no earlier one's
+            check_new_run(args.out, "--out", "--resume finds none of its step checkpoints to continue; put them "
+                          "back, ")
     except ValueError as e:  # the library's checks of a path name the option
         raise UsageError(str(e)) from None
     tokenizer_file = args.out / "tokenizer.json"
@@ -268,6 +275,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     fill_defaults(args)
     try:
+        try:  # 10**400 would overflow later (a float, int64, a checkpoint's JSON): refused first
+            host.check_exact(p.prog, **{f"--{k.replace('_', '-')}": v for k, v in vars(args).items()})
+        except SettingError as e:
+            raise UsageError(e.message) from None
         ranks = ranks_to_start(args)
         training_config, search = check_args(args)
         backend.use(args.device)
@@ -283,8 +294,9 @@ def main(argv=None):
     try:
         return run(args, training_config, search)
     except (UsageError, ckpt.CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
-        print(f"{p.prog}: error: {e}", file=sys.stderr)  # a damaged data file, a full disk: one line
-        return 1
+        option = isinstance(e, SettingError) and e.owner == "Trainer"  # --accum past an epoch's batches
+        print(f"{p.prog}: error: {e.renamed(OPTIONS) if option else e}", file=sys.stderr)  # one line
+        return 2 if option else 1
     except KeyboardInterrupt:
         print(f"{p.prog}: interrupted", file=sys.stderr)
         return 130
