@@ -536,8 +536,9 @@ def test_a_slow_pattern_spends_one_budget_per_file_not_one_per_call(tmp_path, mo
         tok.encode_batch(["x" * 22] * 200)
     assert len(spent) < 200 and all(a >= b for a, b in zip(spent, spent[1:]))   # one budget, spent down
     (tmp_path / "x.txt").write_text(("x" * 22 + "\n") * 200)
-    with pytest.raises(TimeoutError, match=r"backtracks catastrophically"):
-        tok.count_words([tmp_path / "x.txt"])
+    for corpus in ([tmp_path / "x.txt"], ["x" * 22] * 200):           # a file, and lines given as str
+        with pytest.raises(TimeoutError, match=r"backtracks catastrophically"):
+            tok.count_words(corpus)
 
 
 def test_special_tokens_and_merges_of_a_file_are_bounded_and_typed(tmp_path):

@@ -80,7 +80,7 @@ class BPE:
         if len(set(extra)) != len(extra):
             fail("BPE", f"special tokens are repeated: {extra}", "special_tokens", extra)
         self._splitter = Splitter(pattern)  # bounded before it is compiled, then timed
-        self._source = "the tokenizer"
+        self.source = "the tokenizer"      # what it came from, for messages: set by from_json
         self.special_tokens = list(SPECIALS) + extra
         self.pad_id = PAD_ID
         self.bos_id = BOS_ID
@@ -178,17 +178,19 @@ class BPE:
         if isinstance(lines_or_paths, os.PathLike):
             lines_or_paths = [lines_or_paths]
         counts = Counter()
-        for item in lines_or_paths:
+        items = list(lines_or_paths)
+        budget = Splitter.budget(sum(len(i) for i in items if isinstance(i, str)))  # the lines'
+        for item in items:
             if not isinstance(item, (str, os.PathLike)):
                 raise TypeError(f"a corpus item must be a line (str) or a file (pathlib.Path), "
                                 f"not {type(item).__name__}")
             if isinstance(item, str):
-                counts.update(self._words(item))
+                counts.update(self._words(item, budget))
             else:  # a file, read line by line, bounded, as training reads it
                 lines = read_lines(item)
-                budget = Splitter.budget(sum(map(len, lines)))      # one budget per file
+                file_budget = Splitter.budget(sum(map(len, lines)))      # one budget per file
                 for chunk in _chunks(lines):
-                    counts.update(self._words(chunk, budget))
+                    counts.update(self._words(chunk, file_budget))
                 del lines
             if len(counts) > MAX_WORDS:
                 where = "the lines given" if isinstance(item, str) else os.fspath(item)
@@ -205,16 +207,6 @@ class BPE:
             return [w for part in self._special_regex.split(text)[::2]
                     for w in findall(part, budget)]
         return findall(text, budget)
-
-    @property
-    def source(self):
-        """What the tokenizer came from, for messages: a file name, or "the tokenizer"."""
-        return self._source
-
-    @source.setter
-    def source(self, name):
-        self._source = name
-        self._splitter.source = name
 
     # ---- encoding and decoding -------------------------------------------------------------------
 
@@ -370,7 +362,7 @@ class BPE:
                     raise ValueError(f"merge {k} is {str(m)[:60]}, not [left id, right id, "
                                      '"its text"]')
             tok = cls([(m[0], m[1]) for m in merges], d["special_tokens"], d["pattern"])
-            tok.source = source  # encode's errors name the file
+            tok.source = tok._splitter.source = source  # encode's errors name the file
             if d["special_tokens"] != tok.special_tokens:
                 raise ValueError("the special tokens are out of order")
             for k, m in enumerate(merges):
