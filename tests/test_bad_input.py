@@ -540,10 +540,14 @@ ROWS = [
     ("train-resume-float16-moments", train("--resume", "{D}/half.npz"), None, {}, 1,
      r"half\.npz: optim/m\.0 holds float16 values; a checkpoint holds float32 or float64 arrays only"),
     ("train-resume-float64-moments", train("--resume", "{D}/double.npz"), None, {}, 1,
-     r"double\.npz holds damaged optimizer state: optim/m\.0 holds .* float64 values, but the model's are float32"),
+     r"double\.npz holds damaged optimizer state: optim/m\.0 holds float64 values, but the model's are float32"),
     ("train-resume-batch-index-past-the-epoch", train("--resume", "{D}/index.npz"), None, {}, 1,
      r"index\.npz cannot be resumed from: cannot resume the batch stream: its batch index 1,000,000 is past the "
      r"\d+ batches of an epoch"),
+    ("translate-weights-that-overflow", TRANSLATE + ["--checkpoint", "{D}/huge_weights.npz"], None, OLD, 1,
+     r"huge_weights\.npz: its weights make the model's scores NaN or infinite \(they overflow float32\)"),
+    ("average-weights-past-float32", ["average", "{D}/model.npz", "{D}/past_float32.npz", "--output", "avg.npz"], None,
+     OLD_AVG, 1, r"past_float32\.npz: model/\S+ holds values past float32's range"),
     # ---- a time budget per file of text encoded, not per call: 200 short lines cannot add up to minutes
     ("translate-slow-pattern-many-lines", TRANSLATE + ["--checkpoint", "{D}/slow.npz", "--input", "x.txt"], None,
      {**OLD, "x.txt": X_LINES * 200}, 1, r"the pattern .* of the tokenizer embedded in .*slow\.npz backtracks "
@@ -594,6 +598,9 @@ def craft_checkpoints(d):
                         "optim/v.0": arrays["optim/v.0"].astype(np.float64)}),
         "index": ({"iterator": {**meta["iterator"], "index": 1_000_000}}, {}),
         "slow": ({"tokenizer": slow.to_json()}, {}),
+        "huge_weights": ({}, {k: np.full_like(v, 1e30) for k, v in arrays.items() if k.startswith("model/")}),
+        "past_float32": ({"optimizer": None}, {k: np.full(v.shape, 1e300) if k.startswith("model/") else None
+                                               for k, v in arrays.items() if k.startswith(("model/", "optim/"))}),
     }
     for name, (meta_change, array_change) in faults.items():
         members = {**arrays, **array_change}

@@ -190,10 +190,12 @@ def _check_optimizer(headers, meta, path):
     dtypes = {h[1] for k, h in headers.items() if k.startswith("model/")}
     for name, (shape, dtype, *_) in sorted(optim.items()):
         other = optim["v" + name[1:] if name[0] == "m" else "m" + name[1:]]
-        if len(dtypes) == 1 and dtype not in dtypes or other[0] != shape:
-            raise CheckpointError(f"{where}: optim/{name} holds {shape} {dtype} values, but the "
-                                  f"model's are {'/'.join(map(str, dtypes))} and its other moment "
-                                  f"has shape {other[0]}")
+        if len(dtypes) == 1 and dtype not in dtypes:
+            raise CheckpointError(f"{where}: optim/{name} holds {dtype} values, but the model's "
+                                  f"are {dtypes.pop()}")
+        if other[0] != shape:
+            raise CheckpointError(f"{where}: optim/{name} has shape {shape}, but its other moment "
+                                  f"has {other[0]}")
 
 
 def _check_archive(zf, path):
@@ -303,6 +305,9 @@ def _read(zf, path):
         if not np.isfinite(a).all():
             raise CheckpointError(f"{path}: {k} holds NaN or infinity; the run had diverged when "
                                   "this was written: use an earlier checkpoint")
+        if a.dtype != np.float32 and a.size and np.abs(a).max() > np.finfo(np.float32).max:
+            raise CheckpointError(f"{path}: {k} holds values past float32's range, in which the "
+                                  "model computes: the file is damaged")
         kind, name = k.split("/", 1)
         groups[kind][name] = a
     return Checkpoint(meta, groups["model"], groups["optim"], path)

@@ -5,8 +5,10 @@ target token (without label smoothing), sacreBLEU and exact match of its transla
 Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode,
 other metrics than BLEU and exact match at evaluation (chrF: metrics.corpus_chrf).
 """
+import numpy as np
 from tqdm import tqdm
 
+from .. import backend
 from ..checks import FileError, check_int
 from ..config import SearchConfig, TransformerConfig
 from ..text.corpus import most_characters
@@ -86,6 +88,18 @@ def translate_lines(model, tokenizer, lines, search=SearchConfig(), batch_size=6
 
 
 # -------------------------------------------------------------------- a model to translate with
+def check_scores(model, path):
+    """A CheckpointError naming `path` when the model's scores of a one-word sentence are NaN or
+    infinite: weights that are finite but so large that float32 overflows (a damaged or crafted
+    file) would otherwise reach search as NaN."""
+    with model.inference_mode(), np.errstate(all="ignore"):
+        logits = backend.to_numpy(model([[model.config.eos_id]], [[model.config.bos_id]]).data)
+    if not np.isfinite(logits).all():
+        raise CheckpointError(f"{path}: its weights make the model's scores NaN or infinite "
+                              "(they overflow float32): the file is damaged, or the run had "
+                              "diverged when it was written")
+
+
 def load_model(path, tokenizer_path=None):
     """(model in eval mode on the current backend, tokenizer, Checkpoint) from a checkpoint file.
 
@@ -106,6 +120,7 @@ def load_model(path, tokenizer_path=None):
     except ValueError as e:
         raise CheckpointError(f"{ck.path}: {e}") from None
     model.eval()
+    check_scores(model, ck.path)
     own = None
     if ck.meta.get("tokenizer"):
         own = checkpoint.tokenizer_from_json(ck.meta["tokenizer"], ck.path)
