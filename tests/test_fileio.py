@@ -243,3 +243,20 @@ def test_json_is_bounded_before_it_is_parsed(tmp_path):
     (tmp_path / "big.json").write_text("[" + "1," * 600 + "1]")
     with pytest.raises(ValueError, match=r"big\.json is larger than the 1,000 bytes a tokenizer file may have"):
         read_json(tmp_path / "big.json", "a tokenizer file", limit=1000)
+
+
+def test_a_file_too_large_by_its_size_is_refused_before_a_byte_is_read(tmp_path):
+    """A regular file over MAX_TEXT_BYTES (here a sparse one: no disk, no time) is refused by its size."""
+    import tracemalloc
+    from minitransformer.text.fileio import MAX_TEXT_BYTES
+    path = tmp_path / "huge.txt"
+    with open(path, "wb") as f:
+        f.truncate(MAX_TEXT_BYTES + 1)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"huge\.txt holds more than the 134,217,728 bytes of text"):
+            read_lines(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak

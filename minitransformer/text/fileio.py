@@ -82,20 +82,24 @@ def read_lines(path, limit=MAX_TEXT_BYTES):
     stream = _opened(path)
     try:
         with stream as f:
-            while True:
+            info = os.fstat(f.fileno()) if path != "-" and not path.endswith(".gz") else None
+            if info is not None and stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                total = info.st_size                     # too large by its size alone: nothing read
+            while total <= limit:
                 raw = f.readline(MAX_LINE_BYTES + 2)
                 if not raw:
                     break
                 head = head or raw[:2]
                 _check_line(path, len(lines) + 1, raw)
                 total += len(raw) + LINE_COST
-                if total > limit:
-                    raise FileError(path, None, f"holds more than the {limit:,} bytes of text a "
-                                    f"file may hold (a line counts {LINE_COST} bytes more than "
-                                    "its text): split it into smaller files")
-                lines.append(_decode(path, len(lines) + 1, raw, head))
+                if total <= limit:
+                    lines.append(_decode(path, len(lines) + 1, raw, head))
     except (OSError, EOFError) as e:  # gzip.BadGzipFile, a truncated archive
         raise ValueError(f"{path}: cannot read the file ({e})") from None
+    if total > limit:
+        raise FileError(path, None, f"holds more than the {limit:,} bytes of text a file may hold "
+                        f"(a line counts {LINE_COST} bytes more than its text): split it into "
+                        "smaller files")
     return lines
 
 
