@@ -207,8 +207,8 @@ def _check_archive(zf, path):
     for info in infos:
         name = info.filename
         if info.flag_bits & 0x1:
-            raise CheckpointError(f"{path}: its member {name} is encrypted; a checkpoint is a plain "
-                                  ".npz that needs no password")
+            raise CheckpointError(f"{path}: its member {name} is encrypted; a checkpoint is a "
+                                  "plain .npz that needs no password")
         if info.header_offset + info.compress_size > size:
             raise CheckpointError(f"{path}: its zip directory says {name} packs "
                                   f"{info.compress_size:,} bytes, more than the file's {size:,} "

@@ -1,17 +1,17 @@
 """Pre-tokenization: the regex pattern that cuts text into words before BPE merges them, bounded
 before it is compiled and timed while it runs.
 
-A pattern comes from the user or from a file (a tokenizer, or one embedded in a checkpoint), so it is
-untrusted: `regex.compile` expands counted repeats (`a{2000000000}`, `(?:a{1000}){1000}{1000}`) into
-gigabytes before anything else could look at it, and a pattern can backtrack catastrophically
+A pattern comes from the user or from a file (a tokenizer, or one embedded in a checkpoint), so it
+is untrusted: `regex.compile` expands counted repeats (`a{2000000000}`, `(?:a{1000}){1000}{1000}`)
+into gigabytes before anything else could look at it, and a pattern can backtrack catastrophically
 (`(?:x|x)*y`: 2^n steps on n letters). So, before `regex.compile`: at most MAX_PATTERN_CHARS
 characters, and at most MAX_PATTERN_UNITS in (pattern length) x (the product of every counted
 repeat's largest count, `{n}`, `{n,m}`, `{n,}`, wherever it stands): an upper bound of what
 compiling may expand to, nested or not, that needs no parse of the pattern. After it: the pattern
-must cut PROBE into words within PATTERN_SECONDS, and every custom pattern runs under a time
-budget per FILE (or batch of lines) encoded, PATTERN_SECONDS per 100,000 characters, shared by all
-of its calls: a pattern that takes a second on each of 200 short lines stops after the first
-budget, not after 200. The project's own PATTERN matches every character and runs without one.
+must cut PROBE into words within PATTERN_SECONDS, and every custom pattern runs under a time budget
+per FILE (or batch of lines) encoded, PATTERN_SECONDS per 100,000 characters, shared by all of its
+calls: a pattern that takes a second on each of 200 short lines stops after the first budget, not
+after 200. The project's own PATTERN matches every character and runs without one.
 Imports only checks.py of the package (lesson 08).
 """
 import re
@@ -22,10 +22,10 @@ import regex
 from ..checks import fail
 
 # A word is an optional leading space and then a run of letters (with their combining marks, and
-# inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of digits or a run of other
-# symbols; whitespace stands alone. It is GPT-2's pattern without its English contractions ('s 't
-# 're ...), which suits European languages: on Multi30k it gives fewer validation tokens than
-# GPT-2's pattern (benchmarks/README.md, 'BPE learner').
+# inner ' ’ or - joining letters: "T-Shirt", "man's", "l'homme"), a run of digits or a run of
+# other symbols; whitespace stands alone. It is GPT-2's pattern without its English contractions
+# ('s 't 're ...), which suits European languages: on Multi30k it gives fewer validation tokens
+# than GPT-2's pattern (benchmarks/README.md, 'BPE learner').
 PATTERN = r" ?[\p{L}\p{M}]+(?:['’-][\p{L}\p{M}]+)*| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+|\s+(?!\S)|\s+"
 PROBE = ("Ab1 2,.!\n\t\r  e\u0301 日本 😀\x00-'’\u200d<>"
          + "".join(c * 48 + "!" for c in "a1 -"))
