@@ -10,9 +10,11 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -171,6 +173,161 @@ def test_an_answer_of_the_wrong_kind_fails_with_a_clear_line(lesson, name, code,
     assert result == "FAIL" and words in text, out
 
 
+# Right answers written another way than the solutions: each must pass (lesson, function, code).
+RIGHT = [
+    ("02", "mul", """
+        def mul(a, b):                              # np.multiply, and a backward that names its argument grad
+            def backward(grad):
+                return np.multiply(grad, b.data), np.multiply(a.data, grad)
+            return make_node(np.multiply(a.data, b.data), (a, b), backward, "mul")
+        """),
+    ("02", "reduce_sum", """
+        def reduce_sum(x, axis=None, keepdims=False):   # ones times g, put back by reshaping
+            axes = tuple(range(x.ndim)) if axis is None else tuple(int(i) % x.ndim for i in np.atleast_1d(axis))
+            out = np.asarray(x.data.sum(axis=axes, keepdims=keepdims))
+            kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+            return make_node(out, (x,), lambda g: (np.ones(x.shape) * np.reshape(g, kept),), "sum")
+        """),
+    ("02", "matmul", """
+        def matmul(a, b):                           # einsum
+            A, B = a.data, b.data
+            return make_node(np.einsum("ik,kj->ij", A, B), (a, b),
+                             lambda g: (np.einsum("ij,kj->ik", g, B), np.einsum("ik,ij->kj", A, g)), "matmul")
+        """),
+    ("03", "numeric_gradient", """
+        def numeric_gradient(f, x, eps=1e-6):       # perturbs a copy, never x itself
+            x, grad = np.array(x, dtype=np.float64), np.zeros(np.shape(x))
+            for i in np.ndindex(x.shape):
+                up, down = x.copy(), x.copy()
+                up[i] += eps
+                down[i] -= eps
+                grad[i] = (f(up) - f(down)) / (2 * eps)
+            return grad
+        """),
+    ("04", "softmax", """
+        def softmax(x, axis=-1):                    # through the log-sum-exp
+            m = x.max(axis=axis, keepdims=True)
+            return np.exp(x - m - np.log(np.exp(x - m).sum(axis=axis, keepdims=True)))
+        """),
+    ("04", "softmax_backward", """
+        def softmax_backward(y, dy, axis=-1):       # expanded
+            return y * dy - y * np.sum(y * dy, axis=axis, keepdims=True)
+        """),
+    ("04", "cross_entropy_backward", """
+        def cross_entropy_backward(logits, target, label_smoothing=0.0, ignore_index=None):   # one-hot by eye
+            V = logits.shape[-1]
+            valid = np.ones(target.shape, bool) if ignore_index is None else target != ignore_index
+            onehot = np.eye(V)[np.where(valid, target, 0)]
+            q = (1 - label_smoothing) * onehot + label_smoothing / V
+            z = logits - logits.max(axis=-1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+            return (p - q) * valid[..., None] / max(int(valid.sum()), 1)
+        """),
+    ("04", "layer_norm_backward", """
+        def layer_norm_backward(x, gamma, dy, eps=1e-6):    # np.var, rstd, and sums over the leading axes
+            rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)
+            xhat = (x - x.mean(axis=-1, keepdims=True)) * rstd
+            g = gamma * dy
+            dx = rstd * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))
+            lead = tuple(range(x.ndim - 1))
+            return dx, (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+        """),
+    ("04b", "grad_var", """
+        def grad_var(drstd, var, eps=1e-6):         # rstd cubed
+            return -0.5 / np.sqrt(var + eps) ** 3 * drstd
+        """),
+    ("04b", "grad_xc", """
+        def grad_xc(dxhat, rstd, dvar, xc):
+            return rstd * dxhat + (2.0 / xc.shape[-1]) * xc * dvar
+        """),
+    ("04b", "grad_x", """
+        def grad_x(dxc, dmu):
+            out = dxc.copy()
+            out += dmu / dxc.shape[-1]                  # in place, but into its own copy
+            return out
+        """),
+    ("05", "linear_backward", """
+        def linear_backward(x, weight, dy):        # einsum over every leading axis
+            lead = tuple(range(x.ndim - 1))
+            return dy @ weight.T, np.tensordot(x, dy, axes=(lead, lead)), dy.sum(axis=lead)
+        """),
+    ("06", "attention_forward", """
+        def attention_forward(q, k, v, mask=None):  # einsum, and the empty rows zeroed by np.where
+            s = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
+            if mask is not None:
+                s = np.where(mask, s, -1e9)
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p = p / p.sum(axis=-1, keepdims=True)
+            if mask is not None:
+                p = np.where(np.broadcast_to(mask, p.shape).any(axis=-1, keepdims=True), p, 0.0)
+            return np.einsum("bhqk,bhkd->bhqd", p, v), p
+        """),
+    ("06", "attention_backward", """
+        def attention_backward(q, k, v, weights, dout):     # einsum
+            c = 1 / np.sqrt(q.shape[-1])
+            dp = np.einsum("bhqd,bhkd->bhqk", dout, v)
+            ds = weights * (dp - np.einsum("bhqk,bhqk->bhq", dp, weights)[..., None])
+            return (c * np.einsum("bhqk,bhkd->bhqd", ds, k), c * np.einsum("bhqk,bhqd->bhkd", ds, q),
+                    np.einsum("bhqk,bhqd->bhkd", weights, dout))
+        """),
+]
+
+
+@pytest.mark.parametrize("lesson, name, code", RIGHT, ids=lambda x: x if len(x) < 30 else "")
+def test_a_right_answer_written_another_way_passes(lesson, name, code, tmp_path, capsys):
+    path = tmp_path / f"{stem(lesson)}.py"
+    path.write_text(answers_with(lesson, code))
+    status, lines, out = grade(capsys, lesson, name, "--module", path)
+    assert status == 0 and lines[name][0] == "PASS", out
+
+
+def test_every_call_is_guarded_and_the_contract_may_open_it():
+    """Writing into an input, the incoming gradient included, or returning memory an input or another
+    result holds fails, naming the argument; may_write and may_share open what a contract allows."""
+    def scale(x, dy):
+        dy *= 2
+        return dy
+    g = check.Grade(Path("mine.py"))
+    with pytest.raises(check.Fail, match=r"scale changed its input dy in place \(first at index \(0,\)\).*"
+                                         r"corrupts other tensors' gradients"):
+        g.call(scale, np.ones(2), np.ones(2))
+    with g.contract(may_write={"dy"}):
+        g.call(scale, np.ones(2), np.ones(2))
+    g.call(lambda counts: counts, {"ab": [1, 2]})
+    with pytest.raises(check.Fail, match=r"changed its input counts\['ab'\]\[1\] in place"):
+        g.call(lambda counts: counts["ab"].__setitem__(1, 5), {"ab": [1, 2]})
+    with pytest.raises(check.Fail, match=r"changed its input counts\['ab'\] in place \(its length went"):
+        g.call(lambda counts: counts["ab"].append(3), {"ab": [1, 2]})
+    for fn, words in ((lambda x: x[1:], r"the result shares memory with the input x"),
+                      (lambda xs: [xs[0] * 2] * 3, r"the result\[1\] and the result\[0\] share memory")):
+        g = check.Grade(Path("mine.py"))
+        g.call(fn, np.ones(3)) if "xs" not in fn.__code__.co_varnames else g.call(fn, [np.ones(3)])
+        with pytest.raises(check.Fail, match=words):
+            g.finish()
+        g = check.Grade(Path("mine.py"))
+        with g.contract(may_share=True):
+            g.call(fn, np.ones(3)) if "xs" not in fn.__code__.co_varnames else g.call(fn, [np.ones(3)])
+        g.finish()
+
+
+def test_a_known_mistake_is_named_only_when_a_second_case_confirms_it():
+    """One case that happens to match a catalogued mistake says only what differs and where; a second
+    case that matches it too names it; a second case that does not leaves it unnamed."""
+    known = lambda ref: [(2 * ref, "a factor 2: the known mistake")]
+    ref1, ref2 = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    for second, named in ((2 * ref2, True), (ref2 + 1, False), (ref2, False)):
+        g = check.Grade(Path("mine.py"))
+        g.start("case 1")
+        g.cmp("out", 2 * ref1, ref1, known=known(ref1))
+        g.start("case 2")
+        with pytest.raises(check.Fail) as e:
+            g.cmp("out", second, ref2, known=known(ref2))
+            g.finish()
+        text = str(e.value)
+        assert text.startswith("case 1: out: max diff 2") and ("the known mistake" in text) == named, text
+        assert named or "first at index" in text or "twice the answer" in text, text
+
+
 def test_top_level_code_that_exits_or_never_ends_fails_the_file(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(check, "CPU_SECONDS", 1)                 # 1 s, not 30
     path = tmp_path / "mine.py"
@@ -214,6 +371,53 @@ def test_an_answer_that_waits_past_the_backstop_fails(monkeypatch):
     with pytest.raises(check.Fail, match=waiting), check.time_limit(g):
         g.call(time.sleep, 30)
     assert time.monotonic() - begin < 10
+
+
+BUSY_SOFTMAX = """
+    import time
+
+    def softmax(x, axis=-1, _right=softmax):
+        start = time.thread_time()
+        while time.thread_time() - start < 0.08:    # 0.08 s of this thread's CPU time a call: 7 calls
+            pass
+        return _right(x, axis)
+    """
+
+
+def test_a_right_answer_passes_on_a_busy_machine_and_the_references_do_not_count(tmp_path, capsys, monkeypatch):
+    """A busy thread in the grader's process, another process spinning, and a reference that takes 0.1 s
+    of CPU a case: a right answer that uses 0.56 s of CPU time in all passes a 1 s limit (the process's
+    CPU time, its busy thread's included, would pass 1 s); an endless loop still fails it."""
+    monkeypatch.setattr(check, "CPU_SECONDS", 1.0)
+    functional = importlib.import_module("minitransformer.functional")
+    package_softmax = functional.softmax
+
+    def slow_reference(*args, **kwargs):             # the grader's own work: never counted
+        spin(0.1)
+        return package_softmax(*args, **kwargs)
+    monkeypatch.setattr(functional, "softmax", slow_reference)
+    stop = threading.Event()
+    def keep_busy():                                 # NumPy's product runs without the GIL: beside yours
+        a = np.ones((200, 200))
+        while not stop.is_set():
+            a @ a
+    busy = threading.Thread(target=keep_busy, daemon=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 60\nwhile time.time() < end: pass"])
+    busy.start()
+    try:
+        path = tmp_path / f"{stem('04')}.py"
+        path.write_text(answers_with("04", BUSY_SOFTMAX))
+        status, lines, out = grade(capsys, "04", "softmax", "--module", path)
+        assert status == 0 and lines["softmax"][0] == "PASS", out
+        path.write_text(answers_with("04", "def softmax(x, axis=-1):\n    while True:\n        pass\n"))
+        status, lines, out = grade(capsys, "04", "softmax", "--module", path)
+        assert status == 1 and lines["softmax"][1].endswith("still running after 1 s of CPU time: an endless "
+                                                              "loop, or the machine is busy?"), out
+    finally:
+        stop.set()
+        other.kill()
+        other.wait()
+        busy.join()
 
 
 SLOW_BEAM_SEARCH = """

@@ -27,6 +27,7 @@ import inspect
 import math
 import signal
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -122,21 +123,28 @@ class Clock:
     not while the grader computes its references. CPU time, not wall-clock time, is the limit,
     because a busy machine slows a right answer down without adding CPU time to it.
 
-    The process's interval timers count (signal.setitimer: ITIMER_PROF, the CPU time of all its
-    threads, and ITIMER_REAL): armed with the time left when your code starts, stopped when it
-    returns, and their signal interrupts your code once the time is spent. Where there are no
-    interval timers (Windows) or off the main thread (signals reach only it), nothing is timed.
-    Use it as a context manager around one function's grading: it installs its signal handlers
-    and is `grade.clock`."""
+    The CPU time is that of the thread your code runs on (time.pthread_getcpuclockid, read by a
+    watchdog thread that signals it once the time is spent), so that other threads of the process,
+    busy or not, add nothing to it; where a thread's clock cannot be read, the process's interval
+    timer ITIMER_PROF (all its threads). The backstop is ITIMER_REAL. Where there are no interval
+    timers (Windows) or off the main thread (signals reach only it), nothing is timed. Use it as a
+    context manager around one function's grading: it installs its signal handlers and is
+    `grade.clock`."""
 
     REPEAT = 0.25      # once spent, the signal comes again every REPEAT s while your code runs
+    POLL = 0.02        # how often the watchdog reads your thread's CPU clock
 
     def __init__(self, grade, cpu, wall):
         self.grade, self.depth, self.over, self.previous = grade, 0, None, {}
         self.on = (hasattr(signal, "setitimer") and
                    threading.current_thread() is threading.main_thread())
         if self.on:
-            self.left = {signal.ITIMER_PROF: float(cpu), signal.ITIMER_REAL: float(wall)}
+            self.mine = thread_clock()           # None: count the process's CPU time instead
+            self.left = {signal.ITIMER_REAL: float(wall)}
+            if self.mine is None:
+                self.left[signal.ITIMER_PROF] = float(cpu)
+            self.cpu_left, self.budget, self.watchdog = float(cpu), None, None   # (mark, cpu left)
+            self.stop = threading.Event()
             self.why = {
                 signal.SIGPROF: f"still running after {cpu:g} s of CPU time: an endless loop, or "
                                 f"the machine is busy?",
@@ -147,21 +155,42 @@ class Clock:
     def __enter__(self):
         if self.on:
             self.previous = {sig: signal.signal(sig, self.ring) for sig in self.why}
+            if self.mine is not None:
+                self.watchdog = threading.Thread(target=self.watch, args=(threading.get_ident(),),
+                                                 daemon=True)
+                self.watchdog.start()
         self.grade.clock = self
         return self
 
     def __exit__(self, *exc):
         if self.on:
+            self.stop.set()
+            if self.watchdog is not None:
+                self.watchdog.join()
             for which in self.left:
                 signal.setitimer(which, 0)
             for sig, handler in self.previous.items():
                 signal.signal(sig, handler)
         self.grade.clock = None
 
+    def watch(self, main):
+        """The watchdog: while your code runs, signal its thread once its CPU time is spent."""
+        last = None
+        while not self.stop.wait(self.POLL):
+            budget = self.budget                 # one read: the mark and the time left agree
+            if not self.depth or budget is None:
+                continue
+            now = time.monotonic()
+            if (time.clock_gettime(self.mine) - budget[0] >= budget[1] and
+                    (last is None or now - last >= self.REPEAT)):
+                last = now
+                signal.pthread_kill(main, signal.SIGPROF)
+
     def ring(self, signum, frame):
-        """The signal handler: the time is spent; interrupt your code if it is running."""
-        self.over = self.over or self.why[signum]
+        """The signal handler: the time is spent; interrupt your code if it is running (a signal
+        that comes between two calls is not lost: the time left is then about 0)."""
         if self.depth:
+            self.over = self.over or self.why[signum]
             raise OutOfTime
 
     @contextlib.contextmanager
@@ -174,6 +203,8 @@ class Clock:
         if outer and self.over is None:
             for which, left in self.left.items():
                 signal.setitimer(which, left, self.REPEAT)
+            if self.mine is not None:
+                self.budget = (time.clock_gettime(self.mine), self.cpu_left)
         self.depth += 1
         try:
             try:
@@ -195,6 +226,19 @@ class Clock:
             left = signal.setitimer(which, 0)[0]
             if self.over is None:
                 self.left[which] = max(left, 1e-6)       # (0 would disarm it for good)
+        if self.mine is not None and self.budget is not None:
+            self.cpu_left = max(self.budget[1] - (time.clock_gettime(self.mine) - self.budget[0]), 0.0)
+            self.budget = None
+
+
+def thread_clock():
+    """The id of the calling thread's CPU-time clock, or None where it cannot be read."""
+    try:
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        time.clock_gettime(clock)
+        return clock
+    except (AttributeError, OSError):
+        return None
 
 
 class Grade:
@@ -494,6 +538,9 @@ def changed(value, old, name):
         return ""
     if isinstance(old, (set, bytearray)):
         return "" if value == old else f"{name} in place"
+    if isinstance(old, (int, float, complex, str, bytes, np.generic)) and value is not old:
+        same = type(value) is type(old) and (value == old or value != value and old != old)
+        return "" if same else f"{name} in place (it was {old!r}, now {value!r})"
     return ""
 
 
