@@ -260,3 +260,11 @@ def test_a_file_too_large_by_its_size_is_refused_before_a_byte_is_read(tmp_path)
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20, peak
+
+
+def test_stdin_closed_is_named(monkeypatch):
+    """`translate --input - <&-`: Python sets sys.stdin to None; the reader says so in one sentence."""
+    import sys
+    monkeypatch.setattr(sys, "stdin", None)
+    with pytest.raises(ValueError, match=r"^stdin is closed: there is no standard input to read$"):
+        read_lines("-")

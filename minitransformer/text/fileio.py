@@ -50,6 +50,8 @@ def _opened(path):
     """A binary stream of path ("-": stdin; a .gz name: inflated as it is read). A directory or a
     device (/dev/zero, which never ends) is refused before it is opened; a FIFO is read."""
     if path == "-":
+        if sys.stdin is None:                                       # started with stdin closed
+            raise FileError(path, None, "is closed: there is no standard input to read")
         return contextlib.nullcontext(sys.stdin.buffer)
     try:
         mode = os.stat(path).st_mode
