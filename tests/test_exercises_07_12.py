@@ -234,15 +234,25 @@ WRONG = [
             return gamma * (x - mu) / np.sqrt(var + eps) + beta
     """, "cancels catastrophically"),
     ("12", "shard_weights", """
-        def shard_weights(token_counts, rank, size):     # divided by the ranks once more
+        def shard_weights(token_counts, rank, size, average=False):   # divided by size once more
             n = sum(token_counts)
-            return [c / n / size for c in token_counts[rank::size]]
+            return [c / n / size * (size if average else 1) for c in token_counts[rank::size]]
     """, "add up to 1"),
     ("12", "shard_weights", """
-        def shard_weights(token_counts, rank, size):     # integer division
+        def shard_weights(token_counts, rank, size, average=False):   # integer division
             n = sum(token_counts)
             return [c // n for c in token_counts[rank::size]]
     """, "integer division"),
+    ("12", "shard_weights", """
+        def shard_weights(token_counts, rank, size, average=False):   # the average ignored
+            n = sum(token_counts)
+            return [c / n for c in token_counts[rank::size]]
+    """, "this allreduce averages"),
+    ("12", "shard_weights", """
+        def shard_weights(token_counts, rank, size):     # the stub's signature changed
+            n = sum(token_counts)
+            return [c / n for c in token_counts[rank::size]]
+    """, "keep the stub's signature"),
     ("12", "ring_allreduce", """
         def ring_allreduce(arrays):                      # one sum, the same object for every rank
             total = arrays[0].copy()
@@ -335,9 +345,9 @@ RIGHT = [
             return best[1], best[2]
     """),
     ("12", "shard_weights", """
-        def shard_weights(token_counts, rank, size):     # an array
+        def shard_weights(token_counts, rank, size, average=False):   # an array
             counts = np.asarray(token_counts, dtype=np.float64)
-            return counts[rank::size] / counts.sum()
+            return counts[rank::size] / (counts.sum() / size if average else counts.sum())
     """),
     ("12", "ring_allreduce", """
         def ring_allreduce(arrays):                      # each rank's chunks, new arrays

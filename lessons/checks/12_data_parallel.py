@@ -7,26 +7,33 @@ import numpy as np
 
 def check_shard_weights(fn, g):
     rng = np.random.default_rng(120)
-    cases = (([189, 200, 195, 188], 2), ([300, 100], 2), ([5, 7, 11], 1), ([10, 300, 40, 50, 7, 90], 3),
-             ([120, 80, 100, 20, 60, 1, 300, 9], 4))
-    for counts, size in cases:
-        g.start(f"{len(counts)} batches of {counts} tokens on {size} rank" + ("s" if size > 1 else ""))
+    cases = (([189, 200, 195, 188], 2, False), ([300, 100], 2, False), ([5, 7, 11], 1, False),
+             ([10, 300, 40, 50, 7, 90], 3, False), ([120, 80, 100, 20, 60, 1, 300, 9], 4, False),
+             ([189, 200, 195, 188], 2, True), ([10, 300, 40, 50, 7, 90], 3, True), ([300, 100], 2, True),
+             ([5, 7, 11], 1, True))
+    for counts, size, average in cases:
+        g.start(f"{len(counts)} batches of {counts} tokens on {size} rank" + ("s" if size > 1 else "") +
+                (", an allreduce that averages" if average else ""))
         n = sum(counts)
         mine = []
         for rank in range(size):
-            w = g.call(fn, list(counts), rank, size)
-            right = np.array(counts[rank::size]) / n
-            off_by_factor(g, f"rank {rank}'s weights", w, right, shard_weights_mistakes(counts, rank, size),
-                          "the weights of all ranks' batches add up to 1: each is n_i / n, with n the target "
-                          "tokens of the whole update (all ranks' batches) and no other factor")
-            g.cmp(f"rank {rank}'s weights", w, right, known=shard_weights_mistakes(counts, rank, size),
+            g.error_hint = "keep the stub's signature, shard_weights(token_counts, rank, size, average=False)"
+            w = g.call(fn, list(counts), rank, size, **({"average": True} if average else {}))
+            right = np.array(counts[rank::size]) / n * (size if average else 1)
+            known = shard_weights_mistakes(counts, rank, size, average)
+            if g.pending is None:                # (a match to confirm first: the next case does)
+                off_by_factor(g, f"rank {rank}'s weights", w, right, known, WEIGHTS_AVERAGED if average else
+                              WEIGHTS_SUMMED)
+            g.cmp("this rank's weights", w, right, known=known,
                   shape_hint=f"one weight per batch of this rank: batches {rank}, {rank} + size, ...")
             mine.append(np.asarray(w, dtype=np.float64))
         # what the weights are for: per-token losses of each batch, their mean over the whole update, and the
         # ranks' weighted batch means added up over the ranks
         losses = [rng.exponential(2.0, c) for c in counts]
-        total = sum(float(np.dot(mine[r], [losses[i].mean() for i in range(r, len(counts), size)])) for r in range(size))
-        g.cmp("the ranks' weighted losses added up", total, np.concatenate(losses).mean())
+        total = sum(float(np.dot(mine[r], [losses[i].mean() for i in range(r, len(counts), size)]))
+                    for r in range(size))
+        g.cmp("the allreduce of the ranks' weighted losses", total / (size if average else 1),
+              np.concatenate(losses).mean())
 
 
 def check_ring_allreduce(fn, g):
@@ -168,10 +175,25 @@ def shared_memory(g, out, arrays):
 
 
 # -------------------------------------------------------------- known mistakes: [(wrong answer, hint)]
-def shard_weights_mistakes(counts, rank, size):
+WEIGHTS_SUMMED = ("the weights of all ranks' batches add up to 1: each is n_i / n, with n the target tokens "
+                  "of the whole update (all ranks' batches) and no other factor")
+WEIGHTS_AVERAGED = ("the averaging allreduce divides the ranks' sum by size, so the weights of all ranks' "
+                    "batches add up to size: each is size * n_i / n, n the tokens of the whole update")
+
+
+def shard_weights_mistakes(counts, rank, size, average=False):
     own = np.array(counts[rank::size], dtype=np.float64)
     k = len(counts) // size
     n = sum(counts)
+    if average:
+        return [(own / n, "this allreduce averages: it divides the ranks' sum by size, so each weight needs "
+                          "a factor size, size * n_i / n"),
+                (own / own.sum(), "that is DistributedDataParallel's default, each rank's own mean averaged: "
+                                  "right only when every rank holds as many tokens; weigh by size * n_i / n, "
+                                  "n the tokens of the whole update"),
+                (lambda: np.array(counts[rank * k:(rank + 1) * k]) / n * size,
+                 "rank r runs batches r, r + size, r + 2 size, ... (every size-th batch), not a block of "
+                 "neighbours")]
     return [(own / n * size, "the allreduce sums the ranks' gradients, it does not average them: no factor size, "
                              "w_i = n_i / n"),
             (own / own.sum() / size, "that is the average of the ranks' own means: divide every n_i by the tokens "

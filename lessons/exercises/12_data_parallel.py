@@ -13,13 +13,15 @@ are in lessons/solutions/12_data_parallel.py; try first.
 import numpy as np
 
 
-def shard_weights(token_counts, rank, size):
+def shard_weights(token_counts, rank, size, average=False):
     """The weights rank `rank` of `size` gives the mean losses of its batches (lesson 12, section 1).
 
     token_counts: the target-token counts n_i of ALL the update's batches, in order (accum * size ints,
     the same list on every rank). The rank runs batches rank, rank + size, rank + 2 * size, ...; return
-    the weight of each of them, in that order (a list or array of floats), such that the ranks' weighted
-    mean losses, added up over all ranks, are the mean loss over every target token of the update."""
+    the weight of each of them, in that order (a list or array of floats), such that the allreduce of
+    the ranks' weighted mean losses (and so of their gradients) is the mean loss over every target token
+    of the update. The allreduce sums the ranks' values; with average=True it averages them (their sum
+    divided by size), as PyTorch's DistributedDataParallel does."""
     raise NotImplementedError("shard_weights: your turn")
 
 

@@ -8,15 +8,18 @@ The answers to the lesson's questions, explained, are in lessons/answers/12_data
 import numpy as np
 
 
-def shard_weights(token_counts, rank, size):
-    """w_i = n_i / n for the rank's batches i = rank, rank + size, ..., with n = sum of ALL n_i.
+def shard_weights(token_counts, rank, size, average=False):
+    """w_i = n_i / n for the rank's batches i = rank, rank + size, ..., with n = sum of ALL n_i; size
+    times that where the allreduce averages.
 
     The update's loss is L = (1/n) sum_i sum_k l_ik = sum_i (n_i / n) L_i. Each batch lives on exactly one
     rank, so the ranks' sums of (n_i / n) L_i add up to L, and their gradients to grad L. Dividing by the
     rank's own tokens m_r (and averaging over the ranks) would weigh a token 1 / (size * m_r) instead of 1 / n.
+    An allreduce that averages divides that sum by size: each weight carries a factor size to undo it.
     """
     n = sum(token_counts)
-    return [c / n for c in token_counts[rank::size]]
+    scale = size if average else 1
+    return [scale * c / n for c in token_counts[rank::size]]
 
 
 def ring_allreduce(arrays):

@@ -1,18 +1,25 @@
 """Lesson 12's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
 MISTAKES = [
     ("shard_weights", """
-        def shard_weights(token_counts, rank, size):     # this rank's own tokens: the average of the means
+        def shard_weights(token_counts, rank, size, average=False):   # the average of the ranks' own means
             own = token_counts[rank::size]
-            return [c / sum(own) / size for c in own]
+            return [c / sum(own) / size * (size if average else 1) for c in own]
     """, "the average of the ranks' own means"),
     ("shard_weights", ("n = sum(token_counts)", "n = sum(token_counts[rank::size])"), "not this rank's own"),
-    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",      # a block of neighbours
-                       "k = len(token_counts) // size\n    return [c / n for c in token_counts[rank * k:][:k]]"),
+    ("shard_weights", ("return [scale * c / n for c in token_counts[rank::size]]",      # a block of neighbours
+                       "k = len(token_counts) // size\n    return [scale * c / n for c in token_counts[rank * k:][:k]]"),
      "every size-th batch"),
-    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",
-                       "return [1 / len(token_counts) for c in token_counts[rank::size]]"), "n_i / n, not 1 / K"),
-    ("shard_weights", ("return [c / n for c in token_counts[rank::size]]",     # as if the allreduce averaged
-                       "return [c / n * size for c in token_counts[rank::size]]"), "it does not average them"),
+    ("shard_weights", ("return [scale * c / n for c in token_counts[rank::size]]",
+                       "return [scale / len(token_counts) for c in token_counts[rank::size]]"), "n_i / n, not 1 / K"),
+    ("shard_weights", ("scale = size if average else 1", "scale = size"), "it does not average them"),
+    ("shard_weights", ("scale = size if average else 1", "scale = 1"), "this allreduce averages"),
+    ("shard_weights", """
+        def shard_weights(token_counts, rank, size, average=False):   # DDP's default: own mean, averaged
+            own = token_counts[rank::size]
+            if not average:
+                return [c / sum(token_counts) for c in own]
+            return [c / sum(own) for c in own]
+    """, "DistributedDataParallel's default"),
     ("ring_allreduce", """
         def ring_allreduce(arrays):                      # the all-gather left out
             chunks = [np.array_split(np.array(a).reshape(-1), len(arrays)) for a in arrays]
