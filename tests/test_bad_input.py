@@ -800,3 +800,17 @@ def test_hostile_inputs_fail_within_a_memory_limit(argv, files, message, shared,
     err = done.stderr.decode()
     assert done.returncode == 1 and len(err.strip().splitlines()) == 1 and re.search(message, err), err
     assert not (tmp_path / "out.txt").exists() and not (tmp_path / "tok.json").exists()
+
+
+def test_bleu_out_of_memory_is_one_sentence(tmp_path, monkeypatch, capsys):
+    """sacreBLEU holds about 800 bytes a sentence: a file too large for the machine's memory ends in one
+    sentence, not a MemoryError traceback (the allocation failure is stood in for: a real one needs GBs)."""
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+    monkeypatch.setattr("minitransformer.cli.bleu.corpus_bleu", no_memory)
+    (tmp_path / "h.txt").write_text("a b\n")
+    (tmp_path / "r.txt").write_text("a c\n")
+    code = cli.main(["bleu", str(tmp_path / "h.txt"), str(tmp_path / "r.txt")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.strip().endswith("error: BLEU of 1 sentences needs more memory than this machine "
+                                              "gives: score the file in parts"), err

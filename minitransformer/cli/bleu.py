@@ -50,7 +50,11 @@ def run_bleu(args):
         if len(lines) != len(hypotheses):
             raise UsageError(f"reference file {path} has {len(lines)} lines "
                              f"but the hypotheses have {len(hypotheses)}")
-    score, signature = corpus_bleu(hypotheses, references)
+    try:
+        score, signature = corpus_bleu(hypotheses, references)
+    except MemoryError:  # sacreBLEU holds every sentence's statistics: about 800 bytes a line
+        raise RuntimeError(f"BLEU of {len(hypotheses):,} sentences needs more memory than this "
+                           "machine gives: score the file in parts") from None
     print(f"BLEU = {score:.2f}")
     print(f"signature: {signature}")
     return 0
