@@ -480,8 +480,8 @@ ROWS = [
     # ---- every allocation bounded before it is made: devices, endless lines, archives, patterns, sizes
     ("translate-input-dev-zero", TRANSLATE + ["--input", "zero"], None, {**OLD, "zero": TO_DEV_ZERO}, 1,
      r"zero is a device, not a file"),
-    ("translate-tokenizer-dev-zero", TRANSLATE + ["--tokenizer", "zero"], None, {**OLD, "zero": TO_DEV_ZERO}, 1,
-     r"zero is a device, not a file"),
+    ("translate-tokenizer-dev-zero", TRANSLATE + ["--tokenizer", "zero"], None, {**OLD, "zero": TO_DEV_ZERO}, 2,
+     r"--tokenizer file zero is a pipe or a device, not a file"),
     ("bleu-hypotheses-dev-zero", ["bleu", "zero", "r.txt"], None, {"zero": TO_DEV_ZERO, "r.txt": b"a\n"}, 1,
      r"zero is a device, not a file"),
     ("train-train-src-dev-zero", train("--train-src", "zero"), None, {"zero": TO_DEV_ZERO}, 1,

@@ -88,7 +88,7 @@ def run_translate(args):
     result, never truncated by a failure); the exit code."""
     # a zip archive: its directory is at the end
     existing(args.checkpoint, "--checkpoint file", seekable=True)
-    existing(args.tokenizer, "--tokenizer file")
+    existing(args.tokenizer, "--tokenizer file", seekable=True)  # as train's: a file, never a pipe
     existing(args.input, "--input file")
     try:
         search = SearchConfig(beam_size=args.beam, alpha=args.alpha, max_len_a=args.max_len_a,
