@@ -153,7 +153,7 @@ def guarded(name, fn, path):
         g = Grade(path)
         ACTIVE.append(name)
         try:
-            with grader.time_limit(g), g.timed():
+            with grader.time_limit(g, per_thread=False), g.timed():     # (one thread trains here)
                 return fn(*args, **kwargs)
         except Fail as e:                                       # out of time
             raise Refused(f"your {name}, call {CALLS[name]:,}, while {PHASE[0]}: {e}") from None

@@ -55,13 +55,14 @@ CPU_SECONDS = 30      # the CPU time your code may use on one function (or a fil
 WALL_TIMES = 10       # and, as a backstop for code that waits, that many times as long on the clock
 
 
-def time_limit(g, seconds=None):
+def time_limit(g, seconds=None, per_thread=True):
     """A context that fails the grading `g` once your code (g.call, or code in g.timed()) has used
     `seconds` of CPU time (CPU_SECONDS by default: an endless loop?) or WALL_TIMES * `seconds` of
     wall-clock time (waiting for something?); the grader's own work, its references, does not
-    count. Where signals allow it: common.Clock."""
+    count. Where signals allow it: common.Clock (per_thread=False: the process's CPU time, with no
+    watchdog thread to start: cheaper for many short calls)."""
     seconds = CPU_SECONDS if seconds is None else seconds
-    return Clock(g, seconds, WALL_TIMES * seconds)
+    return Clock(g, seconds, WALL_TIMES * seconds, per_thread)
 
 
 def load(path, _count=itertools.count()):

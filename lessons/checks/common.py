@@ -11,8 +11,11 @@ The API a checker uses (`check(fn, g)`, g a Grade):
                                 share memory with an input or with another returned array.
       g.may_write = {"p"}       opt-out: arguments the contract lets the function write into
                                 (True: any); g.may_share = True: outputs may be views (a backward
-                                that returns g itself, np.broadcast_to(g, ...)); g.write_hints =
-                                {"x": "..."}: what to say when that argument is written into.
+                                that returns g itself, np.broadcast_to(g, ...)); `with
+                                g.contract(may_write=..., may_share=...):` for some calls only;
+                                g.write_hints = {"x": "..."}: what to say when x is written into.
+                                A shared result fails at the next g.start or at g.finish (check.py
+                                calls it after the checker), so that a wrong value is said first.
   g.cmp(what, yours, ref, known=[(wrong, hint)], ...)   exact, within round-off, or FAIL with the
                                 largest difference; a `known` mistake is named only once a second
                                 case confirms it (yours matches that hint's wrong answer there too,
@@ -134,12 +137,13 @@ class Clock:
     REPEAT = 0.25      # once spent, the signal comes again every REPEAT s while your code runs
     POLL = 0.02        # how often the watchdog reads your thread's CPU clock
 
-    def __init__(self, grade, cpu, wall):
+    def __init__(self, grade, cpu, wall, per_thread=True):
         self.grade, self.depth, self.over, self.previous = grade, 0, None, {}
         self.on = (hasattr(signal, "setitimer") and
                    threading.current_thread() is threading.main_thread())
         if self.on:
-            self.mine = thread_clock()           # None: count the process's CPU time instead
+            # None: count the process's CPU time instead (per_thread=False: no watchdog to start)
+            self.mine = thread_clock() if per_thread else None
             self.left = {signal.ITIMER_REAL: float(wall)}
             if self.mine is None:
                 self.left[signal.ITIMER_PROF] = float(cpu)

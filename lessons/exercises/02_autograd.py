@@ -10,8 +10,11 @@ returns a tuple of one gradient per parent (g is dL/d(output), an array of the o
   * return gradients of the OUTPUT's shape when a parent was broadcast: the engine sums them down to
     the parent's shape (unbroadcast, lesson 02), so no op has to;
   * use NumPy (`np`) on the `.data` arrays; never build Tensors inside backward.
-The grader compares your outputs and gradients with minitransformer's own ops on several shapes, then
-runs mt.gradcheck on your op. The answers are in lessons/solutions/02_autograd.py; try first.
+The grader compares your outputs and gradients with minitransformer's own ops on several shapes, one
+tensor as both parents (x * x) and one weight used twice among them, then runs mt.gradcheck on your
+op. A backward must not write into g: in a graph that same array may be another node's gradient.
+The answers are in lessons/solutions/02_autograd.py (and the package's plain forms in
+minitransformer/plain.py): open them once yours pass.
 """
 import numpy as np
 

@@ -28,7 +28,7 @@ def cross_entropy_backward(logits, target, label_smoothing=0.0, ignore_index=Non
     logits: (..., V) floats; target: integer ids of shape (...). L is the MEAN, over the n rows whose
     target is not ignore_index, of -sum_j q_j log softmax(z)_j with q = (1 - eps) onehot(target) + eps/V.
     Rows whose target is ignore_index do not count and get a zero gradient; with every row ignored, the
-    gradient is all zeros. Returns an array of logits' shape.
+    gradient is all zeros. Logits may be float32 and near 1000. Returns an array of logits' shape.
     """
     raise NotImplementedError("cross_entropy_backward: your turn")
 
@@ -38,6 +38,6 @@ def layer_norm_backward(x, gamma, dy, eps=1e-6):
 
     x and dy: (..., D); gamma: (D,). mu and var (the mean of squares, ddof=0) are over the last axis.
     dgamma and dbeta have shape (D,): every position shares gamma and beta. (beta does not appear in
-    the gradients, so it is not an argument.)
+    the gradients, so it is not an argument.) A row may have a mean of 300 and a variance of 1e-4.
     """
     raise NotImplementedError("layer_norm_backward: your turn")

@@ -96,4 +96,10 @@ MISTAKES = [
      'divide dmu by D, do not multiply'),
     ('grad_gamma', ('return (dy * xhat).reshape(-1, dy.shape[-1]).sum(axis=0)', 'return (dy * xhat).sum(axis=0)'),
      'gamma (D,) is shared by every position'),
+    ('grad_beta', ('return dy.reshape(-1, dy.shape[-1]).sum(axis=0)', 'return dy.sum(axis=0)'),
+     'beta (D,) is shared by every position: sum over every leading axis'),
+    ('grad_beta', ('return dy.reshape(-1, dy.shape[-1]).sum(axis=0)', 'return dy.sum()'),
+     'beta (D,) is shared by every position'),
+    ('grad_mu', ('return -dxc.sum(axis=-1, keepdims=True)', 'return -dxc.sum(axis=0, keepdims=True)'),
+     'mu has shape (..., 1) and was broadcast over the D features'),
 ]
