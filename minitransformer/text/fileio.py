@@ -41,7 +41,7 @@ STALE_SECONDS = 60
 # file (a tokenizer, a checkpoint's meta.json) at most MAX_JSON_BYTES and MAX_JSON_ITEMS values.
 MAX_TEXT_BYTES = 1 << 27
 LINE_COST = 64
-MAX_LINE_BYTES = 1 << 22
+MAX_LINE_BYTES = 1 << 21
 MAX_JSON_BYTES = 1 << 27
 MAX_JSON_ITEMS = 1 << 23
 
