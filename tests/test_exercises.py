@@ -52,7 +52,7 @@ def catalogue(lesson):
 
 
 MISTAKES = [(lesson, *mistake) for lesson in sorted(check.LESSON_ITEMS) for mistake in catalogue(lesson)]
-# The issue's bar (issue 29): at least ten plausible mistakes for each of these exercises together.
+# The catalogue's bar: at least ten plausible mistakes for each of these exercises together.
 BAR = {"04": ("softmax", "softmax_backward", "cross_entropy_backward", "layer_norm_backward"),
        "06": ("causal_mask", "attention_forward", "attention_backward"), "08": ("learn_merges", "encode"),
        "09": ("noam_lr", "adam"), "10": ("beam_search",), "12": ("shard_weights", "ring_allreduce", "ring_bytes_sent")}
@@ -453,7 +453,7 @@ def test_a_right_answer_slow_only_on_the_clock_passes_and_an_endless_loop_fails(
     assert text.endswith("still running after 0.5 s of CPU time: an endless loop, or the machine is busy?"), out
 
 
-def test_every_exercise_has_catalogued_mistakes_and_the_issues_topics_ten_each():
+def test_every_exercise_has_catalogued_mistakes_and_ten_for_each_topic():
     assert {(lesson, name) for lesson, name, *_ in MISTAKES} == set(ITEMS)
     for lesson, names in BAR.items():
         assert set(names) <= {name for name, _ in check.LESSON_ITEMS[lesson][1]}, lesson
