@@ -255,3 +255,23 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130():
                          timeout=120)
     assert run.returncode == 130 and run.stdout == "", run.stderr
     assert run.stderr == "python -m minitransformer: interrupted\n"
+
+
+QUIET = """
+import os, signal, sys, time
+sys.argv = ["-m"]                         # as while `python -m minitransformer` loads the package
+from minitransformer.run import host
+host.quiet_loading()
+os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("name, code, what", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated (SIGTERM)")])
+def test_a_signal_while_the_package_loads_is_one_line_when_quiet_loading_is_set(name, code, what):
+    """host.quiet_loading, called first thing as the package loads under `python -m` (sys.argv[0] is "-m"):
+    Ctrl-C (SIGTERM) then ends the process at once with one line and exit 130 (143), never a traceback of
+    the import under way; __main__.py then handles both."""
+    run = subprocess.run([sys.executable, "-c", QUIET], env={**environment(), "SIGNAL": name},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == code and run.stderr == f"python -m minitransformer: {what}\n", run.stderr

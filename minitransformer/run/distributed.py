@@ -239,11 +239,16 @@ def run_threads(main, args, ranks):
         finally:
             _here.world = None
     with host.blas_threads(1):
-        others = [threading.Thread(target=rank, args=(r,), name=f"rank {r}")
+        # daemons: a rank left behind never keeps the process from ending
+        others = [threading.Thread(target=rank, args=(r,), name=f"rank {r}", daemon=True)
                   for r in range(1, ranks)]
-        for thread in others:
-            thread.start()
-        rank(0)
+        try:
+            for thread in others:
+                thread.start()
+            rank(0)
+        except BaseException:  # a signal before rank 0 could run: no rank may wait for it
+            shared["barrier"].abort()
+            raise
         for thread in others:
             thread.join()
     return next((code for code in codes if code), 0)
@@ -328,8 +333,9 @@ def run_main(main, *args):
     every rank with its code (MPI_Abort), after printing its own message: the others may be waiting
     in a collective for it, and would wait for ever. Ctrl-C and SIGTERM: the first stops main (a
     KeyboardInterrupt; host.StopSignals), later ones are only noted: exit 130 or 143, one line."""
-    signals = host.StopSignals().catch()
+    signals = host.StopSignals()
     try:
+        signals.catch()
         code = main(*args)
     except SystemExit as e:                        # argparse's exit 2, sys.exit("message")
         if e.code is not None and not isinstance(e.code, int):

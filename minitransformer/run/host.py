@@ -1,16 +1,17 @@
 """The host process's settings for training: the BLAS's threads (one for each rank thread, whose
-other ranks have the other cores), the C heap keeping freed arrays for the next update, and the
-signals (Ctrl-C, SIGTERM) that stop a run after a whole update. None changes a number: only which
-core runs a GEMM, where an array lives and when a run stops.
+other ranks have the other cores), the C heap keeping freed arrays for the next update, the bounds
+a run's settings keep on this host before any work (integers within 2**53, an update's batches
+within an epoch), and the signals (Ctrl-C, SIGTERM) that stop a run only where it may
+(StopSignals: never inside an update or a save, and a second signal never cuts short the save the
+first asked for). None changes a number: only which core runs a GEMM, where an array lives, what
+is refused and when a run stops.
 """
 import contextlib
-import ctypes
+import os
 import re
 import signal
 import sys
 import threading
-
-from ..checks import fail
 
 # the largest integer that a float64 and a checkpoint's JSON hold exactly: a step count, a seed or
 # a size beyond it would round or overflow later, so it is refused before any work
@@ -21,6 +22,7 @@ _blas = None  # [(set_num_threads, get_num_threads)] of the OpenBLAS libraries l
 def _openblas():
     """[(set_num_threads, get_num_threads)] of every OpenBLAS loaded in this process (NumPy's, and
     SciPy's where it is imported), empty where none is found (not Linux, another BLAS)."""
+    import ctypes  # here, not above: this module is the package's first import (quiet_loading)
     try:
         with open("/proc/self/maps") as f:
             paths = sorted(set(re.findall(r"\S*openblas\S*\.so\S*", f.read())))
@@ -76,6 +78,7 @@ def keep_freed_memory(nbytes=1 << 30):
     """
     if not 0 <= int(nbytes) < 2**31:
         raise ValueError(f"keep_freed_memory: nbytes must be in [0, 2**31), got {nbytes!r}")
+    import ctypes
     try:
         mallopt = ctypes.CDLL(None).mallopt      # the C library the process runs on
     except (OSError, AttributeError, TypeError):   # no such function (macOS, Windows)
@@ -126,7 +129,7 @@ class StopSignals:
     def __init__(self, alone=True):
         self.alone = alone
         self.seen = [0, 0]
-        self.count = 0   # every signal this block noted, take() or not
+        self.signalled = False   # a signal came, to this block or to one inside it
         self.stopping = False
         self._whole = 0
         self._previous = {}
@@ -149,12 +152,13 @@ class StopSignals:
             s, handler = self._previous.popitem()
             signal.signal(s, handler)
             outer = getattr(handler, "__self__", None)
-            if self.count and isinstance(outer, StopSignals):
+            if self.signalled and isinstance(outer, StopSignals):
                 outer.stopping = True
+                outer.signalled = True
 
     def _noted(self, signum, frame):
         self.seen[signum == signal.SIGTERM] += 1
-        self.count += 1
+        self.signalled = True
         if self.alone and not self._whole and not self.stopping:
             self.stopping = True
             raise stop_for(signum)
@@ -191,6 +195,7 @@ class StopSignals:
 def check_exact(owner, **settings):
     """Before any work: each integer setting given (None is skipped) is at most MAX_EXACT in size;
     else a SettingError naming it (a long number said by its digits: 10**400 is not printed)."""
+    from ..checks import fail   # here, not above: the package's first import (quiet_loading)
     for name, value in settings.items():
         if isinstance(value, int) and abs(value) > MAX_EXACT:
             digits = len(str(abs(value)))
@@ -204,6 +209,7 @@ def check_plan(owner, training_config, batches, ranks=1):
     each of `ranks` ranks). An update plans its accum batches at once, so accum is at most an
     epoch's; and its updates (steps, or epochs x batches / (accum x ranks)) are at most MAX_EXACT.
     Else a SettingError naming accum or epochs."""
+    from ..checks import fail
     accum = training_config.accum
     if accum > batches:
         each = " on each rank" if ranks > 1 else ""
@@ -216,15 +222,27 @@ def check_plan(owner, training_config, batches, ranks=1):
              "updates (2**53 - 1, the most a step count holds exactly)", "epochs", epochs)
 
 
+# Python's own handlers of the two signals, which quiet_loading replaces
+DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
 def stopped_while_loading(signum, frame):
-    """SIGINT while `python -m minitransformer` loads its modules: one line and exit code 130, not a
-    traceback of the import under way (quiet_loading)."""
-    print("python -m minitransformer: interrupted", file=sys.stderr)
-    raise SystemExit(130)
+    """Ctrl-C or SIGTERM while `python -m minitransformer` loads its modules: one line and exit code
+    130 or 143 at once, not a traceback of the import under way (quiet_loading)."""
+    for stop in DEFAULTS:  # ending: a later signal changes nothing
+        signal.signal(stop, signal.SIG_IGN)
+    what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+    print(f"python -m minitransformer: {what}", file=sys.stderr, flush=True)
+    # at once: an exception here would surface inside the import under way (NumPy's turns it into
+    # an ImportError), and nothing is written yet that an ending would need to finish
+    os._exit(exit_code(stop_for(signum)))
 
 
 def quiet_loading():
-    """From here until __main__.py puts Python's handler back, Ctrl-C is stopped_while_loading, when
-    the process is `python -m minitransformer` (whose sys.argv[0] is "-m" until __main__ runs)."""
-    if sys.argv[:1] == ["-m"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, stopped_while_loading)
+    """From here until __main__.py handles them, Ctrl-C and SIGTERM are stopped_while_loading, when
+    the process is `python -m minitransformer` (whose sys.argv[0] is "-m" until __main__ runs) and
+    they have Python's own handlers (not an ignored signal)."""
+    if sys.argv[:1] == ["-m"]:
+        for s, default in DEFAULTS.items():
+            if signal.getsignal(s) is default:
+                signal.signal(s, stopped_while_loading)
