@@ -38,7 +38,8 @@ def check_numeric_gradient(fn, g):
               x2, {}, (1 - np.tanh(x2) ** 2) * w, 1e-7, []),
              ("2 sum(sin(x)), shape (5,)", lambda x: 2 * float(np.sum(np.sin(x))), x3, {}, 2 * np.cos(x3), 1e-7, []),
              sines(x3, 0.1, 2), sines(rng.standard_normal((2, 2)), 0.3, 3)]
-    g.write_hints = {"x": "put each element back after perturbing it (or perturb a copy)"}
+    g.write_hints = {"x": "put each element back after perturbing it: save it and restore it (x + eps - 2 eps "
+                          "+ eps is not always x in floating point), or perturb a copy"}
     for case, f, x, kwargs, ref, tol, known in cases:
         g.start(case)
         got = g.call(fn, f, x, **kwargs)
