@@ -58,4 +58,16 @@ MISTAKES = [
     ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
                    "not np.allclose(analytic, numeric)"),   # NumPy's own atol and rtol, not the ones given
      "the atol and rtol you are given"),
+    ("numeric_gradient", """
+        def numeric_gradient(f, x, eps=1e-6):       # x "put back" by adding eps again
+            grad = np.zeros(x.shape)
+            for i in range(x.size):
+                x.flat[i] += eps
+                up = f(x)
+                x.flat[i] -= 2 * eps
+                down = f(x)
+                x.flat[i] += eps
+                grad.flat[i] = (up - down) / (2 * eps)
+            return grad
+    """, "is not always x in floating point"),
 ]
