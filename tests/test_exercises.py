@@ -483,12 +483,10 @@ def test_stubs_and_solutions_have_the_same_functions_and_signatures(lesson):
 
 @pytest.mark.parametrize("lesson", sorted(check.LESSON_ITEMS))
 def test_the_answers_to_the_lessons_questions_stand_apart_from_the_solutions(lesson):
-    """The questions' answers are prose in lessons/answers/ (tests/test_lessons.py runs their blocks); a
-    solution file that still holds them as code must have them hold."""
+    """The questions' answers are prose in lessons/answers/ (tests/test_lessons.py runs their blocks),
+    never in the solutions, which a learner opens only after the exercise."""
     answer = check.load(LESSONS / "solutions" / f"{stem(lesson)}.py")
-    if hasattr(answer, "answers_to_questions"):
-        assert lesson >= "07", "lessons 01-06 keep their answers in lessons/answers/ only"
-        answer.answers_to_questions()
+    assert not hasattr(answer, "answers_to_questions")
     assert (LESSONS / "answers" / f"{next(LESSONS.glob(lesson[:2] + '_*.md')).stem}.md").exists()
 
 

@@ -122,5 +122,4 @@ def test_each_lesson_ends_with_five_to_ten_questions_each_answered_in_prose_apar
         assert len(prose.split()) >= 8, f"{answers.name}: answer {number} needs its why, in words"
     assert f"answers/{path.name}" in path.read_text(encoding="utf-8")
     solution = LESSONS / "solutions" / f"{path.stem}.py"
-    if path.stem < "07":                       # (07-12: their solutions are being moved the same way)
-        assert "answers_to_questions" not in solution.read_text(encoding="utf-8")
+    assert "answers_to_questions" not in solution.read_text(encoding="utf-8")
