@@ -8,7 +8,7 @@ count_parameters(config), the model's size from the config alone.
 One rule for the type of every field of the three: a field holds the plain Python type it declares,
 so that what is made is what a checkpoint's JSON writes and reads back.
 - int: a Python int or a NumPy integer (converted exactly: np.int64(16) -> 16), of size at most
-  2**53 (float64 and JSON readers keep it exact); never a bool or a float, not even 16.0.
+  2**53 - 1 (float64 and JSON readers keep it exact); never a bool or a float, not even 16.0.
 - float: a finite real number, int and NumPy's included, stored as float; never a bool, NaN or inf.
 - bool: True or False (numpy.bool_ converted); never 0 or 1. str: a str.
 - betas: a tuple or list of exactly two such floats, stored as a tuple.
@@ -34,7 +34,7 @@ MAX_FLOATS = 1 << 31
 MAX_LEN = 1 << 16
 MAX_LAYERS = 1 << 10
 MAX_BEAM = 256
-MAX_INT = 1 << 53  # any int field: exact in float64 and in every JSON reader
+MAX_INT = (1 << 53) - 1  # any int field: exact in float64 and in every JSON reader
 
 
 def _size(value):
@@ -50,7 +50,7 @@ def _exact(owner, config, limit=MAX_INT):
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if field.type is int and type(value) is int and abs(value) > limit:
-            _fail(owner, f"{field.name} must be at most 2**53 = {MAX_INT:,} in absolute value "
+            _fail(owner, f"{field.name} must be at most 2**53 - 1 = {MAX_INT:,} in absolute value "
                   f"(integers are kept exact in float64 and JSON), got {_size(value)}",
                   field.name, value)
 

@@ -92,9 +92,10 @@ INF = float("inf")
     (SearchConfig, "beam_size", 4.0, "beam_size must be an integer"),
     (SearchConfig, "max_len_b", np.bool_(True), "max_len_b must be an integer"),
     # integers past what float64 and JSON keep exactly
-    (TrainingConfig, "warmup_steps", 10 ** 400, r"warmup_steps must be at most 2\*\*53 = 9,007,199,254,740,992 "
-                                                r"in absolute value .*, got an integer of 1,329 bits"),
-    (TrainingConfig, "seed", 2 ** 53 + 1, "seed must be at most 2"),
+    (TrainingConfig, "warmup_steps", 10 ** 400,
+     r"warmup_steps must be at most 2\*\*53 - 1 = 9,007,199,254,740,991 "
+     r"in absolute value .*, got an integer of 1,329 bits"),
+    (TrainingConfig, "seed", 2 ** 53, "seed must be at most 2"),  # a checkpoint keeps < 2**53
     (TrainingConfig, "max_tokens", np.uint64(2 ** 64 - 1), "max_tokens must be at most 2"),
     (TrainingConfig, "steps", -10 ** 400, "steps must be an integer of at least 1, got -1000"),
     pytest.param(TrainingConfig, "keep", 10 ** 5000, "keep must be at most 2.* got an integer of 16,610 bits",
@@ -155,4 +156,4 @@ def test_numpy_scalars_are_converted_exactly_to_the_plain_type_each_field_declar
     assert training.progress is False and type(training.search.beam_size) is int
     assert training.search.max_len_a == 1.5 and type(training.search.max_len_a) is float
     json.dumps(dataclasses.asdict(training))          # no NumPy scalar left for JSON to refuse
-    assert TrainingConfig(steps=2 ** 53).steps == 2 ** 53      # the bound itself passes
+    assert TrainingConfig(steps=2 ** 53 - 1).steps == 2 ** 53 - 1      # the bound itself passes
