@@ -335,3 +335,13 @@ def test_resume_auto_never_touches_another_runs_files_when_its_checkpoints_are_g
     code, _, err = run(train_args(corpus, tmp_path / "empty", "--vocab-size", "300", "--steps", "1", "--resume",
                                   "auto"), capsys)
     assert code == 0, err                                              # an empty folder: a fresh start
+
+
+def test_resume_auto_names_a_fifo_planted_as_the_latest_checkpoint_before_any_work(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    os.mkfifo(out / "checkpoint_0000009.npz")                          # reading it would wait for ever
+    code, _, err = run(train_args(corpus, out, "--vocab-size", "300", "--steps", "12", "--resume", "auto"), capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--resume auto: the latest checkpoint" in err and "is a pipe or a device, not a file" in err
+    assert os.listdir(out) == ["checkpoint_0000009.npz"]               # no tokenizer learned, no log

@@ -252,7 +252,10 @@ def run_train(args):
     with owning(args.out) if distributed.world().is_main else contextlib.nullcontext():
         # a fresh run (--resume auto too, where no step checkpoint is left) touches no earlier
         # run's files: its log.jsonl, best copy or tokenizer.json
-        fresh = args.resume is None or (args.resume == "auto" and not list_checkpoints(args.out))
+        latest = list_checkpoints(args.out)[-1:] if args.resume == "auto" else []
+        for path in latest:  # a FIFO planted there: named now, before any work
+            existing(path, "--resume auto: the latest checkpoint", seekable=True)
+        fresh = args.resume is None or (args.resume == "auto" and not latest)
         if fresh and distributed.world().is_main:
             no_earlier_run(args.out, "--out", "continue that run (--resume auto), or "
                            if args.resume is None else "--resume auto finds none of its step "
