@@ -216,7 +216,7 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
         if shared:
             world.barrier()     # every part updated before any rank's next forward
         return loss
-    step.parameters, step.graphs = opt.params, stepper or None      # for gpu_run.py's graph stage
+    step.parameters, step.graphs = opt.params, stepper or None      # for a caller comparing replayed and eager steps
     peak = (lambda: None) if stepper else (lambda: _gpu_peak_used(xp, step, dev))   # graphs: the async pool's
     return cfg, step, dev, backend.synchronize, xp, peak, world
 
