@@ -235,24 +235,30 @@ def test_signals_in_quick_succession_to_train_keep_a_checkpoint_that_resumes_exa
     assert step_losses(out) == step_losses(tmp_path / "full")             # every step, 1 to step + 2
 
 
-# Ctrl-C while `python -m minitransformer` loads the command line: the signal is sent as that module is
-# imported (a finder asked for it first), as runpy does for -m
+# Ctrl-C while `python -m minitransformer` loads: the signal is sent as a module is imported (a finder
+# asked for it first), as runpy does for -m
 LOADING = """
 import os, runpy, signal, sys
+module = sys.argv[1]
 class Interrupt:
     def find_spec(self, name, path=None, target=None):
-        if name == "minitransformer.cli.train":
+        if name == module:
             os.kill(os.getpid(), signal.SIGINT)
         return None
 sys.meta_path.insert(0, Interrupt())
 sys.argv = ["-m", "--help"]
 runpy._run_module_as_main("minitransformer")
 """
+QUIET_PACKAGE = "quiet_loading" in (ROOT / "minitransformer" / "__init__.py").read_text(encoding="utf-8")
 
 
-def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130():
-    run = subprocess.run([sys.executable, "-c", LOADING], env=environment(), capture_output=True, text=True,
-                         timeout=120)
+@pytest.mark.parametrize("module", [
+    "minitransformer.cli.train",                               # the command line's modules (__main__.py)
+    pytest.param("numpy", marks=pytest.mark.skipif(not QUIET_PACKAGE, reason="minitransformer/__init__.py "
+                                                   "does not call host.quiet_loading() first"))])
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(module):
+    run = subprocess.run([sys.executable, "-c", LOADING, module], env=environment(), capture_output=True,
+                         text=True, timeout=120)
     assert run.returncode == 130 and run.stdout == "", run.stderr
     assert run.stderr == "python -m minitransformer: interrupted\n"
 
