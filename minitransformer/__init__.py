@@ -3,6 +3,9 @@
 Public names only; docs/architecture.md has the layout. `mt.use("gpu")` switches every later op
 to CuPy.
 """
+from .run.host import quiet_loading as _quiet_loading
+
+_quiet_loading()  # Ctrl-C or SIGTERM while `python -m minitransformer` loads: one line, 130 or 143
 from . import backend
 from .backend import use, to_numpy, seed
 from .tensor import Tensor, tensor, no_grad, is_grad_enabled, concat, stack, where

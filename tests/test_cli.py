@@ -345,3 +345,17 @@ def test_resume_auto_names_a_fifo_planted_as_the_latest_checkpoint_before_any_wo
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--resume auto: the latest checkpoint" in err and "is a pipe or a device, not a file" in err
     assert os.listdir(out) == ["checkpoint_0000009.npz"]               # no tokenizer learned, no log
+
+
+def test_running_out_of_memory_is_one_sentence(capsys):
+    """A MemoryError anywhere in a subcommand: one line naming the command, exit 1, no traceback."""
+    import argparse
+    from minitransformer.cli.common import run_command
+
+    def needs_too_much(args):
+        raise MemoryError()
+    code = run_command(argparse.Namespace(func=needs_too_much, command="translate"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "python -m minitransformer translate: error: not enough memory for this input"]

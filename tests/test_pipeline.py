@@ -57,16 +57,22 @@ def test_resume_reuses_the_learned_tokenizer(tmp_path, monkeypatch):
     assert any("using the tokenizer learned before" in m for m in messages)
 
 
-def test_resume_auto_without_a_checkpoint_learns_the_tokenizer_asked_for(tmp_path):
-    """A run stopped before its first checkpoint leaves tokenizer.json; "auto" then starts afresh, with
-    a tokenizer of the vocab_size given now, not the one left there."""
+def test_resume_auto_without_a_checkpoint_leaves_an_earlier_runs_tokenizer_alone(tmp_path):
+    """A run stopped before its first checkpoint leaves tokenizer.json; "auto" finds no checkpoint to
+    continue and refuses, rather than replace that run's file; an empty folder starts afresh."""
     BPE.train(SOURCE + TARGET, 262, min_frequency=1).save(tmp_path / "tokenizer.json")
+    before = (tmp_path / "tokenizer.json").read_bytes()
+    with pytest.raises(CheckpointError, match="already holds tokenizer.json of an earlier run: "
+                                              "resume='auto' finds none"):
+        prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280,
+                         resume="auto")
+    assert (tmp_path / "tokenizer.json").read_bytes() == before
     messages = []
-    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, training_config(), tmp_path, vocab_size=280,
-                                          resume="auto", log=messages.append)
+    fresh = tmp_path / "fresh"
+    trainer, tokenizer = prepare_training(SOURCE, TARGET, tiny, training_config(), fresh,
+                                          vocab_size=280, resume="auto", log=messages.append)
     assert tokenizer.vocab_size > 262 and trainer.step == 0
-    assert BPE.load(tmp_path / "tokenizer.json").merges == tokenizer.merges
-    assert not any("learned before" in m for m in messages) and any("starting afresh" in m for m in messages)
+    assert any("starting afresh" in m for m in messages)
 
 
 def test_a_new_run_into_an_earlier_runs_directory_is_refused_before_it_writes(tmp_path, monkeypatch):

@@ -47,6 +47,9 @@ def run_command(args, report=True):
     except (CheckpointError, TrainingError, ValueError, OSError, RuntimeError) as e:
         say(f"{PROG} {args.command}: error: {e}")
         return 1
+    except MemoryError:
+        say(f"{PROG} {args.command}: error: not enough memory for this input")
+        return 1
     except KeyboardInterrupt as e:
         signals.stopping = True
         terminated = isinstance(e, host.Terminated)

@@ -66,11 +66,13 @@ def prepare_training(train_src, train_tgt, model_config, training_config, out_di
     # one run writes in out_dir; another is refused at once
     with owning(out_dir if here.is_main else None):
         # before a tokenizer.json replaces theirs
-        if out_dir is not None and here.is_main and resume is None:
-            check_new_run(out_dir, "out_dir", "continue that run (--resume auto), or ",
+        # and "auto" with no step checkpoint starts afresh only where no earlier run wrote
+        if out_dir is not None and here.is_main and (
+                resume is None or (resume == "auto" and not list_checkpoints(out_dir))):
+            check_new_run(out_dir, "out_dir", "continue that run (--resume auto), or "
+                          if resume is None else "resume='auto' finds none of its step "
+                          "checkpoints to continue; put them back, ",
                           None if tokenizer is not None else TOKENIZER_FILE)
-        # found first: "auto" with no checkpoint starts afresh, with a tokenizer of vocab_size,
-        # not the one left there
         found = checkpoint_to_resume(resume, out_dir, log) if here.is_main else None
         checkpoint = here.broadcast_object(found)
         tokenizer_path = None
