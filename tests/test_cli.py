@@ -108,6 +108,19 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
     assert checkpoint
 
 
+def test_demo_translates_with_the_weights_the_validation_judged_best(tmp_path, capsys, monkeypatch):
+    """With evaluations, the demo's translations come from checkpoint_best.npz: the first
+    evaluation of the highest validation BLEU, not the last update."""
+    monkeypatch.setattr(demo, "QUICK", dict(demo.QUICK, eval_every=50))
+    code, out, err = run(["demo", "--quick", "--out", str(tmp_path), "--no-progress"], capsys)
+    assert code == 0, err
+    evaluations = [r for r in map(json.loads, open(tmp_path / "log.jsonl")) if "bleu" in r]
+    assert [r["step"] for r in evaluations] == [50, 100, 150]
+    best = max(evaluations, key=lambda r: (r["bleu"], -r["step"]))
+    assert f"translating with the weights of step {best['step']}, the best validation BLEU" in out
+    assert f"--checkpoint {tmp_path / 'checkpoint_best.npz'}" in out
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """Small train/valid files of the generated task, and the paths of a short trained run."""

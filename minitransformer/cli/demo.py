@@ -7,11 +7,13 @@ minutes, then translates held-out lines and prints exact-match accuracy and sacr
 Left out on purpose: any download; any setting a user must choose.
 """
 import dataclasses
+import os
 import tempfile
 import time
 
 from minitransformer.checks import SettingError
-from minitransformer.run import distributed, host
+from minitransformer.run import checkpoint, distributed, host
+from minitransformer.run.rundir import BEST
 from minitransformer.text.demo_task import DEMO, QUICK, make_splits
 from minitransformer.run.metrics import corpus_bleu, exact_match
 from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
@@ -111,6 +113,13 @@ def run_demo(args):
     trainer, tokenizer, summary = trained[0]
     if summary["stopped"] != "done":
         return report_stop("demo", summary)
+    # the weights the validation lines judged best: a late jump of the loss costs nothing
+    chosen = summary["checkpoint"]
+    if os.path.isfile(os.path.join(out, BEST)):
+        chosen = os.path.join(out, BEST)
+        best = checkpoint.load(chosen)
+        trainer.model.load_state_dict(best.model)
+        print(f"translating with the weights of step {best.step}, the best validation BLEU")
 
     # greedy, as validated
     hypotheses = translate_lines(trainer.model, tokenizer, test[0], training_config.search)
@@ -126,9 +135,8 @@ def run_demo(args):
     accuracy = 100 * exact_match(hypotheses, test[1])
     print(f"exact match on {len(hypotheses)} held-out lines: {accuracy:.1f}%")
     print(f"BLEU = {bleu:.2f}  ({signature})")
-    print(f"total time {time.perf_counter() - start:.0f} s; checkpoint: {summary['checkpoint']}")
-    print(f"translate with it:  echo '1 2 , 3 4 5' | "
-          f"{PROG} translate --checkpoint {summary['checkpoint']}")
+    print(f"total time {time.perf_counter() - start:.0f} s; checkpoint: {chosen}")
+    print(f"translate with it:  echo '1 2 , 3 4 5' | {PROG} translate --checkpoint {chosen}")
     return 0
 
 
