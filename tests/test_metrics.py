@@ -50,23 +50,21 @@ def test_bleu_refuses_flat_references_single_strings_and_non_strings():
 
 
 @pytest.mark.skipif(not (DATA / "multi30k").exists(), reason="../shared/data/multi30k is not present")
-def test_the_committed_multi30k_hypotheses_give_the_scores_the_readme_reports():
-    """Each results table row of the README that links a results/ folder holding test translations:
-    scoring them again against the references must give the row's BLEU, lowercased BLEU and chrF."""
-    from minitransformer.run.metrics import corpus_bleu, corpus_chrf
+def test_the_committed_multi30k_hypotheses_give_the_scores_the_record_reports():
+    """Each table row of docs/experiments.md that links a results/ folder holding test translations:
+    scoring them again against the references must give the BLEU the row reports."""
+    from minitransformer.run.metrics import corpus_bleu
     root = Path(__file__).resolve().parents[1]
     ref = [read_lines(DATA / "multi30k" / "test_2016_flickr.en.gz")]
-    rows = [line for line in (root / "README.md").read_text(encoding="utf-8").splitlines()
-            if line.startswith("| ") and "test_2016_flickr sacreBLEU" in line]
+    rows = [line for line in (root / "docs/experiments.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| ") and re.search(r"\b\d\d\.\d\d\b", line)]   # rows with scores
     checked = 0
     for row in rows:
-        for folder in re.findall(r"\]\((results/[^)]+?)/?\)", row):
+        for folder in re.findall(r"\]\(\.\./(results/[^)]+?)/?\)", row):
             hyp_file = root / folder / "test_2016_flickr.hyp.en"
             if not hyp_file.exists():
                 continue
-            hyp = read_lines(hyp_file)
-            scores = [corpus_bleu(hyp, ref)[0], corpus_bleu(hyp, ref, lowercase=True)[0], corpus_chrf(hyp, ref)[0]]
-            for score in scores:
-                assert f"{score:.2f}" in row, f"{folder}: {score:.2f} is not in its README row"
+            score = corpus_bleu(read_lines(hyp_file), ref)[0]
+            assert f"{score:.2f}" in row, f"{folder}: {score:.2f} is not in its row"
             checked += 1
-    assert checked >= 2, "no README row links the recipe's results folders"
+    assert checked >= 5, "the record's rows link no results folder with test translations"
