@@ -22,6 +22,8 @@ SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").glob("*
 BAD = [
     ("benchmarks/bpe_speed.py", ["--vocab-size", "100"],
      r"--vocab-size must be between 259 .*got 100"),
+    ("benchmarks/check_figures.py", ["--readme", "{tmp}/none.md"],
+     r"--readme .*none\.md is not a file"),
     ("benchmarks/code_size.py", ["--rev", "no-such-revision"],
      r"--rev no-such-revision is not a commit of this repository"),
     ("benchmarks/compare_versions.py", ["--repeats", "0"], r"--repeats must be at least 1, got 0"),
