@@ -14,7 +14,8 @@ Your code may use 30 s of CPU time on each function (an endless loop fails, a bu
 fail a right answer: CPU time is what your code computes, not how long it waits for a core), and
 take 10 times as long on the clock; the grader's own work, its references, is not counted.
 Every call is guarded: an input (the incoming gradient too) written into, or a result that shares
-memory with an input or another result, fails with the argument's name. A known mistake is named
+memory with an input or another result, fails with the argument's name; so does calling the
+package's own form of the exercise (checks/own_work.py). A known mistake is named
 only when a second case confirms it; otherwise the line says what differs and where.
 Exit status: 0 when every function passes, 1 when one fails, 2 for a bad command line.
 
@@ -40,6 +41,7 @@ for folder in (ROOT, LESSONS):                   # minitransformer, and the chec
 
 import minitransformer as mt  # noqa: E402
 from checks.common import Clock, Fail, Grade, NotDone  # noqa: E402
+from checks.own_work import guarded  # noqa: E402
 
 
 def lesson_items():
@@ -102,7 +104,7 @@ def grade(lesson, path, only=()):
             if fn is None:
                 raise Fail(f"{path.name} defines no {name}")
             mt.seed(0)
-            with time_limit(g):
+            with guarded(name, path, module), time_limit(g):  # the package's form refused
                 check(fn, g)
             g.finish()                           # a match no second case confirmed: unnamed
             status, text = "PASS", g.summary()
