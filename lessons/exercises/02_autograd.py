@@ -5,8 +5,9 @@ Replace each `raise NotImplementedError` with your code, then grade it:
     python lessons/check.py 02
 
 An op reads its parents' arrays (`a.data`), computes the output array, defines `backward(g)` that
-returns a tuple of one gradient per parent (g is dL/d(output), an array of the output's shape), and returns
-`make_node(output, parents, backward, name)`, as lesson 03's bad_square does. Two rules of the engine:
+returns a tuple of one gradient per parent (g is dL/d(output), an array of the output's shape), and
+returns `make_node(output, parents, backward, name)`, as lesson 03's bad_square does. Two rules of
+the engine:
   * return gradients of the OUTPUT's shape when a parent was broadcast: the engine sums them down to
     the parent's shape (unbroadcast, lesson 02), so no op has to;
   * use NumPy (`np`) on the `.data` arrays; never build Tensors inside backward.
@@ -30,8 +31,8 @@ def mul(a, b):
 
 
 def reduce_sum(x, axis=None, keepdims=False):
-    """x summed over `axis` (None: every axis; an int, negative allowed; or a tuple of ints), keeping the
-    summed axes with size 1 when keepdims=True, like np.sum. Tensor -> Tensor.
+    """x summed over `axis` (None: every axis; an int, negative allowed; or a tuple of ints),
+    keeping the summed axes with size 1 when keepdims=True, like np.sum. Tensor -> Tensor.
 
     backward(g) gets g of the OUTPUT's shape and must return a gradient of x's shape.
     """
@@ -41,6 +42,7 @@ def reduce_sum(x, axis=None, keepdims=False):
 def matmul(a, b):
     """The matrix product of 2-D Tensors a (m, k) and b (k, n) -> a Tensor (m, n).
 
-    Lesson 02 derives both gradients; let the shapes guide you: dA is (m, k), dB is (k, n), g is (m, n).
+    Lesson 02 derives both gradients; let the shapes guide you: dA is (m, k), dB is (k, n), g is
+    (m, n).
     """
     raise NotImplementedError("matmul: your turn")

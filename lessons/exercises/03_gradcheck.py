@@ -4,9 +4,9 @@ Replace each `raise NotImplementedError` with your code, then grade it:
 
     python lessons/check.py 03
 
-The grader compares numeric_gradient with known derivatives, and asks your gradcheck for a verdict on
-right and deliberately wrong backward passes, comparing it with mt.gradcheck's. The answers are in
-lessons/solutions/03_gradcheck.py; try first.
+The grader compares numeric_gradient with known derivatives, and asks your gradcheck for a verdict
+on right and deliberately wrong backward passes, comparing it with mt.gradcheck's. The answers are
+in lessons/solutions/03_gradcheck.py; try first.
 """
 import numpy as np
 
@@ -16,8 +16,9 @@ import minitransformer as mt
 def numeric_gradient(f, x, eps=1e-6):
     """The gradient of a scalar function f at x by central differences: an array of x's shape.
 
-    f takes a float64 array of x's shape and returns a float; eps is the step. The difference must be
-    accurate to O(eps^2). You may perturb x itself, but on return it must be exactly as you found it.
+    f takes a float64 array of x's shape and returns a float; eps is the step. The difference must
+    be accurate to O(eps^2). You may perturb x itself, but on return it must be exactly as you found
+    it.
     """
     raise NotImplementedError("numeric_gradient: your turn")
 

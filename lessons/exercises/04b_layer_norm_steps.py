@@ -12,16 +12,17 @@ The forward, written out as intermediates (x: (..., D); gamma, beta: (D,); D the
 
 Go backwards from dy = dL/dy: each function below returns the gradient of L with respect to one
 intermediate, given the gradients already found above it and the forward values it needs. An
-intermediate used twice (xc feeds both xhat and var) gets the sum of both paths; one of shape (..., 1)
-was broadcast over the D features, so its gradient is a sum over that axis (keepdims=True).
+intermediate used twice (xc feeds both xhat and var) gets the sum of both paths; one of shape
+(..., 1) was broadcast over the D features, so its gradient is a sum over that axis (keepdims=True).
 
 Replace each `raise NotImplementedError` with your code, then grade it:
 
     python lessons/check.py 04b                 # or one step: python lessons/check.py 04b grad_var
 
 Each step is graded on its own against autograd on the same intermediates, given the right gradients
-from above, so one wrong step does not fail the next. Once all eight pass, chain them: they give lesson
-04's closed form, layer_norm_backward. The answers are in lessons/solutions/04b_layer_norm_steps.py.
+from above, so one wrong step does not fail the next. Once all eight pass, chain them: they give
+lesson 04's closed form, layer_norm_backward. The answers are in
+lessons/solutions/04b_layer_norm_steps.py.
 """
 import numpy as np
 
@@ -52,7 +53,8 @@ def grad_var(drstd, var, eps=1e-6):
 
 
 def grad_xc(dxhat, rstd, dvar, xc):
-    """dL/dxc, shape (..., D): xc reaches L through xhat = xc * rstd and through var = mean(xc ** 2)."""
+    """dL/dxc, shape (..., D): xc reaches L through xhat = xc * rstd and through
+    var = mean(xc ** 2)."""
     raise NotImplementedError("grad_xc: your turn")
 
 

@@ -22,7 +22,8 @@ def xavier_bound(d_in, d_out):
 
 
 def linear_backward(x, weight, dy):
-    """(dx, dweight, dbias) for y = x W + b, x (..., d_in), W (d_in, d_out), b (d_out,), dy (..., d_out).
+    """(dx, dweight, dbias) for y = x W + b, x (..., d_in), W (d_in, d_out), b (d_out,), dy
+    (..., d_out).
 
     Every leading axis is a batch of rows, as in Linear. Each gradient has its parent's shape.
     """
@@ -32,9 +33,10 @@ def linear_backward(x, weight, dy):
 class FeedForward(nn.Module):
     """The position-wise feed-forward network of eq. (2): FFN(x) = max(0, x W1 + b1) W2 + b2.
 
-    Build it from two nn.Linear layers named w_1 (d_model -> d_ff) and w_2 (d_ff -> d_model), so that
-    its parameters are w_1.weight, w_1.bias, w_2.weight, w_2.bias (as transformer.FeedForward's, whose
-    checkpoints it can then load). forward: x (..., d_model) -> (..., d_model).
+    Build it from two nn.Linear layers named w_1 (d_model -> d_ff) and w_2 (d_ff -> d_model), so
+    that its parameters are w_1.weight, w_1.bias, w_2.weight, w_2.bias (as
+    transformer.FeedForward's, whose checkpoints it can then load). forward: x (..., d_model) ->
+    (..., d_model).
     """
 
     def __init__(self, d_model, d_ff):

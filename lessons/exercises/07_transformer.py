@@ -12,13 +12,14 @@ import numpy as np
 
 def sinusoids(n_positions, d_model):
     """The (n_positions, d_model) float64 table of section 3.5:
-    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model))."""
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),
+    PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model))."""
     raise NotImplementedError("sinusoids: your turn")
 
 
 def count_parameters(vocab_size, d_model, d_ff, n_layers):
-    """The number of trained parameters (an int) of the paper's Transformer with n_layers encoder and
-    n_layers decoder layers, post-LN, biases everywhere, and ONE embedding matrix shared by the source
-    and target embeddings and the output projection (which has no bias). Sinusoidal positions: nothing
-    to train there."""
+    """The number of trained parameters (an int) of the paper's Transformer with n_layers encoder
+    and n_layers decoder layers, post-LN, biases everywhere, and ONE embedding matrix shared by the
+    source and target embeddings and the output projection (which has no bias). Sinusoidal
+    positions: nothing to train there."""
     raise NotImplementedError("count_parameters: your turn")
