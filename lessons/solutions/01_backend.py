@@ -8,9 +8,11 @@ import numpy as np
 
 
 def machine_epsilon(dtype):
-    """eps = the last power of two e with dtype(1) + dtype(e) != 1: halve until the next halving is lost.
+    """eps = the last power of two e with dtype(1) + dtype(e) != 1: halve until the next halving is
+    lost.
 
-    Rounding to nearest makes 1 + e/2 round back to 1 once e is the spacing of the numbers next to 1.
+    Rounding to nearest makes 1 + e/2 round back to 1 once e is the spacing of the numbers next to
+    1.
     """
     e = 1.0
     while dtype(1) + dtype(e / 2) != dtype(1):      # the sum is rounded to `dtype`, not to float64

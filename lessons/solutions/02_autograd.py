@@ -23,20 +23,22 @@ def mul(a, b):
 
 def reduce_sum(x, axis=None, keepdims=False):
     """d sum(x) / dx_i = 1: the gradient is g copied back along the summed axes."""
-    axes = tuple(range(x.ndim)) if axis is None else tuple(int(i) % x.ndim for i in np.atleast_1d(axis))
+    axes = tuple(range(x.ndim)) if axis is None else tuple(int(i) % x.ndim
+                                                           for i in np.atleast_1d(axis))
     out = np.asarray(x.data.sum(axis=axes, keepdims=keepdims))
 
     def backward(g):
         if not keepdims:
-            g = np.expand_dims(g, axes)                   # the summed axes come back with size 1 ...
-        return (np.broadcast_to(g, x.shape),)             # ... and g is copied along them
+            g = np.expand_dims(g, axes)                  # the summed axes come back with size 1 ...
+        return (np.broadcast_to(g, x.shape),)            # ... and g is copied along them
     return make_node(out, (x,), backward, "sum")
 
 
 def matmul(a, b):
-    """C = A B: dA = g B^T, dB = A^T g (from C_ij = sum_p A_ip B_pj; the shapes check themselves)."""
+    """C = A B: dA = g B^T, dB = A^T g (from C_ij = sum_p A_ip B_pj; the shapes
+    check themselves)."""
     A, B = a.data, b.data
 
     def backward(g):
-        return g @ B.T, A.T @ g                           # (m, n)(n, k) = (m, k) and (k, m)(m, n) = (k, n)
+        return g @ B.T, A.T @ g                    # (m, n)(n, k) = (m, k) and (k, m)(m, n) = (k, n)
     return make_node(A @ B, (a, b), backward, "matmul")

@@ -1,6 +1,7 @@
 """Lesson 04, step by step, answers: the gradient of every intermediate of LayerNorm.
 
-Graded by `python lessons/check.py 04b --solutions`; your own go in lessons/exercises/04b_layer_norm_steps.py.
+Graded by `python lessons/check.py 04b --solutions`; your own go in
+lessons/exercises/04b_layer_norm_steps.py.
 The forward (x: (..., D); mu, var, rstd: (..., 1)): mu = mean(x); xc = x - mu; var = mean(xc ** 2);
 rstd = (var + eps) ** -0.5; xhat = xc * rstd; y = gamma * xhat + beta.
 
@@ -10,7 +11,8 @@ import numpy as np
 
 
 def grad_gamma(dy, xhat):
-    """dgamma = sum of dy * xhat over every leading axis: y_i = gamma_i xhat_i + beta_i at every position."""
+    """dgamma = sum of dy * xhat over every leading axis: y_i = gamma_i xhat_i + beta_i
+    at every position."""
     return (dy * xhat).reshape(-1, dy.shape[-1]).sum(axis=0)
 
 
@@ -25,17 +27,20 @@ def grad_xhat(dy, gamma):
 
 
 def grad_rstd(dxhat, xc):
-    """drstd = sum_j dxhat_j * xc_j over the last axis: rstd was broadcast over the D features, each adds."""
+    """drstd = sum_j dxhat_j * xc_j over the last axis: rstd was broadcast over the D
+    features, each adds."""
     return (dxhat * xc).sum(axis=-1, keepdims=True)
 
 
 def grad_var(drstd, var, eps=1e-6):
-    """dvar = drstd * (-1/2) (var + eps) ** -3/2: the power rule, d v^n / dv = n v^(n - 1) with n = -1/2."""
+    """dvar = drstd * (-1/2) (var + eps) ** -3/2: the power rule,
+    d v^n / dv = n v^(n - 1) with n = -1/2."""
     return -0.5 * (var + eps) ** -1.5 * drstd
 
 
 def grad_xc(dxhat, rstd, dvar, xc):
-    """dxc = dxhat * rstd + dvar * 2 xc / D: the path through xhat plus the path through var = mean(xc ** 2)."""
+    """dxc = dxhat * rstd + dvar * 2 xc / D: the path through xhat plus the path through
+    var = mean(xc ** 2)."""
     return dxhat * rstd + dvar * 2 * xc / xc.shape[-1]
 
 
@@ -45,5 +50,6 @@ def grad_mu(dxc):
 
 
 def grad_x(dxc, dmu):
-    """dx = dxc + dmu / D: the direct path through xc, plus the path through mu = mean(x), d mu / dx_j = 1/D."""
+    """dx = dxc + dmu / D: the direct path through xc, plus the path through mu = mean(x),
+    d mu / dx_j = 1/D."""
     return dxc + dmu / dxc.shape[-1]

@@ -7,7 +7,8 @@ The answers to the lesson's questions, explained, are in lessons/answers/08_bpe.
 
 
 def merge(ids, pair, new_id):
-    """A new list: every occurrence of `pair` in `ids`, scanned left to right, replaced by new_id."""
+    """A new list: every occurrence of `pair` in `ids`, scanned left to right,
+    replaced by new_id."""
     out, i = [], 0
     while i < len(ids):
         if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
@@ -20,9 +21,11 @@ def merge(ids, pair, new_id):
 
 
 def learn_merges(word_counts, num_merges, min_frequency=2, offset=3):
-    """Each step, count every adjacent pair (weighted by its word's count), merge the most frequent one,
-    ties to the smallest (left, right); merge k makes id offset + 256 + k. O(merges x corpus)."""
-    words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]   # byte b has id b + offset
+    """Each step, count every adjacent pair (weighted by its word's count), merge the most frequent
+    one, ties to the smallest (left, right); merge k makes id offset + 256 + k.
+    O(merges x corpus)."""
+    # byte b has id b + offset
+    words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
     merges = []
     for k in range(num_merges):
@@ -41,8 +44,8 @@ def learn_merges(word_counts, num_merges, min_frequency=2, offset=3):
 
 
 def encode(word, merges, offset=3):
-    """The word's UTF-8 bytes as ids, then the learned merge of the lowest rank, again and again, until
-    no learned pair is left: exactly what training did to this word."""
+    """The word's UTF-8 bytes as ids, then the learned merge of the lowest rank, again and again,
+    until no learned pair is left: exactly what training did to this word."""
     rank = {pair: k for k, pair in enumerate(merges)}
     ids = [b + offset for b in word.encode("utf-8")]
     while len(ids) > 1:

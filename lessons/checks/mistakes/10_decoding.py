@@ -1,4 +1,5 @@
-"""Lesson 10's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 10's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("length_penalty", """
         def length_penalty(length, alpha):
@@ -9,15 +10,20 @@ MISTAKES = [
     ("beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:2 * beam_size]"),
      "that is what 2k alive prefixes find"),
     ("beam_search", (("if token != EOS][:beam_size]", "if token != EOS]"),
-      ("for logp, prefix, token in candidates[:beam_size]:", "for logp, prefix, token in candidates:")),
+      ("for logp, prefix, token in candidates[:beam_size]:",
+       "for logp, prefix, token in candidates:")),
      "that is the best of ALL outputs"),
-    ("beam_search", ("in candidates if token != EOS][:beam_size]", "in candidates[:beam_size] if token != EOS]"),
+    ("beam_search",
+     ("in candidates if token != EOS][:beam_size]", "in candidates[:beam_size] if token != EOS]"),
      "the EOS candidates took places in the beam"),
-    ("beam_search", ("for logp, prefix, token in candidates[:beam_size]:", "for logp, prefix, token in candidates:"),
+    ("beam_search", ("for logp, prefix, token in candidates[:beam_size]:",
+                     "for logp, prefix, token in candidates:"),
      "only the EOS candidates ranked among"),
-    ("beam_search", ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix), alpha)"),
+    ("beam_search",
+     ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix), alpha)"),
      "|Y| counts the final EOS: an output of n words scores log p / lp(n + 1)"),
-    ("beam_search", ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix) + 2, alpha)"),
+    ("beam_search",
+     ("length_penalty(len(prefix) + 1, alpha)", "length_penalty(len(prefix) + 2, alpha)"),
      "|Y| = n + 1, the n words and ONE EOS"),
     ("beam_search", ("if not alive:", "if not alive or finished:"),
      "a finished output does not end the search"),
@@ -25,7 +31,8 @@ MISTAKES = [
      "k finished outputs do not end the search"),
     ("beam_search", ("max(finished, key=lambda h: h[0])", "max(finished, key=lambda h: h[2])"),
      "rank finished outputs by score"),
-    ("beam_search", ("max(finished, key=lambda h: h[0])", "sorted(finished, key=lambda h: h[0])[-1]"),
+    ("beam_search",
+     ("max(finished, key=lambda h: h[0])", "sorted(finished, key=lambda h: h[0])[-1]"),
      "of finished outputs with equal scores, the first found wins"),
     ("beam_search", ("key=lambda c: -c[0])", "key=lambda c: (-c[0], -c[2]))"),
      "candidates of equal log p rank by lower beam"),
@@ -36,17 +43,22 @@ MISTAKES = [
      "a candidate of log p -inf drops out"),
     ("beam_search", ("return tokens, logp", "return tokens + [EOS], logp"),
      "tokens leave out the final EOS"),
-    ("beam_search", ("return tokens, logp", "return tokens, logp / length_penalty(len(tokens) + 1, alpha)"),
+    ("beam_search",
+     ("return tokens, logp", "return tokens, logp / length_penalty(len(tokens) + 1, alpha)"),
      "return log p, not the score"),
     ("beam_search", ("if token != EOS][:beam_size]", "if token != EOS][:1]"),
      "only one prefix stayed alive"),
     ("beam_search", "_right = beam_search\ndef beam_search(step, beam_size, max_len, alpha=0.0):\n"
                     "    return _right(step, 1, max_len, alpha)\n", "what a beam of 1 finds"),
-    ("beam_search", ("for r, (prefix, logp) in enumerate(alive) for token in range(len(rows[r]))",   # token-major
+    # token-major
+    ("beam_search", ("for r, (prefix, logp) in enumerate(alive)\n" + " " * 29
+                     + "for token in range(len(rows[r]))",
                      "for token in range(len(rows[0])) for r, (prefix, logp) in enumerate(alive)"),
      "not token by token across the beams"),
-    ("beam_search", ("key=lambda c: -c[0])", "key=lambda c: (-c[0], c[1], c[2]))"),   # ties by the prefix's ids
+    # ties by the prefix's ids
+    ("beam_search", ("key=lambda c: -c[0])", "key=lambda c: (-c[0], c[1], c[2]))"),
      "not by the prefix's ids"),
     ("beam_search", (("for t in range(max_len + 1):", "for t in range(max_len):"),
-                     ("if t < max_len or token == EOS", "if True")), "at max_len only EOS may follow"),
+                     ("if t < max_len or token == EOS", "if True")),
+     "at max_len only EOS may follow"),
 ]
