@@ -9,8 +9,9 @@ from minitransformer.text import bpe_learn
 def check_merge(fn, g):
     rng = np.random.default_rng(80)
     long = rng.integers(0, 4, 60).tolist()
-    for ids, pair, new in (([1, 2, 3, 1, 2], (1, 2), 4), ([5, 5, 5], (5, 5), 6), ([5, 5, 5, 5], (5, 5), 6),
-                           ([], (1, 2), 3), ([7], (7, 7), 9), (long, (1, 2), 4), (long, (3, 3), 4),
+    for ids, pair, new in (([1, 2, 3, 1, 2], (1, 2), 4), ([5, 5, 5], (5, 5), 6),
+                           ([5, 5, 5, 5], (5, 5), 6), ([], (1, 2), 3), ([7], (7, 7), 9),
+                           (long, (1, 2), 4), (long, (3, 3), 4),
                            ([31, 4, 1, 41, 1, 4], (1, 4), 300)):
         g.start(f"merge({ids if len(ids) < 10 else 'a list of 60 ids'}, {pair}, {new})")
         before = list(ids)
@@ -18,13 +19,15 @@ def check_merge(fn, g):
         if ids != before:
             g.fail("ids was changed: build and return a new list")
         if got is ids:
-            g.fail("it returned ids itself: build and return a new list, even with nothing to merge")
+            g.fail(
+                "it returned ids itself: build and return a new list, even with nothing to merge")
         ref = bpe_learn.merge(ids, pair, new)
         first = next((i for i in range(len(ids) - 1) if (ids[i], ids[i + 1]) == pair), None)
         once = ids[:first] + [new] + ids[first + 2:] if first is not None else ids
         text = " ".join(map(str, ids)).replace(f"{pair[0]} {pair[1]}", str(new)).split()
         got = g.ids(got)
-        g.same("it", got, ref, hint=merge_hint(got, ref, ids, pair, new, once, [int(t) for t in text]))
+        g.same("it", got, ref,
+               hint=merge_hint(got, ref, ids, pair, new, once, [int(t) for t in text]))
 
 
 def merge_hint(got, ref, ids, pair, new, once, as_text):
@@ -78,17 +81,21 @@ def check_encode(fn, g):
     words = corpus_words(seed=1)
     words.update({" café": 5, " naïve": 5, " 日本": 4, "😀😀": 3})
     corpus = bpe_learn.learn_merges_naive(words, 60, 2, 3)
-    rival = bpe_learn.learn_merges_naive({"bc": 10, "ab": 5}, 2, 2, 3)      # (b, c) learned before (a, b)
-    shifted = bpe_learn.learn_merges_naive(words, 60, 2, 4)                  # a fourth special token
-    cases = [(word, corpus, "60 merges", 3) for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語",
+    # (b, c) learned before (a, b)
+    rival = bpe_learn.learn_merges_naive({"bc": 10, "ab": 5}, 2, 2, 3)
+    shifted = bpe_learn.learn_merges_naive(words, 60, 2, 4)                 # a fourth special token
+    cases = [(word, corpus, "60 merges", 3)
+             for word in (" kateri", " sunde", " café", " naïve", "😀😀", " 日本語",
                                                            "", "zzz", " molamo")]
-    cases += [(word, rival, "(b, c) learned before (a, b): they compete", 3) for word in ("abc", "abcab", "aabcc")]
+    cases += [(word, rival, "(b, c) learned before (a, b): they compete", 3)
+              for word in ("abc", "abcab", "aabcc")]
     cases += [(word, shifted, "60 merges learned at offset 4", 4) for word in (" kateri", " café")]
     for word, merges, what, offset in cases:
-        g.start(f"encode({word!r}" + (f", offset={offset}" if offset != 3 else "") + f") with {what}")
+        g.start(f"encode({word!r}" + (f", offset={offset}" if offset != 3 else "")
+                + f") with {what}")
         ref = encode_like(word, merges, offset)
         got = g.ids(g.call(fn, word, merges, offset=offset), f"encode({word!r})")
-        if got != ref:                           # yours on every case: a mistake is named only if all agree
+        if got != ref:                   # yours on every case: a mistake is named only if all agree
             found = []
             for other, other_merges, _, other_offset in cases:
                 try:                             # (timed as yours; one that raised says nothing)
@@ -96,14 +103,17 @@ def check_encode(fn, g):
                                   g.ids(g.call(fn, other, other_merges, offset=other_offset))))
                 except Exception:
                     pass
-            g.same(f"encode({word!r})", got, ref, hint=encode_hint(got, word, merges, offset, found))
+            g.same(f"encode({word!r})", got, ref,
+                   hint=encode_hint(got, word, merges, offset, found))
 
 
-def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True, byte_offset=True,
-                replace=None):
+def encode_like(word, merges, offset=3, chars=False, leftmost=False, new_offset=True,
+                byte_offset=True, replace=None):
     """encode as the exercise says (each learned merge in rank order), or with a mistake: from the
-    characters' code points; the leftmost known pair first; new ids 256 + k, or bytes b, without the offset."""
-    ids = [ord(c) + offset for c in word] if chars else [b + offset * byte_offset for b in word.encode("utf-8")]
+    characters' code points; the leftmost known pair first; new ids 256 + k, or bytes b,
+    without the offset."""
+    ids = [ord(c) + offset for c in word] if chars else [b + offset * byte_offset
+                                                         for b in word.encode("utf-8")]
     new = {pair: (offset if new_offset else 0) + 256 + k for k, pair in enumerate(merges)}
     if not leftmost:
         for pair, made in new.items():
@@ -121,20 +131,25 @@ MERGE_HINT = "scan left to right and skip past both ids of a merged pair: [5, 5,
 
 
 def encode_hint(yours, word, merges, offset=3, found=()):
-    """The hint of the mistake that gives `yours` here and on every case of `found` ((word, merges, offset,
-    your ids)), where at least two cases tell it from the rule; else where yours first differs."""
-    for mistake, hint in (({"chars": True}, "start from the UTF-8 bytes, list(word.encode('utf-8')), not the "
-                                            "characters"),
-                          ({"leftmost": True}, "that is the leftmost known pair first: apply the merge of the lowest "
-                                               "rank (learned earliest) first, wherever it is in the word"),
-                          ({"replace": merge_first}, "each merge replaces EVERY occurrence of its pair in "
-                                                     "the word, not only the first"),
-                          ({"replace": merge_overlapping}, "after replacing a pair, skip past both of its ids"),
+    """The hint of the mistake that gives `yours` here and on every case of `found` ((word, merges,
+    offset, your ids)), where at least two cases tell it from the rule; else where
+    yours first differs."""
+    for mistake, hint in (({"chars": True},
+                           "start from the UTF-8 bytes, list(word.encode('utf-8')), not the "
+                           "characters"),
+                          ({"leftmost": True},
+                           "that is the leftmost known pair first: apply the merge of the lowest "
+                           "rank (learned earliest) first, wherever it is in the word"),
+                          ({"replace": merge_first},
+                           "each merge replaces EVERY occurrence of its pair in the word, not only "
+                           "the first"),
+                          ({"replace": merge_overlapping},
+                           "after replacing a pair, skip past both of its ids"),
                           ({"new_offset": False}, "merge k makes the id offset + 256 + k"),
-                          ({"byte_offset": False}, "byte b has id b + offset: ids 0 .. offset - 1 are the special "
-                                                   "tokens"),
-                          ({"offset": 3}, f"use the offset given ({offset}), not 3: byte b has id b + offset, merge k "
-                                          f"makes offset + 256 + k")):
+                          ({"byte_offset": False},
+                           "byte b has id b + offset: ids 0 .. offset - 1 are the special tokens"),
+                          ({"offset": 3}, f"use the offset given ({offset}), not 3: byte b has id "
+                                          f"b + offset, merge k makes offset + 256 + k")):
         if yours != encode_like(word, merges, **{"offset": offset, **mistake}):
             continue
         wrong = [(ids, encode_like(w, m, **{"offset": o, **mistake}), encode_like(w, m, o))
@@ -146,8 +161,10 @@ def encode_hint(yours, word, merges, offset=3, found=()):
     k = next((i for i, (a, b) in enumerate(zip(yours, ref)) if a != b), min(len(yours), len(ref)))
     where = f"yours first differs at id {k}"
     if offset != 3:
-        return f"{where}; with offset {offset}: byte b has id b + {offset}, and merge k makes {offset} + 256 + k"
-    return f"{where}; apply the merge of the lowest rank first, again and again, until no learned pair is left"
+        return (f"{where}; with offset {offset}: byte b has id b + {offset}, and merge k makes "
+                f"{offset} + 256 + k")
+    return (f"{where}; apply the merge of the lowest rank first, again and again, until no learned "
+            f"pair is left")
 
 
 def merged(word, merges, offset):
@@ -159,8 +176,8 @@ def merged(word, merges, offset):
 
 
 def pair_counts(word_counts, merges, offset, weighted=True, once_per_word=False):
-    """Pair counts after applying `merges` to every word, as learn_merges_naive sees them (or unweighted, or
-    each pair counted once per word)."""
+    """Pair counts after applying `merges` to every word, as learn_merges_naive sees them (or
+    unweighted, or each pair counted once per word)."""
     counts = {}
     for w, f in word_counts.items():
         ids = merged(w, merges, offset)
@@ -194,19 +211,22 @@ def unchanged(ids, pair, new_id):
     return ids
 
 
-WRONG_REPLACEMENTS = [   # how a wrong learner replaces the merged pair: (hint, replacement, skip learned pairs)
-    ("after each merge, replace the pair in every word (yours went on counting the words as they were)",
-     unchanged, False),
-    ("after each merge, replace the pair in every word by its new id (yours counted the words as they "
-     "were, skipping pairs already learned)", unchanged, True),
-    ("replace EVERY occurrence of the merged pair in a word, not only the first", merge_first, False),
-    ("after replacing a pair, skip past both of its ids (yours kept the right one too)", merge_overlapping, False),
+# how a wrong learner replaces the merged pair: (hint, replacement, skip learned pairs)
+WRONG_REPLACEMENTS = [
+    ("after each merge, replace the pair in every word (yours went on counting the words as they "
+     "were)", unchanged, False),
+    ("after each merge, replace the pair in every word by its new id (yours counted the words as "
+     "they were, skipping pairs already learned)", unchanged, True),
+    ("replace EVERY occurrence of the merged pair in a word, not only the first", merge_first,
+     False),
+    ("after replacing a pair, skip past both of its ids (yours kept the right one too)",
+     merge_overlapping, False),
 ]
 
 
 def learn_with(word_counts, num_merges, min_frequency, offset, replace, skip_learned=False):
-    """The naive learner with another replacement of the merged pair (a wrong one of WRONG_REPLACEMENTS),
-    and, with skip_learned, pairs already learned left out of the count."""
+    """The naive learner with another replacement of the merged pair (a wrong one of
+    WRONG_REPLACEMENTS), and, with skip_learned, pairs already learned left out of the count."""
     words = [[b + offset for b in w.encode("utf-8")] for w in word_counts]
     freqs = list(word_counts.values())
     merges = []
@@ -234,37 +254,41 @@ def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset
             want = ref[k] if k < len(ref) else "none (stop there)"
             return f"merge {k} is {got}, expected {want}: {hint}"
     if yours == learn_once_per_word(word_counts, num_merges, min_frequency, offset):
-        return f"merge {k}: count every occurrence, times its word's count: a pair twice in a word counts twice"
+        return (f"merge {k}: count every occurrence, times its word's count: a pair twice in a "
+                f"word counts twice")
     if k == len(yours):
         return (f"you stopped after {k} merges, but {ref[k]} still occurs {counts[ref[k]]} times "
                 f"(min_frequency {min_frequency})")
     if k == len(ref):
         best = max(counts.values(), default=0)
-        return (f"{k} merges expected: stop when the best pair occurs fewer than min_frequency ({min_frequency}) "
-                f"times (here {best}) or no pair is left")
+        return (f"{k} merges expected: stop when the best pair occurs fewer than min_frequency "
+                f"({min_frequency}) times (here {best}) or no pair is left")
     mine, right = yours[k], ref[k]
     if offset != 3 and all(a == b - offset + 3 for a, b in zip(mine, right)):
-        return (f"merge {k} is {mine}, expected {right}: use the offset given ({offset}), not 3: byte b has id "
-                f"b + offset")
+        return (f"merge {k} is {mine}, expected {right}: use the offset given ({offset}), not 3: "
+                f"byte b has id b + offset")
     if all(a in (b, b - offset) for a, b in zip(mine, right)):   # an offset left out
-        which = "merge j makes id offset + 256 + j" if max(right) >= offset + 256 else "byte b has id b + offset"
+        which = "merge j makes id offset + 256 + j" if max(
+            right) >= offset + 256 else "byte b has id b + offset"
         return f"merge {k} is {mine}, expected {right}: {which} (offset {offset})"
     if any(i >= offset + 256 + k or i < offset for i in mine):
         return (f"merge {k} is {mine}, but only ids {offset} .. {offset + 255 + k} exist yet: "
                 f"the k-th merge (from 0) makes id offset + 256 + k")
     ends = [(ids[-1], ids[0]) for ids in (merged(w, ref[:k], offset) for w in word_counts) if ids]
     if mine not in counts and any((a, b) == mine for a, _ in ends for _, b in ends):
-        return (f"merge {k}: {mine} is no pair within a word, only the end of one word and the start of another: "
-                f"count the pairs inside each word, never across two")
+        return (f"merge {k}: {mine} is no pair within a word, only the end of one word and the "
+                f"start of another: count the pairs inside each word, never across two")
     if mine not in counts:
-        return (f"merge {k}: {mine} does not occur in the words once merges 0 .. {k - 1} ({ref[:k]}) are "
-                f"applied, each to every word, every occurrence left to right, as merge() does")
+        return (f"merge {k}: {mine} does not occur in the words once merges 0 .. {k - 1} "
+                f"({ref[:k]}) are applied, each to every word, every occurrence left to right, as "
+                f"merge() does")
     if counts[mine] == counts[right]:
-        return (f"merge {k}: {mine} and {right} both occur {counts[right]} times; a tie goes to the smallest "
-                f"(left, right)")
+        return (f"merge {k}: {mine} and {right} both occur {counts[right]} times; a tie goes to "
+                f"the smallest (left, right)")
     unweighted = pair_counts(word_counts, ref[:k], offset, weighted=False)
     if max(unweighted, key=lambda p: (unweighted[p], -p[0], -p[1])) == mine:
-        return f"merge {k}: count each pair once per occurrence times its word's count ({right} wins)"
+        return (f"merge {k}: count each pair once per occurrence times its word's count ({right} "
+                f"wins)")
     return f"merge {k}: {mine} occurs {counts[mine]} times, {right} {counts[right]} times"
 
 

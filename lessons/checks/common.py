@@ -6,9 +6,10 @@ and float64 leaves and ops with your backward for mt.gradcheck.
 The API a checker uses (`check(fn, g)`, g a Grade):
   g.start(case)                 names the case that the lines below report.
   g.call(fn, *args, **kwargs)   runs your code, timed (CPU time, yours only), and guards EVERY call:
-                                each input (arrays, lists, dicts, Tensors' data, nested; the incoming
-                                gradient too) must be unchanged after it, and no array it returns may
-                                share memory with an input or with another returned array.
+                                each input (arrays, lists, dicts, Tensors' data, nested; the
+                                incoming gradient too) must be unchanged after it, and no array it
+                                returns may share memory with an input or with another returned
+                                array.
       g.may_write = {"p"}       opt-out: arguments the contract lets the function write into
                                 (True: any); g.may_share = True: outputs may be views (a backward
                                 that returns g itself, np.broadcast_to(g, ...)); `with
@@ -101,8 +102,9 @@ def diagnose(yours, ref, known=(), otherwise=""):
             if abs(s - 2) < 1e-6:
                 return "yours is twice the answer, in every element: a term counted twice?"
             if abs(s - 1) < 1e-3:                                # not a factor: a tiny term
-                return otherwise or (f"yours is close to the answer (relative difference {abs(s - 1):.1g}) but "
-                        f"beyond round-off: a tiny term left out or added (an eps?)")
+                return otherwise or (f"yours is close to the answer (relative difference "
+                                     f"{abs(s - 1):.1g}) but beyond round-off: a tiny term left "
+                                     f"out or added (an eps?)")
             if ref.size > 1:                     # (any two numbers differ by a factor)
                 return f"yours is the answer times {s:.4g} in every element: a constant factor"
     if ref.size == 1:
@@ -231,7 +233,8 @@ class Clock:
             if self.over is None:
                 self.left[which] = max(left, 1e-6)       # (0 would disarm it for good)
         if self.mine is not None and self.budget is not None:
-            self.cpu_left = max(self.budget[1] - (time.clock_gettime(self.mine) - self.budget[0]), 0.0)
+            self.cpu_left = max(self.budget[1] - (time.clock_gettime(self.mine) - self.budget[0]),
+                                0.0)
             self.budget = None
 
 
@@ -254,7 +257,8 @@ class Grade:
         self.worst, self.exact, self.notes = 0.0, True, []
         self.error_hint = ""                     # added to the line when the function raises
         self.clock = None                        # a Clock while one times the grading
-        self.may_write, self.may_share, self.write_hints = set(), False, {}   # the contract's opt-outs
+        # the contract's opt-outs
+        self.may_write, self.may_share, self.write_hints = set(), False, {}
         self.pending = None                      # (line, (what, hint), named line): to confirm
         self.sharing = ""                        # a result that shares memory: fails once right
 
@@ -411,7 +415,7 @@ class Grade:
                 f"{what}: max diff {d:.2g}")
         if named is None or self.pending is not None:
             self.fail(line + (f"; {hint}" if hint else ""))
-        case = f"{self.case}: " if self.case else ""    # the first match: confirm it on another case
+        case = f"{self.case}: " if self.case else ""   # the first match: confirm it on another case
         self.pending = (f"{case}{line}" + (f"; {hint}" if hint else ""), (what, named),
                         f"{case}{line}; {named}")
 
@@ -466,7 +470,7 @@ def with_your_backward(forward, backward, parents):
                      "yours")
 
 
-# ------------------------------------------- the guards of every call: inputs unchanged, outputs new
+# ------------------------------------------ the guards of every call: inputs unchanged, outputs new
 NEW_ARRAY = "compute into a new array (a * b makes one; a *= b, a[...] = and out= write into a)"
 GRADIENT = ("the incoming gradient belongs to the engine, which may hand that same array to other "
             "nodes (add passes g to both parents): writing into it corrupts other tensors' "
@@ -474,7 +478,8 @@ GRADIENT = ("the incoming gradient belongs to the engine, which may hand that sa
 
 
 def is_gradient(name):
-    """Whether an argument's name says it is the incoming gradient: g, grad, gr, dy, dout, dxhat..."""
+    """Whether an argument's name says it is the incoming gradient: g, grad, gr,
+    dy, dout, dxhat..."""
     return name in ("g", "gr", "grad", "G") or (name.startswith("d") and name != "dtype" and
                                                  len(name) > 1 and name.isidentifier())
 

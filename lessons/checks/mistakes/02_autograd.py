@@ -1,4 +1,5 @@
-"""Lesson 02's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 02's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("mul", """
         def mul(a, b):
@@ -12,8 +13,10 @@ MISTAKES = [
             return make_node(out, (x,), lambda g: (np.broadcast_to(g, x.shape),), "sum")
     """, "np.expand_dims"),
     ("reduce_sum", """
-        def reduce_sum(x, axis=None, keepdims=False):   # one axis at a time: right for (0, 2), not for (2, 0)
-            axes = tuple(range(x.ndim)) if axis is None else tuple(int(i) % x.ndim for i in np.atleast_1d(axis))
+        # one axis at a time: right for (0, 2), not for (2, 0)
+        def reduce_sum(x, axis=None, keepdims=False):
+            axes = (tuple(range(x.ndim)) if axis is None
+                    else tuple(int(i) % x.ndim for i in np.atleast_1d(axis)))
             out = np.asarray(x.data.sum(axis=axes, keepdims=keepdims))
             def backward(g):
                 if not keepdims:
@@ -24,7 +27,8 @@ MISTAKES = [
     """, "all at once, so their order does not matter"),
     ("matmul", """
         def matmul(a, b):
-            return make_node(a.data @ b.data, (a, b), lambda g: (g @ b.data, a.data.T @ g), "matmul")
+            return make_node(a.data @ b.data, (a, b), lambda g: (g @ b.data, a.data.T @ g),
+                             "matmul")
     """, "dA = g B^T"),
     ("matmul", ("return g @ B.T, A.T @ g", "return g @ B.T, g.T @ A"),
      "dB = A^T g is (k, m)(m, n)"),

@@ -1,4 +1,5 @@
-"""Lesson 03's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 03's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("numeric_gradient", """
         def numeric_gradient(f, x, eps=1e-6):       # one-sided
@@ -13,7 +14,8 @@ MISTAKES = [
     ("numeric_gradient", ("out[i] = (up - down) / (2 * eps)", "out[i] = (up - down) / eps"),
      "yours is twice the answer"),
     ("numeric_gradient", """
-        def numeric_gradient(f, x, eps=1e-6):       # the eps argument ignored: right on the quadratic, at any step
+        # the eps argument ignored: right on the quadratic, at any step
+        def numeric_gradient(f, x, eps=1e-6):
             grad, h = np.empty(x.shape), 1e-5
             for i in range(x.size):
                 old = x.flat[i]
@@ -33,7 +35,8 @@ MISTAKES = [
             for i, leaf in enumerate(leaves):
                 def loss(xi, i=i):
                     with mt.no_grad():
-                        return float(op(*[mt.tensor(xi if j == i else x) for j, x in enumerate(xs)]).data.sum())
+                        return float(op(*[mt.tensor(xi if j == i else x)
+                                          for j, x in enumerate(xs)]).data.sum())
                 numeric = numeric_gradient(loss, xs[i], eps)
                 analytic = leaf.grad if leaf.grad is not None else np.zeros(xs[i].shape)
                 if np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric)):
@@ -46,8 +49,10 @@ MISTAKES = [
     ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
                    "np.any(np.abs(analytic - numeric) > rtol * np.abs(numeric))"),
      "keep the atol"),
-    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",   # CS231n's relative error
-                   "np.any(np.abs(analytic - numeric) > rtol * np.maximum(np.abs(analytic), np.abs(numeric)))"),
+    # CS231n's relative error
+    ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
+                   "np.any(np.abs(analytic - numeric) > rtol * np.maximum(np.abs(analytic), "
+                   "np.abs(numeric)))"),
      "keep the atol"),
     ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
                    "np.mean(np.abs(analytic - numeric)) > atol + rtol * np.mean(np.abs(numeric))"),
@@ -56,7 +61,8 @@ MISTAKES = [
                    "np.abs(analytic - numeric).max() > atol + rtol * np.abs(numeric).max()"),
      "not the mean, the sum or the max"),
     ("gradcheck", ("np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric))",
-                   "not np.allclose(analytic, numeric)"),   # NumPy's own atol and rtol, not the ones given
+                   # NumPy's own atol and rtol, not the ones given
+                   "not np.allclose(analytic, numeric)"),
      "the atol and rtol you are given"),
     ("numeric_gradient", """
         def numeric_gradient(f, x, eps=1e-6):       # x "put back" by adding eps again

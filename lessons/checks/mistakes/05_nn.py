@@ -1,4 +1,5 @@
-"""Lesson 05's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 05's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("xavier_bound", """
         def xavier_bound(d_in, d_out):

@@ -1,12 +1,15 @@
-"""Lesson 06's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 06's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("causal_mask", """
         def causal_mask(T):
             return np.triu(np.ones((T, T), dtype=bool))[None, None]
     """, "the LOWER triangle"),
-    ("causal_mask", ("np.tril(np.ones((T, T), dtype=bool))", "np.tril(np.ones((T, T), dtype=bool), -1)"),
+    ("causal_mask",
+     ("np.tril(np.ones((T, T), dtype=bool))", "np.tril(np.ones((T, T), dtype=bool), -1)"),
      "a query may attend to itself"),
-    ("causal_mask", ("np.tril(np.ones((T, T), dtype=bool))[None, None]", "np.tril(np.ones((T, T), dtype=bool))"),
+    ("causal_mask",
+     ("np.tril(np.ones((T, T), dtype=bool))[None, None]", "np.tril(np.ones((T, T), dtype=bool))"),
      "(1, 1, T, T), to broadcast over batch and heads"),
     ("causal_mask", ("np.tril(np.ones((T, T), dtype=bool))", "np.tril(np.ones((T, T)))"),
      "make it boolean"),
@@ -29,7 +32,8 @@ MISTAKES = [
      "the mask is True where attention is ALLOWED"),
     ("attention_forward", ("s = np.where(mask, s, -1e9)", "s = np.where(mask, s, 0.0)"),
      "not 0: exp(0) = 1"),
-    ("attention_forward", ("k, -1, -2) / math.sqrt(q.shape[-1])", "k, -1, -2) / math.sqrt(v.shape[-1])"),
+    ("attention_forward",
+     ("k, -1, -2) / math.sqrt(q.shape[-1])", "k, -1, -2) / math.sqrt(v.shape[-1])"),
      "not of v"),                                   # d_v = d_k in every case, once
     ("attention_forward", ("s = np.where(mask, s, -1e9)", "s = np.where(mask, s, -1e4)"),
      "a fill such as -1e4"),
@@ -48,18 +52,23 @@ MISTAKES = [
      "the softmax backward of lesson 04"),
     ("attention_backward", ("c * np.swapaxes(ds, -1, -2) @ q", "c * ds @ q"),
      "transpose dS"),
-    ("attention_backward", ("(dp * p).sum(axis=-1, keepdims=True)", "(dp * p).sum(axis=-2, keepdims=True)"),
+    ("attention_backward",
+     ("(dp * p).sum(axis=-1, keepdims=True)", "(dp * p).sum(axis=-2, keepdims=True)"),
      "sums over the keys, the last axis"),
-    ("attention_backward", ("c = weights, 1.0 / math.sqrt(q.shape[-1])", "c = weights, 1.0 / math.sqrt(v.shape[-1])"),
+    ("attention_backward",
+     ("c = weights, 1.0 / math.sqrt(q.shape[-1])", "c = weights, 1.0 / math.sqrt(v.shape[-1])"),
      "not of v"),
     ("attention_backward", ("return c * ds @ k, c * np.swapaxes(ds, -1, -2) @ q, dv",
                             "return c * c * ds @ k, c * c * np.swapaxes(ds, -1, -2) @ q, dv"),
      "you divided by sqrt(d_k) twice"),
-    ("attention_backward", ("(dp * p).sum(axis=-1, keepdims=True)", "dp.sum(axis=-1, keepdims=True)"),
+    ("attention_backward",
+     ("(dp * p).sum(axis=-1, keepdims=True)", "dp.sum(axis=-1, keepdims=True)"),
      "not of dP alone"),
-    ("attention_backward", ("dv = np.swapaxes(p, -1, -2) @ dout", "dv = c * np.swapaxes(p, -1, -2) @ dout"),
+    ("attention_backward",
+     ("dv = np.swapaxes(p, -1, -2) @ dout", "dv = c * np.swapaxes(p, -1, -2) @ dout"),
      "only the scores S are scaled"),
     ("attention_backward", ("ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))",
-                            "p *= dp - (dp * p).sum(axis=-1, keepdims=True)\n    ds = p"),   # dv was computed first
+                            # dv was computed first
+                            "p *= dp - (dp * p).sum(axis=-1, keepdims=True)\n    ds = p"),
      "changed its input weights in place"),
 ]

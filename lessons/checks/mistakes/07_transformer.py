@@ -1,4 +1,5 @@
-"""Lesson 07's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 07's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("sinusoids", """
         _right = sinusoids
@@ -7,7 +8,8 @@ MISTAKES = [
             table[:, 0::2], table[:, 1::2] = table[:, 1::2].copy(), table[:, 0::2].copy()
             return table
     """, "even columns are sines"),
-    ("sinusoids", ("-np.arange(0, d_model, 2) / d_model", "-np.arange(0, d_model, 2) / 2 / d_model"),
+    ("sinusoids",
+     ("-np.arange(0, d_model, 2) / d_model", "-np.arange(0, d_model, 2) / 2 / d_model"),
      "the exponent is 2i / d_model"),
     ("sinusoids", """
         def sinusoids(n_positions, d_model):       # all the sines, then all the cosines
@@ -15,18 +17,24 @@ MISTAKES = [
             omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)
             return np.concatenate([np.sin(pos * omega), np.cos(pos * omega)], axis=1)
     """, "interleave them"),
-    ("sinusoids", ("pos = np.arange(n_positions)[:, None]", "pos = np.arange(1, n_positions + 1)[:, None]"),
+    ("sinusoids",
+     ("pos = np.arange(n_positions)[:, None]", "pos = np.arange(1, n_positions + 1)[:, None]"),
      "positions count from 0"),
-    ("sinusoids", ("table = np.empty((n_positions, d_model))", "table = np.empty((n_positions, d_model), np.float32)"),
+    ("sinusoids", ("table = np.empty((n_positions, d_model))",
+                   "table = np.empty((n_positions, d_model), np.float32)"),
      "a float64 table"),
     ("count_parameters", """
         _right = count_parameters
-        def count_parameters(vocab_size, d_model, d_ff, n_layers):   # one attention per decoder layer
-            return _right(vocab_size, d_model, d_ff, n_layers) - n_layers * 4 * (d_model ** 2 + d_model)
+        # one attention per decoder layer
+        def count_parameters(vocab_size, d_model, d_ff, n_layers):
+            return (_right(vocab_size, d_model, d_ff, n_layers)
+                    - n_layers * 4 * (d_model ** 2 + d_model))
     """, "two attentions"),
     ("count_parameters", ("norm = 2 * D ", "norm = D "),
      "each LayerNorm has gamma and beta"),
-    ("count_parameters", ("ffn = D * F + F + F * D + D", "ffn = D * F + F * D"),   # = the LayerNorms at F = 4 D
+    # = the LayerNorms at F = 4 D
+    ("count_parameters", ("ffn = D * F + F + F * D + D", "ffn = D * F + F * D"),
      "each feed-forward network has two biases"),
-    ("count_parameters", ("return V * D + N", "return V * D + V + N"), "the output projection has no bias"),
+    ("count_parameters", ("return V * D + N", "return V * D + V + N"),
+     "the output projection has no bias"),
 ]

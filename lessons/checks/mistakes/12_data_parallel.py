@@ -1,20 +1,28 @@
-"""Lesson 12's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py says how to read it)."""
+"""Lesson 12's catalogue of plausible wrong answers (lessons/checks/mistakes/__init__.py
+says how to read it)."""
 MISTAKES = [
     ("shard_weights", """
-        def shard_weights(token_counts, rank, size, average=False):   # the average of the ranks' own means
+        # the average of the ranks' own means
+        def shard_weights(token_counts, rank, size, average=False):
             own = token_counts[rank::size]
             return [c / sum(own) / size * (size if average else 1) for c in own]
     """, "the average of the ranks' own means"),
-    ("shard_weights", ("n = sum(token_counts)", "n = sum(token_counts[rank::size])"), "not this rank's own"),
-    ("shard_weights", ("return [scale * c / n for c in token_counts[rank::size]]",      # a block of neighbours
-                       "k = len(token_counts) // size\n    return [scale * c / n for c in token_counts[rank * k:][:k]]"),
+    ("shard_weights", ("n = sum(token_counts)", "n = sum(token_counts[rank::size])"),
+     "not this rank's own"),
+    # a block of neighbours
+    ("shard_weights", ("return [scale * c / n for c in token_counts[rank::size]]",
+                       "k = len(token_counts) // size\n    return [scale * c / n for c in "
+                       "token_counts[rank * k:][:k]]"),
      "every size-th batch"),
     ("shard_weights", ("return [scale * c / n for c in token_counts[rank::size]]",
-                       "return [scale / len(token_counts) for c in token_counts[rank::size]]"), "n_i / n, not 1 / K"),
-    ("shard_weights", ("scale = size if average else 1", "scale = size"), "it does not average them"),
+                       "return [scale / len(token_counts) for c in token_counts[rank::size]]"),
+     "n_i / n, not 1 / K"),
+    ("shard_weights", ("scale = size if average else 1", "scale = size"),
+     "it does not average them"),
     ("shard_weights", ("scale = size if average else 1", "scale = 1"), "this allreduce averages"),
     ("shard_weights", """
-        def shard_weights(token_counts, rank, size, average=False):   # DDP's default: own mean, averaged
+        # DDP's default: own mean, averaged
+        def shard_weights(token_counts, rank, size, average=False):
             own = token_counts[rank::size]
             if not average:
                 return [c / sum(token_counts) for c in own]
@@ -32,20 +40,24 @@ MISTAKES = [
     """, "the all-gather"),
     ("ring_allreduce", ("chunks[(r + 1) % N][c][...] = data", "chunks[(r + 1) % N][c] += data"),
      "the all-gather copies the finished chunks"),
-    ("ring_allreduce", (("for s in range(N - 1):" + " " * 50 + "# reduce-scatter", "for s in range(N - 2):"),
-                        ("for s in range(N - 1):" + " " * 50 + "# all-gather", "for s in range(N - 2):")),
+    ("ring_allreduce",
+     (("for s in range(N - 1):" + " " * 50 + "# reduce-scatter", "for s in range(N - 2):"),
+                        ("for s in range(N - 1):" + " " * 50 + "# all-gather",
+                         "for s in range(N - 2):")),
      "each phase takes N - 1 steps"),
     ("ring_allreduce", ("np.array(a).reshape(-1)", "np.asarray(a).reshape(-1)"),
      "ring_allreduce changed its input arrays"),
     ("ring_allreduce", ("np.array(a).reshape(-1)", "np.array(a, dtype=np.float64).reshape(-1)"),
      "keep the inputs' dtype"),
     ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
-                        "return [np.concatenate(c).reshape(shape) / N for c in chunks]"), "the mean: return the sum"),
+                        "return [np.concatenate(c).reshape(shape) / N for c in chunks]"),
+     "the mean: return the sum"),
     ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
                         "return [np.concatenate(c) for c in chunks]"),
      "the shape of the inputs"),
     ("ring_allreduce", """
-        def ring_allreduce(arrays):                      # each rank adds all arrays itself, starting from its own
+        # each rank adds all arrays itself, starting from its own
+        def ring_allreduce(arrays):
             N = len(arrays)
             return [sum(arrays[(r + i) % N] for i in range(1, N)) + arrays[r] for r in range(N)]
     """, "every rank must end with the very same numbers"),
@@ -54,13 +66,17 @@ MISTAKES = [
             total = np.sum(np.stack(arrays), axis=0)
             return [total.copy() for _ in arrays]
     """, "added in another order than the ring's"),
-    ("ring_allreduce", (("(r - s) % N, chunks[r][(r - s) % N]", "(r + s) % N, chunks[r][(r + s) % N]"),
+    ("ring_allreduce",
+     (("(r - s) % N, chunks[r][(r - s) % N]", "(r + s) % N, chunks[r][(r + s) % N]"),
                         ("chunks[(r + 1) % N][c] += data", "chunks[(r - 1) % N][c] += data"),
-                        ("(r + 1 - s) % N, chunks[r][(r + 1 - s) % N]", "(r - 1 + s) % N, chunks[r][(r - 1 + s) % N]"),
-                        ("chunks[(r + 1) % N][c][...] = data", "chunks[(r - 1) % N][c][...] = data")),
+                        ("(r + 1 - s) % N, chunks[r][(r + 1 - s) % N]",
+                         "(r - 1 + s) % N, chunks[r][(r - 1 + s) % N]"),
+                        ("chunks[(r + 1) % N][c][...] = data",
+                         "chunks[(r - 1) % N][c][...] = data")),
      "added in another order than the ring's"),                # the ring the other way round
     ("ring_allreduce", ("return [np.concatenate(c).reshape(shape) for c in chunks]",
-                        "return [np.concatenate(chunks[0]).reshape(shape)] * N"),   # one object for all
+                        # one object for all
+                        "return [np.concatenate(chunks[0]).reshape(shape)] * N"),
      "return one array"),
     ("ring_bytes_sent", """
         def ring_bytes_sent(n_elements, itemsize, size, rank=0):   # the reduce-scatter alone
