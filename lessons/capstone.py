@@ -1,37 +1,41 @@
 """The capstone: your own code trains the translator.
 
-    python lessons/capstone.py                           # your exercises: the demo, then Multi30k --quick (32 minutes)
+    python lessons/capstone.py                           # your exercises: the demo, then Multi30k
+                                                         # --quick (32 minutes)
     python lessons/capstone.py --solutions               # the answers in lessons/solutions/ instead
-    python lessons/capstone.py --demo-only               # the demo task alone (a few minutes on 2 cores)
+    python lessons/capstone.py --demo-only               # the demo task alone (a few minutes on 2
+                                                         # cores)
     python lessons/capstone.py --data-dir data/multi30k  # where Multi30k's .gz files are
-    python lessons/capstone.py --fast-bpe                # Multi30k's tokenizer by the package's learner
-    python lessons/capstone.py --quick                   # the demo at demo_task.QUICK: seconds, no bar
+    python lessons/capstone.py --fast-bpe                # Multi30k's tokenizer by the package's
+                                                         # learner
+    python lessons/capstone.py --quick                   # the demo at demo_task.QUICK: seconds, no
+                                                         # bar
 
 It runs the demo subcommand's recipe (demo_task.DEMO: numbers in digits -> English words) and then
-examples/multi30k.py --quick --steps 1200 --ranks 1 (German -> English; STEPS) with the functions you wrote in
-lessons/exercises/ in place of the package's: PIECES says which exercise function replaces which
-package function, and how it is wrapped. Before it is used, each of your functions goes through the
-grader's check (lessons/checks/): one that fails (or does not load, or runs out of time) is REFUSED
-and nothing runs, unless you name it with --package (then the package's runs in its place, said in
-every result); one that still raises NotImplementedError is left to the package's, said in the table
-and in every result. While the runs go, each call of yours is timed like the grader's (CPU time) and
-one that raises or runs out of time stops the capstone, naming the function, its call and the phase:
-no number is reported with code that was not yours in it unannounced. Each result says where it came
-from: which lines, translated by whose search (beam search, and how many lines each). The bar:
-the demo's held-out exact match at least 95%, Multi30k --quick at least 35 BLEU. The demo translates
-its held-out lines with beam search (4 beams, alpha 0: this task has one right length, and a length
-penalty would only reward longer outputs) so that your beam search runs; Note: the demo subcommand
-translates greedily. On Multi30k, your beam search translates every 20th test line (EVERY: 50 of 1,000,
-of every length) and the package's batched search the rest: a plain beam search, a sentence at a time
-without a cache, takes seconds a line there (the solution: 4.8 s), so all 1,000 would take over an
-hour. Where yours ran, the BLEU counts your output, and the capstone says on how many lines it equals
-the package's.
+examples/multi30k.py --quick --steps 1200 --ranks 1 (German -> English; STEPS) with the functions
+you wrote in lessons/exercises/ in place of the package's: PIECES says which exercise function
+replaces which package function, and how it is wrapped. Before it is used, each of your functions
+goes through the grader's check (lessons/checks/): one that fails (or does not load, or
+runs out of time) is REFUSED and nothing runs, unless you name it with --package (then the package's
+runs in its place, said in every result); one that still raises NotImplementedError is left to the
+package's, said in the table and in every result. While the runs go, each call of yours is timed
+like the grader's (CPU time) and one that raises or runs out of time stops the capstone, naming the
+function, its call and the phase: no number is reported with code that was not yours in it
+unannounced. Each result says where it came from: which lines, translated by whose search (beam
+search, and how many lines each). The bar: the demo's held-out exact match at least 95%, Multi30k
+--quick at least 35 BLEU. The demo translates its held-out lines with beam search (4 beams, alpha 0:
+this task has one right length, and a length penalty would only reward longer outputs) so that your
+beam search runs; Note: the demo subcommand translates greedily. On Multi30k, your beam search
+translates every 20th test line (EVERY: 50 of 1,000, of every length) and the package's batched
+search the rest: a plain beam search, a sentence at a time without a cache, takes seconds a line
+there (the solution: 4.8 s), so all 1,000 would take over an hour. Where yours ran, the BLEU counts
+your output, and the capstone says on how many lines it equals the package's.
 
 How your code gets in: the profiler's technique (minitransformer/profiler.py, _rebind). While the
 capstone runs, every name in a package module that holds a replaced function is bound to an adapter
-around yours (and Adam's _update on its class); on exit, also when an exception escapes, each is bound
-back. Nothing of the package is edited. Left out on purpose: the GPU (your code is NumPy), data
-parallel runs, attention dropout (where it is on, the package's attention runs), nbest lists.
+around yours (and Adam's _update on its class); on exit, also when an exception escapes, each is
+bound back. Nothing of the package is edited. Left out on purpose: the GPU (your code is NumPy),
+data parallel runs, attention dropout (where it is on, the package's attention runs), nbest lists.
 """
 import argparse
 import contextlib
@@ -60,17 +64,21 @@ from minitransformer.transformer import TransformerConfig
 
 LESSONS = Path(__file__).resolve().parent
 BAR_DEMO, BAR_BLEU = 0.95, 35.0
-STEPS = 1200           # Multi30k: --quick's updates when the bar was set (--quick now trains 1,800: 38.9 BLEU)
+# Multi30k: --quick's updates when the bar was set (--quick now trains 1,800: 38.9 BLEU)
+STEPS = 1200
 
 # (lesson, your function, the package's function it replaces (owner, name), how yours is wrapped)
 PIECES = [
     ("04", "softmax", (F, "softmax_array"), "arrays: attention's softmax, F.softmax's"),
     ("04", "softmax_backward", (F, "softmax"), "a graph node's backward"),
-    ("04", "cross_entropy_backward", (F, "cross_entropy"), "a graph node's backward (the loss: the package's)"),
+    ("04", "cross_entropy_backward", (F, "cross_entropy"),
+     "a graph node's backward (the loss: the package's)"),
     ("11", "layer_norm", (F, "layer_norm"), "a graph node's forward"),
     ("04", "layer_norm_backward", (F, "layer_norm"), "that node's backward"),
-    ("06", "attention_forward", (attention, "attention_forward"), "arrays: the attention node's forward"),
-    ("06", "attention_backward", (attention, "attention_backward"), "arrays: the attention node's backward"),
+    ("06", "attention_forward", (attention, "attention_forward"),
+     "arrays: the attention node's forward"),
+    ("06", "attention_backward", (attention, "attention_backward"),
+     "arrays: the attention node's backward"),
     ("09", "noam_lr", (optim, "noam_schedule"), "times the schedule's scale"),
     ("09", "adam", (optim.Adam, "_update"), "on the flat parameters, in place"),
     ("08", "learn_merges", (bpe_learn, "learn_merges"), "BPE.train's learner"),
@@ -78,21 +86,22 @@ PIECES = [
     ("10", "length_penalty", (search, "length_penalty"), "as it is"),
     ("10", "beam_search", (search, "beam_search"), "a sentence at a time, the model as step"),
 ]
-CALLS = Counter()                                  # your function -> how many times the capstone called it
-PHASE = ["choosing the pieces"]                    # what the capstone is doing, for a refusal's line
-ACTIVE = []                                        # the function of yours running now (timed), if any
+CALLS = Counter()                           # your function -> how many times the capstone called it
+PHASE = ["choosing the pieces"]             # what the capstone is doing, for a refusal's line
+ACTIVE = []                                 # the function of yours running now (timed), if any
 
 
 class Refused(Exception):
     """One of your functions failed while the capstone ran: the run stops, and says why."""
-BEAM = Counter()       # Multi30k: the lines your beam search translated, how many as the package's did, seconds
-EVERY = 20             # Multi30k: your beam search translates every 20th test line (a sentence at a time)
+# Multi30k: the lines your beam search translated, how many as the package's did, seconds
+BEAM = Counter()
+EVERY = 20       # Multi30k: your beam search translates every 20th test line (a sentence at a time)
 
 
 def choose(folder, allow=()):
-    """(mine, refused): {your function: it, guarded} for each piece that passes the grader's check, and
-    {name: why} for each that fails it (or does not load) and is not in `allow` (--package); prints one
-    line per piece: yours, the package's and why, or REFUSED and why."""
+    """(mine, refused): {your function: it, guarded} for each piece that passes the grader's check,
+    and {name: why} for each that fails it (or does not load) and is not in `allow` (--package);
+    prints one line per piece: yours, the package's and why, or REFUSED and why."""
     mine, refused, loaded = {}, {}, {}
     width = max(len(name) for _, name, _, _ in PIECES)
     print(f"your pieces, from {folder}:")
@@ -105,7 +114,8 @@ def choose(folder, allow=()):
             except (Exception, SystemExit) as e:
                 loaded[path] = f"{path.name} does not load ({type(e).__name__}: {e})"
         module = loaded[path]
-        verdict = module if isinstance(module, str) else quick_check(path, getattr(module, name, None), name,
+        verdict = module if isinstance(module, str) else quick_check(path, getattr(module, name,
+                                                                                   None), name,
                                                                      dict(items).get(name))
         replaces = f"{getattr(owner, '__name__', '').split('.')[-1]}.{attr}"
         if verdict is None:
@@ -148,7 +158,7 @@ def guarded(name, fn, path):
     raises or runs out of time raises Refused, naming the call and PHASE."""
     def call(*args, **kwargs):
         CALLS[name] += 1
-        if ACTIVE:                                              # inside another of yours: timed there
+        if ACTIVE:                                            # inside another of yours: timed there
             return fn(*args, **kwargs)
         g = Grade(path)
         ACTIVE.append(name)
@@ -165,9 +175,10 @@ def guarded(name, fn, path):
     return call
 
 
-# -------------------------------------------------------------------- the adapters, one per replaced function
+# ---------------------------------------------------------- the adapters, one per replaced function
 def cast(grads, parents):
-    """Your gradients in each parent's dtype (float64 from a Python float must not reach float32 weights)."""
+    """Your gradients in each parent's dtype (float64 from a Python float must not
+    reach float32 weights)."""
     return tuple(np.asarray(d, dtype=p.dtype) for d, p in zip(grads, parents))
 
 
@@ -186,13 +197,17 @@ def adapters(mine, package, beam_every=1):
     if "softmax_backward" in mine:
         def softmax(x, axis=-1):
             y = F.softmax_array(x.data, axis)                          # yours, when plugged in
-            return make_node(y, (x,), lambda g: cast([mine["softmax_backward"](y, g, axis)], [x]), "softmax")
+            return make_node(y, (x,), lambda g: cast([mine["softmax_backward"](y, g, axis)], [x]),
+                             "softmax")
         swaps[F, "softmax"] = softmax
     if "cross_entropy_backward" in mine:
-        def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0, return_count=False):
-            loss, n = package[F, "cross_entropy"](logits.detach(), target, ignore_index, label_smoothing, True)
+        def cross_entropy(logits, target, ignore_index=None, label_smoothing=0.0,
+                          return_count=False):
+            loss, n = package[F, "cross_entropy"](logits.detach(), target, ignore_index,
+                                                  label_smoothing, True)
             t = backend.to_numpy(target.data if isinstance(target, Tensor) else np.asarray(target))
-            grad = lambda g: cast([g * mine["cross_entropy_backward"](logits.data, t, label_smoothing, ignore_index)],
+            grad = lambda g: cast(
+                [g * mine["cross_entropy_backward"](logits.data, t, label_smoothing, ignore_index)],
                                   [logits])
             node = make_node(loss.data, (logits,), grad, "cross_entropy")
             return (node, n) if return_count else node
@@ -201,7 +216,7 @@ def adapters(mine, package, beam_every=1):
         forward, backward = mine.get("layer_norm"), mine.get("layer_norm_backward")
 
         def layer_norm(x, gamma, beta, eps=1e-6):
-            if backward is None:                                       # your forward, the package's backward
+            if backward is None:                              # your forward, the package's backward
                 node = package[F, "layer_norm"](x, gamma, beta, eps)
                 node.data[...] = forward(x.data, gamma.data, beta.data, eps)
                 return node
@@ -212,14 +227,14 @@ def adapters(mine, package, beam_every=1):
         swaps[F, "layer_norm"] = layer_norm
     if "attention_forward" in mine:
         def attention_forward(q, k, v, mask, dropout_p, training):
-            if training and dropout_p > 0:                             # yours has no dropout on the weights
+            if training and dropout_p > 0:                     # yours has no dropout on the weights
                 return package[attention, "attention_forward"](q, k, v, mask, dropout_p, training)
             o, p = mine["attention_forward"](q, k, v, mask)
             return o.astype(q.dtype, copy=False), p.astype(q.dtype, copy=False), None
         swaps[attention, "attention_forward"] = attention_forward
     if "attention_backward" in mine:
         def attention_backward(g, q, k, v, p, kept, dropout_p, *needed):
-            if kept is not None:                                       # dropout on the weights: the package's
+            if kept is not None:                             # dropout on the weights: the package's
                 package_backward = package[attention, "attention_backward"]
                 return package_backward(g, q, k, v, p, kept, dropout_p, *needed)
             grads = cast(mine["attention_backward"](q, k, v, p, g), (q, k, v))
@@ -235,38 +250,44 @@ def adapters(mine, package, beam_every=1):
             p[...], m[...], v[...] = mine["adam"](p, g, m, v, t, self.lr, self.betas, self.eps)
         swaps[optim.Adam, "_update"] = _update
     if "learn_merges" in mine:
-        swaps[bpe_learn, "learn_merges"] = lambda word_counts, num_merges, min_frequency, offset, progress=False: [
-            (int(a), int(b)) for a, b in mine["learn_merges"](dict(word_counts), num_merges, min_frequency, offset)]
+        swaps[bpe_learn, "learn_merges"] = (
+            lambda word_counts, num_merges, min_frequency, offset, progress=False: [
+                (int(a), int(b))
+                for a, b in mine["learn_merges"](dict(word_counts), num_merges, min_frequency,
+                                                 offset)])
     if "encode" in mine:
         swaps[bpe_learn, "apply_merges"] = apply_merges_with(mine["encode"])
     if "length_penalty" in mine:
         swaps[search, "length_penalty"] = mine["length_penalty"]
     if "beam_search" in mine:
-        swaps[search, "beam_search"] = beam_search_with(mine["beam_search"], package[search, "beam_search"],
+        swaps[search, "beam_search"] = beam_search_with(mine["beam_search"],
+                                                        package[search, "beam_search"],
                                                          beam_every)
     return swaps
 
 
 def apply_merges_with(encode):
-    """bpe_learn.apply_merges(ids, ranks) by your encode(word, merges, offset): the word's bytes back from
-    its ids, the merges in rank order (kept while the same ranks come again)."""
-    last = [None, None]                                                # ranks, and their merges in order
+    """bpe_learn.apply_merges(ids, ranks) by your encode(word, merges, offset): the word's bytes
+    back from its ids, the merges in rank order (kept while the same ranks come again)."""
+    last = [None, None]                                           # ranks, and their merges in order
 
     def apply_merges(ids, ranks):
         if not ranks:
             return list(ids)
         if ranks is not last[0]:
             last[:] = ranks, sorted(ranks, key=ranks.get)
-        offset = ranks[last[1][0]] - 256                               # merge 0 makes id offset + 256
-        return [int(i) for i in encode(bytes(i - offset for i in ids).decode("utf-8"), last[1], offset)]
+        offset = ranks[last[1][0]] - 256                             # merge 0 makes id offset + 256
+        return [int(i)
+                for i in encode(bytes(i - offset for i in ids).decode("utf-8"), last[1], offset)]
     return apply_merges
 
 
 def beam_search_with(yours, package_beam_search, every=1):
     """search.beam_search(model, sources, config) by your beam_search(step, k, max_len, alpha), one
-    sentence at a time: step(prefixes) decodes all prefixes (of one length) in one batch, without the cache.
-    every > 1: yours translates every `every`-th sentence (counted over all calls) and the package's
-    batched search all of them; where yours ran, its output is kept and compared (BEAM counts)."""
+    sentence at a time: step(prefixes) decodes all prefixes (of one length) in one batch, without
+    the cache. every > 1: yours translates every `every`-th sentence (counted over all calls) and
+    the package's batched search all of them; where yours ran, its output is kept and
+    compared (BEAM counts)."""
     def yours_one(model, ids, config):
         c = model.config
         x = backend.asarray(np.array([list(ids) + [c.eos_id]]))           # (1, S) x </s>
@@ -285,7 +306,8 @@ def beam_search_with(yours, package_beam_search, every=1):
 
     def beam_search(model, src, config=SearchConfig(), *, use_cache=True, return_attention=False):
         if config.nbest != 1 or return_attention:
-            return package_beam_search(model, src, config, use_cache=use_cache, return_attention=return_attention)
+            return package_beam_search(model, src, config, use_cache=use_cache,
+                                       return_attention=return_attention)
         results = package_beam_search(model, src, config) if every > 1 else [None] * len(src)
         with model.inference_mode():
             for i, ids in enumerate(src):
@@ -294,7 +316,8 @@ def beam_search_with(yours, package_beam_search, every=1):
                     continue
                 start = time.perf_counter()
                 mine = yours_one(model, ids, config)
-                BEAM["lines"], BEAM["seconds"] = BEAM["lines"] + 1, BEAM["seconds"] + time.perf_counter() - start
+                BEAM["lines"], BEAM["seconds"] = BEAM["lines"] + 1, BEAM[
+                    "seconds"] + time.perf_counter() - start
                 if results[i] is not None:
                     BEAM["same"] += mine.tokens == results[i][0].tokens
                 results[i] = [mine]
@@ -308,7 +331,8 @@ def plugged(mine, beam_every=1):
     name of a package module that holds the function; a class attribute is set), restored on exit.
     beam_every: your beam search translates every beam_every-th sentence (beam_search_with)."""
     package = {target: getattr(*target) for _, _, target, _ in PIECES}
-    swaps = [(target, package[target], adapter) for target, adapter in adapters(mine, package, beam_every).items()]
+    swaps = [(target, package[target], adapter)
+             for target, adapter in adapters(mine, package, beam_every).items()]
     try:
         for (owner, name), original, adapter in swaps:
             profiler._rebind({id(original): adapter})
@@ -322,15 +346,18 @@ def plugged(mine, beam_every=1):
 
 # -------------------------------------------------------------------- the two runs
 def run_demo(settings, progress=False, seed=0):
-    """The demo subcommand's recipe (cli/demo.py) with `settings` (demo_task.DEMO or QUICK); the held-out
-    lines translated by beam search. Returns the exact match, a fraction."""
-    train, valid, test = make_splits(settings["n_train"], settings["n_test"], settings["n_test"], seed=seed,
-                                     max_numbers=settings["max_numbers"], max_digits=settings["max_digits"])
+    """The demo subcommand's recipe (cli/demo.py) with `settings` (demo_task.DEMO or QUICK); the
+    held-out lines translated by beam search. Returns the exact match, a fraction."""
+    train, valid, test = make_splits(settings["n_train"], settings["n_test"], settings["n_test"],
+                                     seed=seed, max_numbers=settings["max_numbers"],
+                                     max_digits=settings["max_digits"])
     training_config = TrainingConfig(steps=settings["steps"], max_tokens=settings["max_tokens"],
-                                     warmup_steps=settings["warmup_steps"], lr_scale=settings["lr_scale"],
-                                     eval_every=settings["eval_every"], save_every=0, keep=1, seed=seed,
+                                     warmup_steps=settings["warmup_steps"],
+                                     lr_scale=settings["lr_scale"], eval_every=settings[
+                                         "eval_every"], save_every=0, keep=1, seed=seed,
                                      eval_sentences=100, progress=progress)
-    config = lambda vocab_size: TransformerConfig.tiny(vocab_size=vocab_size, dropout=settings["dropout"],
+    config = lambda vocab_size: TransformerConfig.tiny(vocab_size=vocab_size,
+                                                       dropout=settings["dropout"],
                                                        **settings["overrides"])
     with tempfile.TemporaryDirectory(prefix="capstone-demo-") as out:
         trainer, tokenizer = prepare_training(*train, config, training_config, out,
@@ -338,32 +365,39 @@ def run_demo(settings, progress=False, seed=0):
         summary = trainer.train()
         if summary["stopped"] != "done":
             raise KeyboardInterrupt
-        hypotheses = translate_lines(trainer.model, tokenizer, test[0], SearchConfig(beam_size=4, alpha=0.0))
+        hypotheses = translate_lines(trainer.model, tokenizer, test[0],
+                                     SearchConfig(beam_size=4, alpha=0.0))
     for source, reference, hypothesis in list(zip(test[0], test[1], hypotheses))[:3]:
         print(f"  {source}  ->  {hypothesis}  [{'ok' if hypothesis == reference else 'WRONG'}]")
-    print(f"  training loss {summary['last_loss']:.3f} after {summary['steps_run']} steps ({summary['seconds']:.0f} s)")
+    print(f"  training loss {summary['last_loss']:.3f} after {summary['steps_run']} steps "
+          f"({summary['seconds']:.0f} s)")
     return exact_match(hypotheses, test[1])
 
 
 def multi30k_example():
     """examples/multi30k.py, imported (it is a script, not a module of the package)."""
-    spec = importlib.util.spec_from_file_location("multi30k", LESSONS.parent / "examples" / "multi30k.py")
+    spec = importlib.util.spec_from_file_location("multi30k",
+                                                  LESSONS.parent / "examples" / "multi30k.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     return example
 
 
 def run_multi30k(example, data_dir, progress=False):
-    """examples/multi30k.py --quick --steps STEPS --ranks 1, in this process: its test BLEU, or None when it
-    did not finish. One rank, as when the bar was set (--quick's default of 2 ranks cuts other batches)."""
+    """examples/multi30k.py --quick --steps STEPS --ranks 1, in this process: its test BLEU, or None
+    when it did not finish. One rank, as when the bar was set (--quick's default of 2 ranks
+    cuts other batches)."""
     with tempfile.TemporaryDirectory(prefix="capstone-multi30k-") as out:
-        argv = ["--quick", "--steps", str(STEPS), "--ranks", "1", "--data-dir", str(data_dir), "--out", out]
+        argv = ["--quick", "--steps", str(STEPS), "--ranks", "1", "--data-dir", str(data_dir),
+                "--out", out]
         argv += [] if progress else ["--no-progress"]
         if example.main(argv) != 0:
             return None
         files = example.find_files(data_dir)
-        references = example.read_parallel(files["test_2016_flickr.de"], files["test_2016_flickr.en"])[1]
-        hypotheses = (Path(out) / "test_2016_flickr.hyp.en").read_text(encoding="utf-8").splitlines()
+        references = example.read_parallel(files["test_2016_flickr.de"],
+                                           files["test_2016_flickr.en"])[1]
+        hypotheses = (Path(out)
+                      / "test_2016_flickr.hyp.en").read_text(encoding="utf-8").splitlines()
     return corpus_bleu(hypotheses, [references])[0]
 
 
@@ -375,23 +409,29 @@ def verdict(what, value, bar, shown):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python lessons/capstone.py", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python lessons/capstone.py",
+                                     description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="examples:\n" + __doc__.split("\n\n")[1])
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--solutions", action="store_true", help="plug in lessons/solutions/ instead of your exercises")
-    which.add_argument("--exercises", type=Path, metavar="DIR", help="plug in the NN_*.py files of DIR "
-                       "(default: lessons/exercises/)")
+    which.add_argument("--solutions", action="store_true",
+                       help="plug in lessons/solutions/ instead of your exercises")
+    which.add_argument("--exercises", type=Path, metavar="DIR",
+                       help="plug in the NN_*.py files of DIR (default: lessons/exercises/)")
     parser.add_argument("--demo-only", action="store_true", help="skip Multi30k")
-    parser.add_argument("--quick", action="store_true", help="the demo at demo_task.QUICK (seconds: checks the "
-                        "plumbing, not the bar), no Multi30k")
-    parser.add_argument("--data-dir", type=Path, help="Multi30k's .gz files (default: examples/multi30k.py's)")
-    parser.add_argument("--fast-bpe", action="store_true", help="learn Multi30k's tokenizer with the package's "
-                        "learner (seconds) instead of yours (the plain learner of lesson 08: 17 minutes there, "
-                        "with its encode)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the demo at demo_task.QUICK (seconds: checks the plumbing, not the "
+                             "bar), no Multi30k")
+    parser.add_argument("--data-dir", type=Path,
+                        help="Multi30k's .gz files (default: examples/multi30k.py's)")
+    parser.add_argument("--fast-bpe", action="store_true",
+                        help="learn Multi30k's tokenizer with the package's learner (seconds) "
+                             "instead of yours (the plain learner of lesson 08: 17 minutes there, "
+                             "with its encode)")
     parser.add_argument("--package", metavar="NAMES", default="",
-                        help="comma-separated functions of yours that the grader refuses and that the "
-                             "package's should replace, said in every result (e.g. softmax,adam)")
+                        help="comma-separated functions of yours that the grader refuses and that "
+                             "the package's should replace, said in every result (e.g. "
+                             "softmax,adam)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     allow = [name for name in args.package.split(",") if name]
@@ -404,20 +444,24 @@ def main(argv=None):
         parser.error(f"--exercises: no directory {folder}")
     for option, given in (("--data-dir", args.data_dir is not None), ("--fast-bpe", args.fast_bpe)):
         if given and (args.quick or args.demo_only):
-            parser.error(f"{option} is for Multi30k, which --quick and --demo-only skip: leave one out")
+            parser.error(f"{option} is for Multi30k, which --quick and --demo-only skip: leave one "
+                         f"out")
     if args.data_dir is not None and args.data_dir.exists() and not args.data_dir.is_dir():
         parser.error(f"--data-dir {args.data_dir} is a file, not a directory")
     backend.use("cpu")
-    print(f"The bar: the demo's exact match at least {BAR_DEMO:.0%}, Multi30k --quick at least {BAR_BLEU:g} BLEU.")
+    print(f"The bar: the demo's exact match at least {BAR_DEMO:.0%}, Multi30k --quick at least "
+          f"{BAR_BLEU:g} BLEU.")
     mine, refused = choose(folder.resolve(), allow)
     if refused:
-        print(f"\nREFUSED: {len(refused)} of your functions fail the grader, so nothing is trained with them:")
+        print(f"\nREFUSED: {len(refused)} of your functions fail the grader, so nothing is trained "
+              f"with them:")
         for name, why in refused.items():
             print(f"  {name}: {why}")
-        print("Fix them (python lessons/check.py NN NAME says what differs), or let the package's run in their "
-              f"place, said in every result: --package {','.join(refused)}")
+        print(f"Fix them (python lessons/check.py NN NAME says what differs), or let the package's "
+              f"run in their place, said in every result: --package {','.join(refused)}")
         return 1
-    print(f"{len(mine)} of {len(PIECES)} pieces are yours" + ("" if mine else ": the package alone trains"))
+    print(f"{len(mine)} of {len(PIECES)} pieces are yours"
+          + ("" if mine else ": the package alone trains"))
     try:
         return run_all(args, mine)
     except Refused as e:
@@ -444,13 +488,15 @@ def run_all(args, mine):
         match = run_demo(settings, progress=not args.no_progress)
         ok = verdict("demo exact match", match, BAR_DEMO, f"{match:.1%}") or args.quick
         search_by = "your beam_search" if "beam_search" in mine else "the package's beam_search"
-        print(f"   from: the {settings['n_test']:,} held-out lines, each translated by beam search (4 beams, alpha "
-              f"0) with {search_by}; trained with {whose(mine)}")
+        print(f"   from: the {settings['n_test']:,} held-out lines, each translated by beam search "
+              f"(4 beams, alpha 0) with {search_by}; trained with {whose(mine)}")
     if not (args.quick or args.demo_only):
         ok = run_multi30k_part(args, mine) and ok
-    print("\nyour code ran: " + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))
+    print("\nyour code ran: "
+          + (", ".join(f"{name} {CALLS[name]:,}x" for name in mine) or "none of it"))
     if any(CALLS[name] == 0 for name in mine):
-        print("(0x: this run needed it nowhere; your attention_forward, for one, does the softmax's work)")
+        print("(0x: this run needed it nowhere; your attention_forward, for one, does the "
+              "softmax's work)")
     return 0 if ok else 1
 
 
@@ -461,7 +507,8 @@ def missing(mine):
 def run_multi30k_part(args, mine):
     """Multi30k --quick with your pieces: True when it meets the bar (or was skipped)."""
     example = multi30k_example()
-    data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir() else Path("data/multi30k"))
+    data_dir = args.data_dir or (example.SHARED if example.SHARED.is_dir()
+                                 else Path("data/multi30k"))
     try:
         example.find_files(data_dir)
     except example.UsageError as e:
@@ -469,12 +516,15 @@ def run_multi30k_part(args, mine):
         return True
     print(f"\n2. Multi30k --quick --steps {STEPS}, from {data_dir}")
     if "learn_merges" in mine:
-        print("   its 8,000-id tokenizer: " + ("the package's learner (--fast-bpe); your encode tokenizes" if
-              args.fast_bpe else "your learner: 17 minutes with its encode if it is the plain one of "
-              "lesson 08 (0.1 s a merge on Multi30k, 7,741 merges; --fast-bpe: the package's, seconds)"))
+        print("   its 8,000-id tokenizer: "
+              + ("the package's learner (--fast-bpe); your encode tokenizes" if
+              args.fast_bpe
+                 else "your learner: 17 minutes with its encode if it is the plain one of lesson "
+                      "08 (0.1 s a merge on Multi30k, 7,741 merges; --fast-bpe: the package's, "
+                      "seconds)"))
     if "beam_search" in mine:
-        print(f"   the test set: your beam search translates every {EVERY}th line, a sentence at a time; "
-              "the package's batched search all of them, to compare and for the rest")
+        print(f"   the test set: your beam search translates every {EVERY}th line, a sentence at a "
+              f"time; the package's batched search all of them, to compare and for the rest")
     BEAM.clear()
     used = {k: f for k, f in mine.items() if k != "learn_merges" or not args.fast_bpe}
     PHASE[0] = "training and translating Multi30k"
@@ -487,10 +537,11 @@ def run_multi30k_part(args, mine):
     shown = "did not finish" if bleu is None else f"{bleu:.2f}"
     ok = verdict("Multi30k test BLEU", bleu, BAR_BLEU, shown)
     lines = (f"{BEAM['lines']} of them (every {EVERY}th) by your beam search, the other "
-             f"{BEAM['seen'] - BEAM['lines']:,} by the package's batched beam search" if BEAM["lines"] else
+             f"{BEAM['seen'] - BEAM['lines']:,} by the package's batched beam search"
+             if BEAM["lines"] else
              "all by the package's batched beam search")
-    print(f"   from: the lines of test_2016_flickr, translated by beam search (examples/multi30k.py's beam and "
-          f"alpha): {lines}; trained with {whose(used)}")
+    print(f"   from: the lines of test_2016_flickr, translated by beam search "
+          f"(examples/multi30k.py's beam and alpha): {lines}; trained with {whose(used)}")
     return ok
 
 

@@ -9,8 +9,8 @@
 One function per figure. Each builds a matplotlib Figure with the object API (no pyplot, so no
 global state and no GUI backend) and returns it; FIGURES maps the file name (without .png) to the
 function. Seeds are fixed, so a figure redraws the same, except 07_profile, which measures this
-machine. The two figures that train a model (09_loss_curve, 10_attention_heads) take most of the time:
-all of them took 65 s on the project's 2-core CPU, with other work running beside it.
+machine. The two figures that train a model (09_loss_curve, 10_attention_heads) take most of the
+time: all of them took 65 s on the project's 2-core CPU, with other work running beside it.
 """
 import argparse
 import inspect
@@ -35,7 +35,8 @@ if str(ROOT) not in sys.path:
 import minitransformer as mt  # noqa: E402
 import minitransformer.functional as F  # noqa: E402
 from minitransformer.attention import causal_mask, padding_mask  # noqa: E402
-from minitransformer.text import demo_task  # noqa: E402  (the demo task: numbers in digits -> words)
+# noqa: E402  (the demo task: numbers in digits -> words)
+from minitransformer.text import demo_task
 from minitransformer.text.fileio import atomic_write  # noqa: E402
 
 DPI = 100
@@ -52,7 +53,8 @@ def new_figure(width, height, cols=1, rows=1, **kwargs):
 
 # ==================================================================== 03: gradcheck
 def gradcheck_eps():
-    """Error of the central difference against eps, in float32 and float64: round-off against truncation."""
+    """Error of the central difference against eps, in float32 and float64: round-off
+    against truncation."""
     eps_grid = np.logspace(-1, -12, 45)
     x0 = 0.5
     exact = 1 - np.tanh(x0) ** 2
@@ -69,7 +71,8 @@ def gradcheck_eps():
 
     def softmax_error(eps, dtype):
         def L(z):
-            return float((F.softmax(mt.tensor(z.astype(dtype))) * mt.tensor(r.astype(dtype))).sum().item())
+            return float(
+                (F.softmax(mt.tensor(z.astype(dtype))) * mt.tensor(r.astype(dtype))).sum().item())
         z = mt.tensor(z0.astype(np.float64), requires_grad=True)
         (F.softmax(z) * mt.tensor(r)).sum().backward()
         analytic = float(z.grad @ d)
@@ -78,26 +81,29 @@ def gradcheck_eps():
 
     default = inspect.signature(mt.gradcheck).parameters["eps"].default
     fig, (ax,) = new_figure(8.6, 3.8)
-    # the labels of the vertical lines sit, horizontal, in the empty band below every curve (< 1e-13)
-    for dtype, color, y, side in ((np.float32, ORANGE, 1e-14, "right"), (np.float64, BLUE, 1e-16, "left")):
+    # the labels of the vertical lines sit, horizontal,
+    # in the empty band below every curve (< 1e-13)
+    for dtype, color, y, side in ((np.float32, ORANGE, 1e-14, "right"),
+                                  (np.float64, BLUE, 1e-16, "left")):
         name = dtype.__name__
-        ax.loglog(eps_grid, [max(tanh_error(e, dtype), 1e-17) for e in eps_grid], "o-", ms=3, color=color,
-                  label=f"tanh'(0.5), {name}")
-        ax.loglog(eps_grid, [max(softmax_error(e, dtype), 1e-17) for e in eps_grid], "s--", ms=3, color=color,
-                  alpha=0.6, label=f"F.softmax, projected, {name}")
+        ax.loglog(eps_grid, [max(tanh_error(e, dtype), 1e-17) for e in eps_grid], "o-", ms=3,
+                  color=color, label=f"tanh'(0.5), {name}")
+        ax.loglog(eps_grid, [max(softmax_error(e, dtype), 1e-17) for e in eps_grid], "s--", ms=3,
+                  color=color, alpha=0.6, label=f"F.softmax, projected, {name}")
         u = np.finfo(dtype).eps                     # the optimum of eps^2 + u / eps is near u^(1/3)
         ax.axvline(u ** (1 / 3), color=color, lw=0.8, ls=":")
-        ax.text(u ** (1 / 3) * (1.25 if side == "left" else 1 / 1.25), y, f"$u^{{1/3}}$, {name}", fontsize=8,
-                color=color, ha=side, va="center")
+        ax.text(u ** (1 / 3) * (1.25 if side == "left" else 1 / 1.25), y, f"$u^{{1/3}}$, {name}",
+                fontsize=8, color=color, ha=side, va="center")
     ax.axvline(default, color="k", lw=1.2)
-    ax.text(default / 1.25, 1e-16, f"mt.gradcheck's default eps = {default:g}", fontsize=8, ha="right",
-            va="center")
+    ax.text(default / 1.25, 1e-16, f"mt.gradcheck's default eps = {default:g}", fontsize=8,
+            ha="right", va="center")
     ax.set_xlabel("eps (step of the central difference)")
     ax.set_ylabel("|numeric - analytic|")
     ax.set_ylim(1e-17, 3)
-    ax.set_title("Central differences: truncation ($\\sim\\epsilon^2$) against round-off ($\\sim u/\\epsilon$)",
-                 fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))   # beside the axes, clear of the curves
+    ax.set_title("Central differences: truncation ($\\sim\\epsilon^2$) against round-off ($\\sim "
+                 "u/\\epsilon$)", fontsize=10)
+    # beside the axes, clear of the curves
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 
@@ -151,11 +157,12 @@ def masks():
     both = cm & pm                                   # (2, 1, 4, 4)
     from matplotlib.colors import ListedColormap
     cmap = ListedColormap(["#eeeeee", BLUE])
-    panels = [(pm[:, 0, 0], "padding_mask(ids)\n(B, 1, 1, S): rows are sentences", "key", "sentence"),
+    panels = [(pm[:, 0, 0], "padding_mask(ids)\n(B, 1, 1, S): rows are sentences", "key",
+               "sentence"),
               (cm[0, 0], "causal_mask(4)\n(1, 1, T, T)", "key", "query"),
               (both[0, 0], "causal & padding,\nsentence 1 (5 8 3 <pad>)", "key", "query"),
               (both[1, 0], "causal & padding,\nsentence 2 (7 <pad> <pad> <pad>)", "key", "query")]
-    fig, axes = new_figure(11.6, 3.9, cols=4)              # room enough for every title and key label
+    fig, axes = new_figure(11.6, 3.9, cols=4)            # room enough for every title and key label
     for ax, (m, title, xlabel, ylabel) in zip(axes, panels):
         ax.imshow(m, cmap=cmap, vmin=0, vmax=1)
         for (i, j), v in np.ndenumerate(m):
@@ -166,8 +173,8 @@ def masks():
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
-    fig.suptitle("Masks, True = may attend (blue); a False score is set to $-10^9$ before the softmax",
-                 fontsize=10)
+    fig.suptitle("Masks, True = may attend (blue); a False score is set to $-10^9$ before the "
+                 "softmax", fontsize=10)
     return fig
 
 
@@ -183,9 +190,11 @@ def positional_encoding():
     a.set_title("sinusoids(100, 128): fast waves on the left, slow on the right", fontsize=10)
     fig.colorbar(im, ax=a, shrink=0.8, label="PE[pos, dimension]")
     ks = np.arange(0, 60)
-    # the three curves coincide: a wide pale line, markers on it, and a thin dashed line through both
-    styles = ((0, dict(color=BLUE, lw=5, alpha=0.35)), (20, dict(color=ORANGE, ls="none", marker="o", ms=4,
-              markevery=3)), (40, dict(color=GREEN, lw=1, ls="--")))
+    # the three curves coincide: a wide pale line,
+    # markers on it, and a thin dashed line through both
+    styles = ((0, dict(color=BLUE, lw=5, alpha=0.35)),
+              (20, dict(color=ORANGE, ls="none", marker="o", ms=4, markevery=3)),
+              (40, dict(color=GREEN, lw=1, ls="--")))
     for pos, style in styles:
         b.plot(ks, [pe[pos] @ pe[pos + k] for k in ks], label=f"pos = {pos}", **style)
     b.set_xlabel("offset k")
@@ -196,7 +205,8 @@ def positional_encoding():
 
 
 def profile():
-    """Time per op of one training step of the tiny preset, from mt.profile(): forward and backward."""
+    """Time per op of one training step of the tiny preset, from mt.profile():
+    forward and backward."""
     from minitransformer.optim import Adam
     mt.use("cpu")
     mt.seed(0)
@@ -234,9 +244,9 @@ def profile():
         ax.text(total, i, f" {total:.1f} ms ({total / traced:.0%})", va="center", fontsize=7)
     ax.set_xlim(0, (fwd + bwd).max() * 1.25)
     ax.set_xlabel("ms per training step (mean of 3)")
-    ax.set_title(f"mt.profile() of one step, tiny preset (D 128, 2 + 2 layers), B {B}, S {S}, T {T}, "
-                 f"V 400, CPU\nops traced: {traced:.0f} ms of {prof.wall * 1e3 / n:.0f} ms wall per step "
-                 f"(the rest: the engine, Adam)", fontsize=9)
+    ax.set_title(f"mt.profile() of one step, tiny preset (D 128, 2 + 2 layers), B {B}, S {S}, T "
+                 f"{T}, V 400, CPU\nops traced: {traced:.0f} ms of {prof.wall * 1e3 / n:.0f} ms "
+                 f"wall per step (the rest: the engine, Adam)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.tick_params(axis="y", labelsize=8)
     return fig
@@ -246,7 +256,8 @@ def profile():
 def bpe_corpus():
     """The generated corpus of lesson 08: Zipf-distributed words built from syllables."""
     rng = random.Random(0)
-    syllables = ["ka", "te", "ri", "mo", "sun", "de", "la", "ber", "ein", "ge", "ung", "sch", "ö", "ß"]
+    syllables = ["ka", "te", "ri", "mo", "sun", "de", "la", "ber", "ein", "ge", "ung", "sch", "ö",
+                 "ß"]
     lexicon = ["".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(1500)]
     zipf = [1 / rank for rank in range(1, len(lexicon) + 1)]
     return [" ".join(rng.choices(lexicon, weights=zipf, k=12)) for _ in range(3000)]
@@ -277,13 +288,14 @@ def bpe_merges():
     a.loglog(ranks, counts, color=BLUE)
     for k in (0, 1, 4, 19, 99, 299):
         if k < len(counts):
-            a.annotate(repr(tok.id_to_token(tok.offset + 256 + k)), (ranks[k], counts[k]), fontsize=8,
-                       xytext=(4, 4), textcoords="offset points")
-    a.set_xlim(0.7, len(counts) * 3)                 # room for the labels above the first merge and after the last
+            a.annotate(repr(tok.id_to_token(tok.offset + 256 + k)), (ranks[k], counts[k]),
+                       fontsize=8, xytext=(4, 4), textcoords="offset points")
+    a.set_xlim(0.7, len(counts) * 3)  # room for the labels above the first merge and after the last
     a.set_ylim(min(counts) / 1.5, max(counts) * 3)
     a.set_xlabel("merge number")
     a.set_ylabel("occurrences of the merged pair")
-    a.set_title(f"{len(counts)} merges on lesson 08's corpus: each is rarer than the last", fontsize=10)
+    a.set_title(f"{len(counts)} merges on lesson 08's corpus: each is rarer than the last",
+                fontsize=10)
     b.plot(np.concatenate([[0], ranks]), np.array([n_bytes] + lengths) / n_bytes, color=ORANGE)
     b.set_xlabel("merges learned")
     b.set_ylabel("corpus length / length in bytes")
@@ -294,7 +306,8 @@ def bpe_merges():
 
 # ==================================================================== 09: training
 def lr_schedule():
-    """Eq. (3) for three configurations: the paper's base and big models, and the demo's settings."""
+    """Eq. (3) for three configurations: the paper's base and big models, and
+    the demo's settings."""
     from minitransformer.text.demo_task import DEMO
     from minitransformer.optim import WarmupSchedule
     configs = [("base: d_model 512, warmup 4000", WarmupSchedule(512, 4000), BLUE),
@@ -320,7 +333,8 @@ def lr_schedule():
 
 
 def label_smoothing():
-    """The smoothed target q = (1 - eps) onehot + eps / V, read off cross_entropy's gradient p - q."""
+    """The smoothed target q = (1 - eps) onehot + eps / V, read off
+    cross_entropy's gradient p - q."""
     V, y, eps = 10, 3, 0.1
     z = mt.tensor(np.zeros((1, V)), requires_grad=True)      # uniform p, so q = p - gradient
     F.cross_entropy(z, np.array([y]), label_smoothing=eps).backward()
@@ -332,20 +346,22 @@ def label_smoothing():
     x = np.arange(V)
     ax.bar(x - 0.2, onehot, width=0.4, color=GREY, label="one-hot target (eps = 0)")
     ax.bar(x + 0.2, q, width=0.4, color=BLUE, label=f"smoothed target q (eps = {eps})")
-    ax.annotate(f"1 - eps + eps/V = {q[y]:.2f}", (y + 0.2, q[y]), xytext=(25, -10), textcoords="offset points",
-                fontsize=8, arrowprops=dict(arrowstyle="->", lw=0.8))
+    ax.annotate(f"1 - eps + eps/V = {q[y]:.2f}", (y + 0.2, q[y]), xytext=(25, -10),
+                textcoords="offset points", fontsize=8, arrowprops=dict(arrowstyle="->", lw=0.8))
     ax.annotate(f"eps/V = {q[0]:.2f}", (0.2, q[0]), xytext=(5, 30), textcoords="offset points",
                 fontsize=8, arrowprops=dict(arrowstyle="->", lw=0.8))
     ax.set_xticks(x)
     ax.set_xlabel(f"token id (V = {V}; the right token is {y})")
     ax.set_ylabel("target probability")
-    ax.set_title("Label smoothing: q read off cross_entropy's gradient $p - q$ at uniform $p$", fontsize=10)
+    ax.set_title("Label smoothing: q read off cross_entropy's gradient $p - q$ at uniform $p$",
+                 fontsize=10)
     ax.legend(fontsize=8)
     return fig
 
 
 def train_demo_run(out_dir):
-    """A short real run of the Trainer on the demo task (numbers in digits -> words); its log.jsonl."""
+    """A short real run of the Trainer on the demo task (numbers in
+    digits -> words); its log.jsonl."""
     from minitransformer.text.bpe import BPE
     from minitransformer.text.corpus import encode_pairs
     from minitransformer.run.training import Trainer, TrainingConfig
@@ -355,11 +371,13 @@ def train_demo_run(out_dir):
     tok = BPE.train(train_src + train_tgt, 400)
     pairs, _ = encode_pairs(train_src, train_tgt, tok)
     mt.seed(0)
-    model = mt.Transformer(mt.TransformerConfig.tiny(vocab_size=tok.vocab_size, d_model=32, d_ff=128, n_heads=4,
-                                                     n_layers=1, dropout=0.0))
-    training_config = TrainingConfig(steps=LOSS_CURVE_STEPS, max_tokens=500, warmup_steps=100, lr_scale=0.5,
-                                     eval_every=50, save_every=0, keep=1, eval_sentences=40, progress=False)
-    Trainer(model, tok, pairs, (valid_src, valid_tgt), training_config, out_dir, log=lambda *a: None).train()
+    model = mt.Transformer(mt.TransformerConfig.tiny(vocab_size=tok.vocab_size, d_model=32,
+                                                     d_ff=128, n_heads=4, n_layers=1, dropout=0.0))
+    training_config = TrainingConfig(steps=LOSS_CURVE_STEPS, max_tokens=500, warmup_steps=100,
+                                     lr_scale=0.5, eval_every=50, save_every=0, keep=1,
+                                     eval_sentences=40, progress=False)
+    Trainer(model, tok, pairs, (valid_src, valid_tgt), training_config, out_dir,
+            log=lambda *a: None).train()
     return Path(out_dir) / "log.jsonl"
 
 
@@ -377,7 +395,8 @@ def loss_curve():
     loss = np.array([r["loss"] for r in train])
     smooth = np.convolve(loss, np.ones(10) / 10, mode="valid")
     fig, (a, b) = new_figure(10, 3.6, cols=2)
-    a.plot(steps, loss, color=BLUE, alpha=0.3, lw=0.8, label="training loss (label-smoothed), every step")
+    a.plot(steps, loss, color=BLUE, alpha=0.3, lw=0.8,
+           label="training loss (label-smoothed), every step")
     a.plot(steps[9:], smooth, color=BLUE, label="its mean over 10 steps")
     a.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], "o-", color=ORANGE,
            label="validation loss (no smoothing)")
@@ -395,7 +414,8 @@ def loss_curve():
     b.set_ylabel("BLEU; exact match, %")
     b.set_ylim(0, 100)
     b.set_title("Greedy translations of 40 validation lines", fontsize=10)
-    b.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))   # below: clear of any run
+    # below: clear of any run
+    b.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     lr = b.twinx()
     lr.plot(steps, [r["lr"] for r in train], color=BLUE, lw=0.8, alpha=0.5)
     lr.set_ylabel("learning rate (thin line)", fontsize=8, color=BLUE)
@@ -406,7 +426,8 @@ def loss_curve():
 # ==================================================================== 10: decoding
 @lru_cache(maxsize=1)
 def reversal_model():
-    """Lesson 10's task, with 4 heads: a tiny model trained for a few seconds to reverse sequences."""
+    """Lesson 10's task, with 4 heads: a tiny model trained for a few seconds to
+    reverse sequences."""
     from minitransformer.text.data import Batch
     from minitransformer.optim import Adam
     mt.use("cpu")
@@ -416,8 +437,9 @@ def reversal_model():
     def pairs(n):
         xs = [rng.integers(3, 11, size=rng.integers(3, 8)).tolist() for _ in range(n)]
         return [(x, x[::-1]) for x in xs]
-    model = mt.Transformer(mt.TransformerConfig.tiny(vocab_size=11, d_model=32, n_heads=4, d_ff=64, n_layers=1,
-                                                     dropout=0.0, label_smoothing=0.0, max_len=32))
+    model = mt.Transformer(mt.TransformerConfig.tiny(vocab_size=11, d_model=32, n_heads=4, d_ff=64,
+                                                     n_layers=1, dropout=0.0, label_smoothing=0.0,
+                                                     max_len=32))
     opt = Adam(model.parameters(), lr=5e-3)
     for _ in range(300):
         b = Batch(pairs(32), 0, 1, 2)
@@ -436,73 +458,85 @@ def attention_heads():
     x = [3, 4, 5, 6, 7, 8, 9]
     y = beam_search(model, [x])[0][0].tokens
     attn = collect_attention(model, x, y)
-    return plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"], [str(t) for t in y] + ["</s>"],
-                          title=f"encoder-decoder attention of a model trained to reverse: {x} -> {y}")
+    return plot_attention(attn["cross"][-1], [str(t) for t in x] + ["</s>"],
+                          [str(t) for t in y] + ["</s>"],
+                          title=f"encoder-decoder attention of a model trained to reverse: {x} -> "
+                                f"{y}")
 
 
 # ==================================================================== 12: data parallelism
 def ring_states(n_ranks):
-    """The ring allreduce of lesson 12, followed chunk by chunk: after each of its 2(N - 1) steps, which
-    ranks' contributions each rank's copy of each chunk holds, and the (sender, chunk) of each message.
-    Returns [(phase, step, holds, sent)], holds[r][c] a frozenset of ranks; the start first."""
+    """The ring allreduce of lesson 12, followed chunk by chunk: after each of its 2(N - 1) steps,
+    which ranks' contributions each rank's copy of each chunk holds, and the (sender, chunk) of each
+    message. Returns [(phase, step, holds, sent)], holds[r][c] a frozenset of
+    ranks; the start first."""
     N = n_ranks
     holds = [[frozenset([r]) for _ in range(N)] for r in range(N)]
     states = [("start", 0, holds, [])]
     for phase, first in (("reduce-scatter", 0), ("all-gather", 1)):
         for s in range(N - 1):
-            sent = [(r, (r + first - s) % N) for r in range(N)]          # rank r sends this chunk to r + 1
+            sent = [(r, (r + first - s) % N) for r in range(N)]   # rank r sends this chunk to r + 1
             new = [row[:] for row in holds]
             for r, c in sent:
-                new[(r + 1) % N][c] = holds[(r + 1) % N][c] | holds[r][c] if phase == "reduce-scatter" else holds[r][c]
+                new[(r + 1) % N][c] = holds[(r + 1) % N][c] | holds[r][
+                    c] if phase == "reduce-scatter" else holds[r][c]
             holds = new
             states.append((phase, s + 1, holds, sent))
     return states
 
 
 def ring_allreduce():
-    """The ring allreduce over 4 ranks: reduce-scatter, then all-gather, chunk by chunk; bytes per rank."""
+    """The ring allreduce over 4 ranks: reduce-scatter, then all-gather, chunk by
+    chunk; bytes per rank."""
     from matplotlib.patches import FancyArrowPatch, Rectangle
     N = 4
     states = ring_states(N)
     colors = [BLUE, ORANGE, GREEN, "#9467bd"]
     fig, axes = new_figure(12, 6.4, cols=4, rows=2)
-    where = [(0.0, 1.0), (1.0, 0.0), (0.0, -1.0), (-1.0, 0.0)]            # rank r on a circle, clockwise
+    where = [(0.0, 1.0), (1.0, 0.0), (0.0, -1.0), (-1.0, 0.0)]       # rank r on a circle, clockwise
     cell = 0.19
     for ax, (phase, step, holds, sent) in zip(axes, states):
         for r, (x, y) in enumerate(where):
             for c in range(N):
                 k = len(holds[r][c])
                 left = x - N * cell / 2 + c * cell
-                ax.add_patch(Rectangle((left, y - cell / 2), cell, cell, facecolor=colors[c], alpha=0.15 + 0.85 * k / N,
-                                       edgecolor="k", lw=2.0 if k == N else 0.5))
+                ax.add_patch(Rectangle((left, y - cell / 2), cell, cell, facecolor=colors[c],
+                                       alpha=0.15 + 0.85 * k / N, edgecolor="k",
+                                       lw=2.0 if k == N else 0.5))
                 ax.text(left + cell / 2, y, str(k), ha="center", va="center", fontsize=7,
                         color="white" if k == N else "k")
-            ax.text(x, y + 0.2 if y >= 0 else y - 0.2, f"rank {r}", ha="center", va="center", fontsize=8)
+            ax.text(x, y + 0.2 if y >= 0 else y - 0.2, f"rank {r}", ha="center", va="center",
+                    fontsize=8)
         for r, c in sent:
             (x0, y0), (x1, y1) = where[r], where[(r + 1) % N]
-            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle="arc3,rad=-0.25", arrowstyle="-|>",
-                                         mutation_scale=10, shrinkA=26, shrinkB=26, color=colors[c], lw=1.6))
+            ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), connectionstyle="arc3,rad=-0.25",
+                                         arrowstyle="-|>", mutation_scale=10, shrinkA=26,
+                                         shrinkB=26, color=colors[c], lw=1.6))
             mx, my = (x0 + x1) / 2, (y0 + y1) / 2
-            ax.text(mx * 0.62, my * 0.62, f"chunk {c}", ha="center", va="center", fontsize=7, color=colors[c])
-        title = "start: rank r holds its own gradient" if phase == "start" else f"{phase}, step {step} of {N - 1}"
+            ax.text(mx * 0.62, my * 0.62, f"chunk {c}", ha="center", va="center", fontsize=7,
+                    color=colors[c])
+        title = "start: rank r holds its own gradient" if phase == "start" else (f"{phase}, step "
+                                                                                 f"{step} of "
+                                                                                 f"{N - 1}")
         ax.set_title(title, fontsize=9)
         ax.set_xlim(-1.6, 1.6)
         ax.set_ylim(-1.45, 1.45)
         ax.set_aspect("equal")
         ax.axis("off")
-    assert all(len(h) == N for row in states[-1][2] for h in row)          # every rank holds the whole sum
+    assert all(len(h) == N for row in states[-1][2] for h in row)   # every rank holds the whole sum
     b = axes[-1]
     ns = np.arange(2, 17)
     b.plot(ns, 2 * (ns - 1) / ns, "o-", ms=3, color=BLUE, label="ring: every rank sends $2(N-1)/N$")
-    b.plot(ns, ns - 1, "s--", ms=3, color=ORANGE, label="all to rank 0 and back:\nrank 0 sends $N-1$")
+    b.plot(ns, ns - 1, "s--", ms=3, color=ORANGE,
+           label="all to rank 0 and back:\nrank 0 sends $N-1$")
     b.axhline(2, color=GREY, lw=0.8, ls=":")
     b.set_yscale("log")
     b.set_xlabel("ranks N")
     b.set_ylabel("bytes sent / bytes of the gradient")
     b.set_title("What the busiest rank sends", fontsize=9)
     b.legend(fontsize=7)
-    fig.suptitle("Ring allreduce over 4 ranks: the numbers count the ranks summed into each chunk (thick: all 4)",
-                 fontsize=10)
+    fig.suptitle("Ring allreduce over 4 ranks: the numbers count the ranks summed into each chunk "
+                 "(thick: all 4)", fontsize=10)
     return fig
 
 
@@ -525,7 +559,8 @@ FIGURES = {
 def draw(name, out_dir=IMG):
     """Draw one figure and save it as out_dir/name.png; returns the path."""
     fig = FIGURES[name]()
-    path = Path(out_dir) / f"{name}.png"   # written whole or not at all; no version string: redraws diff cleanly
+    # written whole or not at all; no version string: redraws diff cleanly
+    path = Path(out_dir) / f"{name}.png"
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=DPI, metadata={"Software": None}))
     return path
 
@@ -545,7 +580,8 @@ def select(names):
                                  f"{sorted({n[:2] for n in FIGURES})}")
             chosen += found
         else:
-            raise SystemExit(f"no figure named {arg!r}; python lessons/figures.py --list shows them")
+            raise SystemExit(
+                f"no figure named {arg!r}; python lessons/figures.py --list shows them")
     return list(dict.fromkeys(chosen))
 
 
@@ -564,13 +600,15 @@ def main(argv=None):
         names = select(args.names)
     except SystemExit as e:
         parser.error(str(e))
-    there = next(d for d in [Path(args.out), *Path(args.out).parents] if d.exists())   # checked before drawing
+    # checked before drawing
+    there = next(d for d in [Path(args.out), *Path(args.out).parents] if d.exists())
     if not there.is_dir():
         parser.error(f"--out {args.out} cannot be a folder: {there} is a file")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("the figures need matplotlib: pip install -e .[plot]  (or .[lessons])") from None
+        raise SystemExit(
+            "the figures need matplotlib: pip install -e .[plot]  (or .[lessons])") from None
     start = time.perf_counter()
     for name in names:
         t = time.perf_counter()
