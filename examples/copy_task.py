@@ -33,10 +33,13 @@ def random_sequences(n, vocab_size, max_len, seed):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=500, help="updates (default: 500)")
-    p.add_argument("--vocab-size", type=int, default=13, help="3 special ids + 10 symbols (default: 13)")
-    p.add_argument("--max-len", type=int, default=8, help="longest sequence, in symbols (default: 8)")
+    p.add_argument("--vocab-size", type=int, default=13,
+                   help="3 special ids + 10 symbols (default: 13)")
+    p.add_argument("--max-len", type=int, default=8,
+                   help="longest sequence, in symbols (default: 8)")
     p.add_argument("--seed", type=int, default=0, help="data, weights and batch order (default: 0)")
     p.add_argument("--lr-scale", type=float, default=0.3, help="factor on eq. (3) (default: 0.3)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="default: cpu")
@@ -44,18 +47,20 @@ def main(argv=None):
     args = p.parse_args(argv)
     # every option before any work: one sentence naming it
     if not 4 <= args.vocab_size <= MAX_VOCAB:
-        p.error(f"--vocab-size must be between 4 (<pad> <s> </s> and one symbol) and {MAX_VOCAB:,}, "
-                f"got {args.vocab_size:,}")
+        p.error(f"--vocab-size must be between 4 (<pad> <s> </s> and one symbol) and "
+                f"{MAX_VOCAB:,}, got {args.vocab_size:,}")
     try:
-        # the tiny preset, smaller still; Note: no dropout and a short warmup suit this noise-free task
+        # the tiny preset, smaller still; Note: no dropout
+        # and a short warmup suit this noise-free task
         cfg = TransformerConfig.tiny(vocab_size=args.vocab_size, d_model=64, d_ff=256, dropout=0.0)
-        training_config = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100, lr_scale=args.lr_scale,
-                                         eval_every=0, save_every=0, seed=args.seed, progress=not args.no_progress)
+        training_config = TrainingConfig(steps=args.steps, max_tokens=1000, warmup_steps=100,
+                                         lr_scale=args.lr_scale, eval_every=0, save_every=0,
+                                         seed=args.seed, progress=not args.no_progress)
     except SettingError as e:
         p.error(e.renamed({"steps": "--steps", "lr_scale": "--lr-scale", "seed": "--seed"}))
     if not 1 <= args.max_len <= cfg.max_len - 1:
-        p.error(f"--max-len must be between 1 and {cfg.max_len - 1} (the model's {cfg.max_len} positions hold "
-                f"</s> too), got {args.max_len}")
+        p.error(f"--max-len must be between 1 and {cfg.max_len - 1} (the model's {cfg.max_len} "
+                f"positions hold </s> too), got {args.max_len}")
     try:
         mt.use(args.device)
     except RuntimeError as e:
@@ -76,11 +81,11 @@ def main(argv=None):
     correct = sum(h.tokens == s for h, s in zip(hyps, test))
     for s, h in list(zip(test, hyps))[:3]:
         print(f"  source {s}\n  output {h.tokens}")
-    print(f"final training loss {losses:.3f}; exact copies: {correct}/{len(test)} = {100 * correct / len(test):.1f}% "
-          f"in {time.perf_counter() - start:.0f} s")
+    print(f"final training loss {losses:.3f}; exact copies: {correct}/{len(test)} = "
+          f"{100 * correct / len(test):.1f}% in {time.perf_counter() - start:.0f} s")
     if correct / len(test) < 0.9:  # the check fails: exit code 1, and why
-        print(f"{p.prog}: fewer than 90% exact copies: the model did not learn to copy (more --steps?)",
-              file=sys.stderr)
+        print(f"{p.prog}: fewer than 90% exact copies: the model did not learn to copy (more "
+              f"--steps?)", file=sys.stderr)
         return 1
     return 0
 

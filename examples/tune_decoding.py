@@ -30,25 +30,32 @@ SHARED = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", type=Path, help="the --out directory of a training run")
-    p.add_argument("--data-dir", type=Path, default=SHARED if SHARED.exists() else Path("data/multi30k"),
+    p.add_argument("--data-dir", type=Path,
+                   default=SHARED if SHARED.exists() else Path("data/multi30k"),
                    help="where val.de.gz and val.en.gz are")
     p.add_argument("--average", type=int, nargs="+", default=[1, 5, 10], help="default: 1 5 10")
     p.add_argument("--beam", type=int, nargs="+", default=[1, 4, 8], help="default: 1 4 8")
-    p.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0], help="0 to 10 (default: 0.6 1.0)")
-    p.add_argument("--sentences", type=int, help="only the first N validation sentences (a quick check)")
-    p.add_argument("--base", type=float, nargs=3, default=[5, 4, 0.6], metavar=("AVERAGE", "BEAM", "ALPHA"),
+    p.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0],
+                   help="0 to 10 (default: 0.6 1.0)")
+    p.add_argument("--sentences", type=int,
+                   help="only the first N validation sentences (a quick check)")
+    p.add_argument("--base", type=float, nargs=3, default=[5, 4, 0.6],
+                   metavar=("AVERAGE", "BEAM", "ALPHA"),
                    help="the setting each axis starts from (default: 5 4 0.6)")
     args = p.parse_args(argv)
     base = (int(args.base[0]), int(args.base[1]), args.base[2])
     if min(args.average + [base[0]]) < 1:
-        p.error(f"--average and --base's AVERAGE must be at least 1, got {min(args.average + [base[0]])}")
-    try:                                                 # every beam and alpha, checked as search will
+        p.error(f"--average and --base's AVERAGE must be at least 1, got "
+                f"{min(args.average + [base[0]])}")
+    try:                                              # every beam and alpha, checked as search will
         searches = {(b, a): SearchConfig(beam_size=b, alpha=a) for b in args.beam + [base[1]]
                     for a in args.alpha + [base[2]]}
     except SettingError as e:
-        p.error(e.renamed({"beam_size": "--beam (or --base's BEAM)", "alpha": "--alpha (or --base's ALPHA)"}))
+        p.error(e.renamed({"beam_size": "--beam (or --base's BEAM)",
+                           "alpha": "--alpha (or --base's ALPHA)"}))
     if args.sentences is not None and args.sentences < 1:
         p.error(f"--sentences must be at least 1, got {args.sentences}")
     if not args.run.is_dir():
@@ -62,7 +69,8 @@ def main(argv=None):
             p.error(f"--data-dir: {args.data_dir / name} not found")
     src, ref = read_parallel(args.data_dir / "val.de.gz", args.data_dir / "val.en.gz")
     src, ref = src[:args.sentences], ref[:args.sentences]
-    settings = [base] + [(a, base[1], base[2]) for a in args.average] + [(base[0], b, base[2]) for b in args.beam] \
+    settings = [base] + [(a, base[1], base[2]) for a in args.average] + [(base[0], b, base[2])
+                                                                         for b in args.beam] \
         + [(base[0], base[1], al) for al in args.alpha]
     settings = list(dict.fromkeys(settings))             # each once, the base first
     print(f"{args.run}: last step {rundir.step_of(found[-1])}; validation {len(src)} sentences\n")
@@ -82,7 +90,8 @@ def main(argv=None):
         bleu, _ = corpus_bleu(hyps, [ref])
         lc, _ = corpus_bleu(hyps, [ref], lowercase=True)
         chrf, _ = corpus_chrf(hyps, [ref])
-        print(f"| {average} | {beam} | {alpha} | {bleu:.2f} | {lc:.2f} | {chrf:.2f} | {seconds:.0f} |", flush=True)
+        print(f"| {average} | {beam} | {alpha} | {bleu:.2f} | {lc:.2f} | {chrf:.2f} | "
+              f"{seconds:.0f} |", flush=True)
     return 0
 
 

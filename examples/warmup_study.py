@@ -1,13 +1,14 @@
-"""Why does eq. (3) at full scale stall on Multi30k? Train the same model under several learning-rate
-settings for a few hundred updates and record, every update, the loss, the learning rate, the update's
-size relative to the weights, and the gradient norm of every layer (embedding, each encoder and decoder
-layer): the measurements behind docs/experiments.md.
+"""Why does eq. (3) at full scale stall on Multi30k? Train the same model under several
+learning-rate settings for a few hundred updates and record, every update, the loss, the learning
+rate, the update's size relative to the weights, and the gradient norm of every layer (embedding,
+each encoder and decoder layer): the measurements behind docs/experiments.md.
 
     python examples/warmup_study.py --run paper-w300 --steps 300          # one setting
-    python examples/warmup_study.py --run all --steps 300 --out runs/warmup   # every setting, one after another
+    python examples/warmup_study.py --run all --steps 300 --out runs/warmup
+        # every setting, one after another
 
-Each run writes OUT/<name>.jsonl (one JSON object per update). The settings (all: small preset, joint BPE
-8000, batches of 2,048 tokens, seed 0, dropout 0.1, label smoothing 0.1):
+Each run writes OUT/<name>.jsonl (one JSON object per update). The settings (all: small preset,
+joint BPE 8000, batches of 2,048 tokens, seed 0, dropout 0.1, label smoothing 0.1):
     paper-w300   1.0 x eq. (3), warmup 300           (the recipe that stalled: peak rate 3.6e-3)
     scaled-w300  0.3 x eq. (3), warmup 300           (the first recipe: peak 1.1e-3)
     paper-w4000  1.0 x eq. (3), warmup 4000          (the paper's warmup: peak 9.9e-4, reached late)
@@ -51,7 +52,8 @@ def layer_of(name):
 
 def run(name, settings, pairs, vocab_size, steps, max_tokens, out):
     mt.seed(0)
-    model = Transformer(TransformerConfig.small(vocab_size=vocab_size, norm_first=settings["norm_first"]))
+    model = Transformer(TransformerConfig.small(vocab_size=vocab_size,
+                                                norm_first=settings["norm_first"]))
     model.train()
     names = dict(model.named_parameters())
     adam = Adam(model.parameters(), lr=0.0)
@@ -66,25 +68,32 @@ def run(name, settings, pairs, vocab_size, steps, max_tokens, out):
         loss.backward()
         norms = {}
         for k, p in names.items():
-            norms[layer_of(k)] = norms.get(layer_of(k), 0.0) + float((p.grad.astype(np.float64) ** 2).sum())
+            norms[layer_of(k)] = norms.get(layer_of(k),
+                                           0.0) + float((p.grad.astype(np.float64) ** 2).sum())
         before = {k: p.data.copy() for k, p in names.items()}
         adam.step(schedule(step))
         adam.zero_grad()
-        update = math.sqrt(sum(float(((p.data - before[k]).astype(np.float64) ** 2).sum()) for k, p in names.items()))
+        update = math.sqrt(sum(float(((p.data - before[k]).astype(np.float64) ** 2).sum())
+                               for k, p in names.items()))
         weight = math.sqrt(sum(float((before[k].astype(np.float64) ** 2).sum()) for k in names))
-        record = {"step": step, "loss": float(loss.item()), "lr": schedule(step), "update_ratio": update / weight,
-                  "grad_norm": {k: math.sqrt(v) for k, v in norms.items()}, "seconds": time.perf_counter() - start}
+        record = {"step": step, "loss": float(loss.item()), "lr": schedule(step),
+                  "update_ratio": update / weight,
+                  "grad_norm": {k: math.sqrt(v) for k, v in norms.items()},
+                  "seconds": time.perf_counter() - start}
         log.write(json.dumps(record) + "\n")
         log.flush()
         if step % 25 == 0:
             print(f"{name} step {step}: loss {record['loss']:.3f} lr {record['lr']:.2e} "
-                  f"update/weight {record['update_ratio']:.2e} ({record['seconds']:.0f} s)", flush=True)
+                  f"update/weight {record['update_ratio']:.2e} ({record['seconds']:.0f} s)",
+                  flush=True)
     log.close()
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", default="all", choices=["all", *RUNS], help="which setting (default: all)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", default="all", choices=["all", *RUNS],
+                   help="which setting (default: all)")
     p.add_argument("--steps", type=int, default=300, help="updates per setting (default: 300)")
     p.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch (default: 2048)")
     p.add_argument("--data-dir", type=Path, default=DATA)
