@@ -37,7 +37,8 @@ NOT_CODE = {
 
 
 def docstring_nodes(source):
-    """The docstring expressions of a module's source: first statements of a body that are strings."""
+    """The docstring expressions of a module's source: first statements of a
+    body that are strings."""
     found = []
     bodies = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     for node in ast.walk(ast.parse(source)):

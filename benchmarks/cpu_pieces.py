@@ -1,13 +1,15 @@
-"""What each CPU speed piece of an earlier version saved on one rank thread's update, as a share of it.
+"""What each CPU speed piece of an earlier version saved on one rank thread's update, as a share of
+it.
 
-    python benchmarks/cpu_pieces.py --rev 9f55391          # the version that still had them (cores.py)
+    python benchmarks/cpu_pieces.py --rev 9f55391          # the version that still had them
+                                                           # (cores.py)
 
-The recipe trains on a CPU as rank threads (distributed.run_threads), each on one core with the BLAS on
-one thread. A speed piece is kept behind the fast/ seam only where it pays more than 3% of that update.
-This script imports the package as of --rev (which must still hold minitransformer/cores.py), runs it as
-a rank thread does (cores.one_thread, the BLAS on one thread) and times, interleaved in one process,
-each piece against the plain NumPy it replaced, on the recipe's shapes (small preset, 1,024 tokens a
-rank, vocabulary 8,000, dropout 0.2, pre-LN):
+The recipe trains on a CPU as rank threads (distributed.run_threads), each on one core with the BLAS
+on one thread. A speed piece is kept behind the fast/ seam only where it pays more than 3% of that
+update. This script imports the package as of --rev (which must still hold
+minitransformer/cores.py), runs it as a rank thread does (cores.one_thread, the BLAS on one thread)
+and times, interleaved in one process, each piece against the plain NumPy it replaced, on the
+recipe's shapes (small preset, 1,024 tokens a rank, vocabulary 8,000, dropout 0.2, pre-LN):
   - cross-entropy over cache-sized chunks of rows (cores.cache_rows) against the whole (N, V) pass;
   - dropout's mask from PCG64's bits compared as integers (cores.keep) against rng.random(...) >= p,
     counted over the elements one update draws;
@@ -36,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def import_revision(rev, where, parser):
     """The package as of git revision `rev`, imported under its own name from a temporary directory;
     a revision that is not one, or has no cores.py, refused by parser.error."""
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minitransformer"], capture_output=True)
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "minitransformer"],
+                         capture_output=True)
     if rev.startswith("-") or tar.returncode != 0:
         parser.error(f"--rev {rev} is not a commit of this repository")
     with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
@@ -70,8 +73,10 @@ def pair(a, b, repeats):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rev", default="9f55391", help="a revision holding cores.py (default: 9f55391)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rev", default="9f55391",
+                   help="a revision holding cores.py (default: 9f55391)")
     p.add_argument("--repeats", type=int, default=15, help="timed rounds per piece (default: 15)")
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -113,19 +118,23 @@ def main(argv=None):
                     if not chunked:
                         cores.cache_rows = lambda a: None
                     x = mt.tensor(z, requires_grad=True)
-                    mt.functional.cross_entropy(x, t, ignore_index=0, label_smoothing=0.2).backward()
+                    mt.functional.cross_entropy(x, t, ignore_index=0,
+                                                label_smoothing=0.2).backward()
                     cores.cache_rows = before
                 return run
-            rows.append(("cross-entropy in cache-sized chunks", *pair(ce(False), ce(True), args.repeats)))
+            rows.append(("cross-entropy in cache-sized chunks",
+                         *pair(ce(False), ce(True), args.repeats)))
             g = np.random.default_rng(1)
             n = sum(drawn)
             plain_draw = lambda: g.random(n, dtype=np.float32) >= 0.2
             rows.append((f"dropout masks as integer bits ({n:,} a step)",
                          *pair(plain_draw, lambda: keep(g, (n,), 0.2), args.repeats)))
             shapes = [(512, 1536), (512, 512), (512, 1024), (512, 2048), (2048, 512)]
-            counts = [6, 12, 6, 12, 12]                       # per update: encoder and decoder layers
-            xs = {d: rng.standard_normal((1024, d)).astype(np.float32) for d in (512, 1024, 1536, 2048)}
-            plain_gemm = lambda: [xs[a].T @ xs[b] for (a, b), c in zip(shapes, counts) for _ in range(c)]
+            counts = [6, 12, 6, 12, 12]                     # per update: encoder and decoder layers
+            xs = {d: rng.standard_normal((1024, d)).astype(np.float32)
+                  for d in (512, 1024, 1536, 2048)}
+            plain_gemm = lambda: [xs[a].T @ xs[b] for (a, b), c in zip(shapes, counts)
+                                  for _ in range(c)]
             trick = lambda: [cores.transpose_matmul(xs[a], xs[b])
                              for (a, b), c in zip(shapes, counts) for _ in range(c)]
             rows.append(("weight gradients as (b^T a)^T", *pair(plain_gemm, trick, args.repeats)))
@@ -139,8 +148,8 @@ def main(argv=None):
             rows.append(("Adam in pieces of 2^18", *pair(adam_update(size), adam_update(1 << 18),
                                                          args.repeats)))
         for name, plain, piece in rows:
-            print(f"  {name:44s} plain {plain:8.2f} ms  piece {piece:8.2f} ms  "
-                  f"saves {plain - piece:6.2f} ms = {100 * (plain - piece) / step:5.2f}% of the update")
+            print(f"  {name:44s} plain {plain:8.2f} ms  piece {piece:8.2f} ms  saves "
+                  f"{plain - piece:6.2f} ms = {100 * (plain - piece) / step:5.2f}% of the update")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Cost of one autograd node (forward + backward) on tiny tensors, where the engine's bookkeeping,
-not the arithmetic, is the cost: minitransformer vs the same arithmetic in raw NumPy (forward and the
-hand-written backward), and vs PyTorch's eager autograd when PyTorch is installed (optional).
+not the arithmetic, is the cost: minitransformer vs the same arithmetic in raw NumPy (forward and
+the hand-written backward), and vs PyTorch's eager autograd when PyTorch is installed (optional).
 
     python benchmarks/engine_overhead.py [--size 16] [--depth 100] [--repeats 30]
 
@@ -31,7 +31,8 @@ def time_per_node(fn, n_nodes, repeats):
 
 
 def autograd_step(x, w, b, depth):
-    """The graph for an autograd library whose tensors x, w, b require gradients (ours or PyTorch)."""
+    """The graph for an autograd library whose tensors x, w, b require gradients
+    (ours or PyTorch)."""
     def step():
         h = x
         for _ in range(depth):
@@ -69,34 +70,45 @@ def torch_eager(x0, w0, b0, depth):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", type=int, default=16, help="tensors are (size, size) float32 (default: 16)")
-    p.add_argument("--depth", type=int, default=100, help="blocks of (mul, add, relu) (default: 100)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", type=int, default=16,
+                   help="tensors are (size, size) float32 (default: 16)")
+    p.add_argument("--depth", type=int, default=100,
+                   help="blocks of (mul, add, relu) (default: 100)")
     p.add_argument("--repeats", type=int, default=30, help="the median is reported (default: 30)")
     args = p.parse_args()
-    for option, value in (("--size", args.size), ("--depth", args.depth), ("--repeats", args.repeats)):
+    for option, value in (("--size", args.size), ("--depth", args.depth),
+                          ("--repeats", args.repeats)):
         if value < 1:
             p.error(f"{option} must be at least 1, got {value}")
-    need = 2 * 3 * args.depth * args.size ** 2 * 4  # every node's (size, size) float32 output and its gradient
+    # every node's (size, size) float32 output and its gradient
+    need = 2 * 3 * args.depth * args.size ** 2 * 4
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if need > memory / 2:
-        p.error(f"--size {args.size} with --depth {args.depth} needs about {need / 2 ** 30:,.1f} GiB, more than half "
-                f"of this machine's {memory / 2 ** 30:.0f} GiB: use a smaller --size or --depth")
+        p.error(f"--size {args.size} with --depth {args.depth} needs about {need / 2 ** 30:,.1f} "
+                f"GiB, more than half of this machine's {memory / 2 ** 30:.0f} GiB: use a smaller "
+                f"--size or --depth")
     rng = np.random.default_rng(0)
     x0, b0 = (rng.standard_normal((args.size, args.size)).astype(np.float32) for _ in range(2))
-    w0 = rng.uniform(0.5, 1.0, (args.size, args.size)).astype(np.float32)  # |w| < 1: no overflow at depth
+    # |w| < 1: no overflow at depth
+    w0 = rng.uniform(0.5, 1.0, (args.size, args.size)).astype(np.float32)
     n = 3 * args.depth + 1
     rows = [("minitransformer", time_per_node(ours(x0, w0, b0, args.depth), n, args.repeats)),
-            ("raw NumPy (same arithmetic)", time_per_node(raw_numpy(x0, w0, b0, args.depth), n, args.repeats))]
+            ("raw NumPy (same arithmetic)",
+             time_per_node(raw_numpy(x0, w0, b0, args.depth), n, args.repeats))]
     try:
         import torch
-        rows.append((f"PyTorch {torch.__version__} eager", time_per_node(torch_eager(x0, w0, b0, args.depth), n, args.repeats)))
+        rows.append((f"PyTorch {torch.__version__} eager",
+                     time_per_node(torch_eager(x0, w0, b0, args.depth), n, args.repeats)))
     except ImportError:
         rows.append(("PyTorch eager", None))
-    print(f"per node, forward + backward, ({args.size}, {args.size}) float32, {n} nodes, median of {args.repeats}")
+    print(f"per node, forward + backward, ({args.size}, {args.size}) float32, {n} nodes, median of "
+          f"{args.repeats}")
     ref = rows[0][1]
     for name, us in rows:
-        print(f"  {name:32s} " + (f"{us:7.2f} us   (minitransformer / this = {ref / us:.2f})" if us else "not installed"))
+        print(f"  {name:32s} " + (f"{us:7.2f} us   (minitransformer / this = {ref / us:.2f})" if us
+                                  else "not installed"))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The same model in plain PyTorch eager, for side-by-side benchmarks only (PyTorch is never a
 dependency of minitransformer). Post-LN layers, sinusoidal positions, one embedding matrix shared by
-source, target and the output projection and scaled by sqrt(d_model), dropout on embeddings and on every
-sub-layer output, attention through torch's scaled_dot_product_attention."""
+source, target and the output projection and scaled by sqrt(d_model), dropout on embeddings and on
+every sub-layer output, attention through torch's scaled_dot_product_attention."""
 import math
 
 import torch
@@ -68,10 +68,10 @@ class TorchTransformer(nn.Module):
 
     def forward(self, src, tgt_in):
         pad = self.cfg.pad_id
-        src_mask = (src != pad)[:, None, None, :]                                      # (B, 1, 1, S)
+        src_mask = (src != pad)[:, None, None, :]                                     # (B, 1, 1, S)
         T = tgt_in.shape[1]
         causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=src.device))
-        tgt_mask = (tgt_in != pad)[:, None, None, :] & causal                          # (B, 1, T, T)
+        tgt_mask = (tgt_in != pad)[:, None, None, :] & causal                         # (B, 1, T, T)
         x = self.embed_tokens(src)
         for layer in self.encoder:
             x = layer(x, src_mask)
