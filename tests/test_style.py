@@ -1,8 +1,9 @@
-"""The size and shape rules of every module of minitransformer/: at most 300 code lines (counted with
-the tokenize module, not counting blank, comment-only or docstring lines, so that a module cannot
-meet it by writing sideways), every line at most 100 columns, one name assigned per assignment
-(no `a, b = x, y`), one statement per line (no semicolons), and plain.py's docstrings no longer
-than its code. Each failure names the file, the line and the rule."""
+"""The size and shape rules of every module of minitransformer/: at most 300 code lines (counted
+with the tokenize module, not counting blank, comment-only or docstring lines, so that a module
+cannot meet it by writing sideways), every line at most 100 columns, one name assigned per
+assignment (no `a, b = x, y`), one statement per line (no semicolons), and plain.py's docstrings no
+longer than its code. The 100 columns hold for the Python files of lessons/, examples/ and
+benchmarks/ (not benchmarks/tests/) too. Each failure names the file, the line and the rule."""
 import ast
 import io
 import sys
@@ -19,11 +20,18 @@ CODE_LINE_BUDGET = 300
 MAX_COLUMNS = 100
 MODULES = sorted((ROOT / "minitransformer").rglob("*.py"))
 IDS = [str(p.relative_to(ROOT)) for p in MODULES]
+# The 100-column rule holds beyond the package too: the lessons' code (exercises, solutions, the
+# grader's checks and mistakes, capstone, figures), the examples and the benchmark scripts (not
+# their tests).
+WIDE = sorted({*(ROOT / "lessons").rglob("*.py"), *(ROOT / "examples").glob("*.py"),
+               *(ROOT / "benchmarks").glob("*.py")})
+WIDE_IDS = [str(p.relative_to(ROOT)) for p in WIDE]
 
 
 def code_lines(path):
-    """The number of code lines of a Python file: lines holding a code token, leaving out blank lines,
-    comment-only lines and docstring lines (benchmarks/code_size.py says what a code token is)."""
+    """The number of code lines of a Python file: lines holding a code token, leaving out blank
+    lines, comment-only lines and docstring lines (benchmarks/code_size.py says
+    what a code token is)."""
     return len(code_size.code_line_numbers(Path(path).read_text(encoding="utf-8")))
 
 
@@ -58,14 +66,43 @@ def test_code_lines_within_budget(path):
     )
 
 
-@pytest.mark.parametrize("path", MODULES, ids=IDS)
-def test_lines_fit_in_100_columns(path):
-    lines = path.read_text(encoding="utf-8").splitlines()
-    long = [
-        f"{name_of(path)}:{number}: {len(line)} columns, past {MAX_COLUMNS}: wrap the line"
+def long_lines(path, name=None):
+    """'name:line: N columns, past 100: wrap the line' for each line of `path` past MAX_COLUMNS
+    (name: the file's path from the repository's root unless given)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    name = name or name_of(path)
+    return [
+        f"{name}:{number}: {len(line)} columns, past {MAX_COLUMNS}: wrap the line"
         for number, line in enumerate(lines, start=1)
         if len(line) > MAX_COLUMNS
     ]
+
+
+def test_long_lines_are_found(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("x = 1\n" + "y = '" + "a" * 95 + "'\n" + "z = '" + "a" * 94 + "'\n")
+    assert long_lines(path, "probe.py") == [
+        f"probe.py:2: 101 columns, past {MAX_COLUMNS}: wrap the line"]
+
+
+def test_the_wider_rule_covers_lessons_examples_and_benchmarks_not_their_tests():
+    names = set(WIDE_IDS)
+    for name in ("lessons/exercises/04_functional.py", "lessons/solutions/04_functional.py",
+                 "lessons/checks/mistakes/04_functional.py", "lessons/capstone.py",
+                 "examples/multi30k.py", "benchmarks/train_step.py"):
+        assert name in names, name
+    assert not any(name.startswith(("benchmarks/tests/", "tests/")) for name in names)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=IDS)
+def test_lines_fit_in_100_columns(path):
+    long = long_lines(path)
+    assert not long, "\n".join(long)
+
+
+@pytest.mark.parametrize("path", WIDE, ids=WIDE_IDS)
+def test_lessons_examples_and_benchmarks_fit_in_100_columns(path):
+    long = long_lines(path)
     assert not long, "\n".join(long)
 
 
@@ -120,7 +157,8 @@ def test_no_packed_assignments(path):
 def test_no_semicolons(path):
     source = path.read_text(encoding="utf-8")
     found = [
-        f"{name_of(path)}:{token.start[0]}: statements joined by a semicolon: one statement per line"
+        f"{name_of(path)}:{token.start[0]}: statements joined by a semicolon: one statement per "
+        f"line"
         for token in tokenize.generate_tokens(io.StringIO(source).readline)
         if token.type == tokenize.OP and token.string == ";"
     ]
