@@ -53,8 +53,9 @@ def check_mul(fn, g):
     r = np.random.default_rng(20).standard_normal
     cases = [("(3,) * (3,)", [r(3), r(3)], {}),
              ("x * x, x (3,): one tensor as both factors", [r(3)], {}, "same"),
-             ("(2, 3) * (3,): b is broadcast", [r((2, 3)), r(3)], {}), ("(4, 1, 3) * (2, 1)", [
-                 r((4, 1, 3)), r((2, 1))], {}), ("(2, 3) * a 0-d scalar", [r((2, 3)), r(())], {}),
+             ("(2, 3) * (3,): b is broadcast", [r((2, 3)), r(3)], {}),
+             ("(4, 1, 3) * (2, 1)", [r((4, 1, 3)), r((2, 1))], {}),
+             ("(2, 3) * a 0-d scalar", [r((2, 3)), r(())], {}),
              ("x * x, x (2, 3): one tensor as both factors", [r((2, 3))], {}, "same"),
              ("w * a + w * b, w (2, 3): one weight in two products", [r((2, 3)), r((2, 3)), r(3)],
               {}, "twice")]

@@ -27,9 +27,9 @@ def sines(x, eps, times):
     cos(x) sin(eps) / eps."""
     return (f"{times} sum(sin(x)), eps={eps:g}: the central difference is {times} cos(x) sin(eps) "
             f"/ eps", lambda x: times * float(np.sum(np.sin(x))), x, {"eps": eps},
-            times * np.cos(x) * np.sin(eps) / eps, 1e-10, [(times * np.cos(
-                x), "that is the gradient at a tiny step, not at the eps given: use the eps you "
-                    "are given")])
+            times * np.cos(x) * np.sin(eps) / eps, 1e-10,
+            [(times * np.cos(x), "that is the gradient at a tiny step, not at the eps given: use "
+                                 "the eps you are given")])
 
 
 def check_numeric_gradient(fn, g):

@@ -21,8 +21,9 @@ def check_softmax(fn, g):
     span = ("subtract each row's maximum, not its minimum or mean: exp(x - min) overflows in a row "
             "that spans 1000, while x - max is at most 0")
     cases = [("shape (3, 5)", 3 * r((3, 5)), -1, overflow),
-             ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0, overflow), ("logits near 1000", 1000 + r(
-                 (2, 4)), -1, overflow), ("shape (4, 3), axis=0", r((4, 3)), 0, overflow),
+             ("shape (2, 3, 4), axis=0", r((2, 3, 4)), 0, overflow),
+             ("logits near 1000", 1000 + r((2, 4)), -1, overflow),
+             ("shape (4, 3), axis=0", r((4, 3)), 0, overflow),
              ("shape (6,)", r(6), -1, overflow),
              ("one row near 1000, one near 0", np.array([[1000, 999, 998], [0, 1, -1]]) + r((2, 3)),
               -1, underflow),

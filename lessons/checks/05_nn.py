@@ -34,11 +34,12 @@ def check_linear_backward(fn, g):
               known=[(leaves[1].grad / (dy.size // d_out),
                       "sum over the rows, not mean: x^T dy adds every row's x_n^T dy_n")])
         g.cmp("dbias", db, leaves[2].grad,
-              shape_hint="dbias has shape (d_out,): sum dy over every leading axis", known=[(leaves[
-                  2].grad / (dy.size // d_out), "sum dy over the leading axes, not mean: every row "
-                                                "adds the bias")])
-    g.gradcheck(lambda x, w, b: with_your_backward(
-        F.linear, lambda gr: tuple(fn(x.data, w.data, gr)), [x, w, b]),
+              shape_hint="dbias has shape (d_out,): sum dy over every leading axis",
+              known=[(leaves[2].grad / (dy.size // d_out),
+                      "sum dy over the leading axes, not mean: every row adds the bias")])
+    g.gradcheck(lambda x, w, b: with_your_backward(F.linear,
+                                                   lambda gr: tuple(fn(x.data, w.data, gr)),
+                                                   [x, w, b]),
                 leaf(r((2, 3, 4))), leaf(r((4, 2))), leaf(r(2)),
                 case="mt.gradcheck, x (2, 3, 4), weight (4, 2)")
 

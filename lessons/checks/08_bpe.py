@@ -268,8 +268,8 @@ def learn_merges_hint(word_counts, num_merges, yours, ref, min_frequency, offset
         return (f"merge {k} is {mine}, expected {right}: use the offset given ({offset}), not 3: "
                 f"byte b has id b + offset")
     if all(a in (b, b - offset) for a, b in zip(mine, right)):   # an offset left out
-        which = "merge j makes id offset + 256 + j" if max(
-            right) >= offset + 256 else "byte b has id b + offset"
+        which = ("merge j makes id offset + 256 + j" if max(right) >= offset + 256
+                 else "byte b has id b + offset")
         return f"merge {k} is {mine}, expected {right}: {which} (offset {offset})"
     if any(i >= offset + 256 + k or i < offset for i in mine):
         return (f"merge {k} is {mine}, but only ids {offset} .. {offset + 255 + k} exist yet: "

@@ -108,8 +108,8 @@ def adam_mistakes(p, g, m, v, t, lr, betas, eps):
         return p + sign * lr * m_hat / (root(v_hat + eps) if eps_inside else root(v_hat) + eps)
     m1, v1 = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
     mh, vh = m1 / (1 - b1 ** t), v1 / (1 - b2 ** t)
-    return {
-        "m": [(b2 * m + (1 - b2) * g, "m decays with beta1 (betas[0]), v with beta2 (betas[1])"),
+    return {"m": [(b2 * m + (1 - b2) * g,
+                   "m decays with beta1 (betas[0]), v with beta2 (betas[1])"),
                   ((1 - b1) * m + b1 * g,
                    "m = beta1 m + (1 - beta1) g: the old mean keeps the weight beta1"),
                   (mh, "return m itself, not m_hat: the corrections are for the step only, the "

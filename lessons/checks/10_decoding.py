@@ -79,7 +79,7 @@ def beam_search_cases():
             alpha) in enumerate([(7, 3, 1, 0.0), (7, 3, 2, 0.6), (8, 4, 3, 0.6), (6, 4, 2, 1.5)]):
         cases.append(
             (f"a random model, {V - FIRST} words, max_len {max_len}, beam {k}, alpha {alpha}",
-                      random_step(V, i), V, k, max_len, alpha))
+             random_step(V, i), V, k, max_len, alpha))
     cases.append(("beam 27 over 3 words, max_len 3: nothing pruned, so the best of all 40 outputs",
                   random_step(6, 99), 6, 27, 3, 0.6))
     V, k, max_len, alpha = 7, 2, 4, 1.0
