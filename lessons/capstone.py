@@ -208,7 +208,7 @@ def adapters(mine, package, beam_every=1):
             t = backend.to_numpy(target.data if isinstance(target, Tensor) else np.asarray(target))
             grad = lambda g: cast(
                 [g * mine["cross_entropy_backward"](logits.data, t, label_smoothing, ignore_index)],
-                                  [logits])
+                [logits])
             node = make_node(loss.data, (logits,), grad, "cross_entropy")
             return (node, n) if return_count else node
         swaps[F, "cross_entropy"] = cross_entropy
@@ -262,7 +262,7 @@ def adapters(mine, package, beam_every=1):
     if "beam_search" in mine:
         swaps[search, "beam_search"] = beam_search_with(mine["beam_search"],
                                                         package[search, "beam_search"],
-                                                         beam_every)
+                                                        beam_every)
     return swaps
 
 
@@ -316,8 +316,8 @@ def beam_search_with(yours, package_beam_search, every=1):
                     continue
                 start = time.perf_counter()
                 mine = yours_one(model, ids, config)
-                BEAM["lines"], BEAM["seconds"] = BEAM["lines"] + 1, BEAM[
-                    "seconds"] + time.perf_counter() - start
+                BEAM["lines"], BEAM["seconds"] = (BEAM["lines"] + 1,
+                                                  BEAM["seconds"] + time.perf_counter() - start)
                 if results[i] is not None:
                     BEAM["same"] += mine.tokens == results[i][0].tokens
                 results[i] = [mine]
@@ -353,8 +353,9 @@ def run_demo(settings, progress=False, seed=0):
                                      max_digits=settings["max_digits"])
     training_config = TrainingConfig(steps=settings["steps"], max_tokens=settings["max_tokens"],
                                      warmup_steps=settings["warmup_steps"],
-                                     lr_scale=settings["lr_scale"], eval_every=settings[
-                                         "eval_every"], save_every=0, keep=1, seed=seed,
+                                     lr_scale=settings["lr_scale"],
+                                     eval_every=settings["eval_every"], save_every=0, keep=1,
+                                     seed=seed,
                                      eval_sentences=100, progress=progress)
     config = lambda vocab_size: TransformerConfig.tiny(vocab_size=vocab_size,
                                                        dropout=settings["dropout"],

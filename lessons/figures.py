@@ -478,8 +478,8 @@ def ring_states(n_ranks):
             sent = [(r, (r + first - s) % N) for r in range(N)]   # rank r sends this chunk to r + 1
             new = [row[:] for row in holds]
             for r, c in sent:
-                new[(r + 1) % N][c] = holds[(r + 1) % N][c] | holds[r][
-                    c] if phase == "reduce-scatter" else holds[r][c]
+                new[(r + 1) % N][c] = (holds[(r + 1) % N][c] | holds[r][c]
+                                       if phase == "reduce-scatter" else holds[r][c])
             holds = new
             states.append((phase, s + 1, holds, sent))
     return states
