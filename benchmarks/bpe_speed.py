@@ -188,8 +188,8 @@ def main():
                     print(f"{TOOLS[tool]:42s} {r}")
                     failed += r.startswith("failed")
                     continue
-                tokens = f"{r['val_tokens']:>11,d} {r['val_tokens'] / val_words:>8.3f}" if r[
-                    "val_tokens"] else ""
+                tokens = (f"{r['val_tokens']:>11,d} {r['val_tokens'] / val_words:>8.3f}"
+                          if r["val_tokens"] else "")
                 print(f"{TOOLS[tool]:42s} {r['seconds']:>8.2f} {r['cpu_seconds']:>7.2f} "
                       f"{r['peak_mib']:>9.0f} {tokens}", flush=True)
 

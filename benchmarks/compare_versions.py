@@ -58,8 +58,8 @@ def training_step(mt, preset, vocab, batch_shapes, seed=0):
     model = mt.transformer.Transformer(config)
     adam = mt.optim.Adam(model.parameters(), lr=1e-4)
     rng = np.random.default_rng(seed)
-    batches = [
-        mt.data.Batch([(rng.integers(3, vocab, s).tolist(), rng.integers(3, vocab, t).tolist())
+    batches = [mt.data.Batch([(rng.integers(3, vocab, s).tolist(),
+                               rng.integers(3, vocab, t).tolist())
                               for _ in range(b)], 0, 1, 2) for b, s, t in batch_shapes]
     state = {"i": 0}
 
@@ -238,8 +238,8 @@ def main(argv=None):
         # (sentences, source length, target length)
         shapes = [(64, 16, 15), (40, 25, 24), (100, 10, 10)]
         workloads = {
-            f"recipe update, 2 rank threads ({args.preset})": lambda m: rank_threads_update(
-                m, args.preset, 8000),
+            f"recipe update, 2 rank threads ({args.preset})":
+                lambda m: rank_threads_update(m, args.preset, 8000),
             f"train step ({args.preset})": lambda m: training_step(m, args.preset, 8000, shapes),
             f"Trainer.train_step ({args.preset})": lambda m: trainer_step(m, args.preset, 8000),
             f"Adam update ({args.preset})": lambda m: adam_update(m, args.preset, 8000),

@@ -203,7 +203,7 @@ def run_ours(preset, batches, steps, device, cuda_graphs=False):
         causal = np.tril(np.ones((tgt_in.shape[1],) * 2, bool))
         dev.append(tuple(backend.asarray(a)
                          for a in (src, tgt_in, tgt_out, (src != 0)[:, None, None, :],
-                                                      (tgt_in != 0)[:, None, None, :] & causal))
+                                   (tgt_in != 0)[:, None, None, :] & causal))
                    + (share,))
     step_no = [0]
 
@@ -270,8 +270,8 @@ def run_torch(preset, batches, steps, device):
     world = distributed.world()   # its ranks and its sums of a few numbers: the package's, over MPI
     ranks = world.size
     torch.set_num_threads(distributed.threads_per_rank(ranks))
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = os.environ[
-        "CUPY_TF32"] == "1"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = (
+        os.environ["CUPY_TF32"] == "1")
     torch.manual_seed(0)
     cfg = getattr(mt.TransformerConfig, preset)(vocab_size=VOCAB[preset])
     dev = "cuda" if device == "gpu" else "cpu"
@@ -279,7 +279,7 @@ def run_torch(preset, batches, steps, device):
     if ranks > 1:                       # DDP's own process group, on gloo, at the port main() chose
         torch.distributed.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{os.environ['TRAIN_STEP_PORT']}",
-                                             rank=world.rank, world_size=ranks)
+            rank=world.rank, world_size=ranks)
         # averages the gradients of the ranks
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
@@ -317,8 +317,8 @@ def worker(args):
         batches, args.warmup = batches[:args.steps] * 4, 3 * args.steps
         # replayed once: a graph's first launch uploads it,
         # 2-3 ms of host time on an H200, once), then timed
-    runner = run_torch if args.worker == "torch" else functools.partial(
-        run_ours, cuda_graphs=args.cuda_graphs)
+    runner = (run_torch if args.worker == "torch"
+              else functools.partial(run_ours, cuda_graphs=args.cuda_graphs))
     cfg, step, data, sync, xp, peak, world = runner(args.preset, batches, args.steps, args.device)
     rss0 = rss_bytes()          # the model and the batches are made; no step yet
     for b in data[: args.warmup]:
