@@ -233,7 +233,6 @@ def shard_weights_mistakes(counts, rank, size, average=False):
 
 def ring_bytes_sent_mistakes(n, b, N, rank):
     S = n * b
-    sizes = chunk_sizes(n, N)
     uneven = [] if n % N == 0 else [
         (2 * (N - 1) * (n // N) * b,
          "np.array_split's chunks are not all n // size elements: the first n % size have one "
@@ -243,8 +242,8 @@ def ring_bytes_sent_mistakes(n, b, N, rank):
          "the chunks this rank sends, not 2 (size - 1) / size of the array")]
     other_rank = [] if rank == 0 or counted_bytes(n, b, N, 0) == counted_bytes(n, b, N, rank) else [
         (counted_bytes(n, b, N, 0),
-         f"that is what rank 0 sends: which chunks a rank sends depends on the rank (rank r sends "
-         f"chunk r - s, then r + 1 - s, at step s)")]
+         "that is what rank 0 sends: which chunks a rank sends depends on the rank (rank r sends "
+         "chunk r - s, then r + 1 - s, at step s)")]
     return uneven + other_rank + [((N - 1) / N * S, "that is one phase: the reduce-scatter AND the "
                                                     "all-gather each send N - 1 chunks"),
             (4 * (N - 1) / N * S, "count what the rank sends, not what it sends and receives"),
