@@ -113,13 +113,7 @@ def run_demo(args):
     trainer, tokenizer, summary = trained[0]
     if summary["stopped"] != "done":
         return report_stop("demo", summary)
-    # the weights the validation lines judged best: a late jump of the loss costs nothing
-    chosen = summary["checkpoint"]
-    if os.path.isfile(os.path.join(out, BEST)):
-        chosen = os.path.join(out, BEST)
-        best = checkpoint.load(chosen)
-        trainer.model.load_state_dict(best.model)
-        print(f"translating with the weights of step {best.step}, the best validation BLEU")
+    chosen = use_best_weights(trainer.model, out) or summary["checkpoint"]
 
     # greedy, as validated
     hypotheses = translate_lines(trainer.model, tokenizer, test[0], training_config.search)
@@ -138,6 +132,18 @@ def run_demo(args):
     print(f"total time {time.perf_counter() - start:.0f} s; checkpoint: {chosen}")
     print(f"translate with it:  echo '1 2 , 3 4 5' | {PROG} translate --checkpoint {chosen}")
     return 0
+
+
+def use_best_weights(model, out):
+    """Load into `model` the weights the validation lines judged best (out/checkpoint_best.npz),
+    so that a late jump of the loss costs nothing; their path, or None where there is none."""
+    path = os.path.join(out, BEST)
+    if not os.path.isfile(path):
+        return None
+    best = checkpoint.load(path)
+    model.load_state_dict(best.model)
+    print(f"translating with the weights of step {best.step}, the best validation BLEU")
+    return path
 
 
 def loss_curve(losses, width=60, height=8):
