@@ -56,12 +56,11 @@ from minitransformer.text import bpe_learn
 from minitransformer import functional as F
 from minitransformer.config import SearchConfig
 from minitransformer.text.demo_task import DEMO, QUICK, make_splits
-from minitransformer.cli.demo import use_best_weights
 from minitransformer.run.metrics import corpus_bleu, exact_match
 from minitransformer.run.pipeline import prepare_training
 from minitransformer.tensor import Tensor, make_node
 from minitransformer.run.training import TrainingConfig
-from minitransformer.run.translation import translate_lines
+from minitransformer.run.translation import translate_lines, use_best_weights
 from minitransformer.transformer import TransformerConfig
 
 LESSONS = Path(__file__).resolve().parent

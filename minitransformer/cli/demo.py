@@ -7,17 +7,15 @@ minutes, then translates held-out lines and prints exact-match accuracy and sacr
 Left out on purpose: any download; any setting a user must choose.
 """
 import dataclasses
-import os
 import tempfile
 import time
 
 from minitransformer.checks import SettingError
-from minitransformer.run import checkpoint, distributed, host
-from minitransformer.run.rundir import BEST
+from minitransformer.run import distributed, host
 from minitransformer.text.demo_task import DEMO, QUICK, make_splits
 from minitransformer.run.metrics import corpus_bleu, exact_match
 from minitransformer.run.pipeline import TOKENIZER_FILE, prepare_training
-from minitransformer.run.translation import translate_lines
+from minitransformer.run.translation import translate_lines, use_best_weights
 from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import TransformerConfig
 
@@ -132,18 +130,6 @@ def run_demo(args):
     print(f"total time {time.perf_counter() - start:.0f} s; checkpoint: {chosen}")
     print(f"translate with it:  echo '1 2 , 3 4 5' | {PROG} translate --checkpoint {chosen}")
     return 0
-
-
-def use_best_weights(model, out):
-    """Load into `model` the weights the validation lines judged best (out/checkpoint_best.npz),
-    so that a late jump of the loss costs nothing; their path, or None where there is none."""
-    path = os.path.join(out, BEST)
-    if not os.path.isfile(path):
-        return None
-    best = checkpoint.load(path)
-    model.load_state_dict(best.model)
-    print(f"translating with the weights of step {best.step}, the best validation BLEU")
-    return path
 
 
 def loss_curve(losses, width=60, height=8):

@@ -5,6 +5,8 @@ target token (without label smoothing), sacreBLEU and exact match of its transla
 Left out on purpose: streaming input, sentence splitting, detokenisation beyond tokenizer.decode,
 other metrics than BLEU and exact match at evaluation (chrF: metrics.corpus_chrf).
 """
+import os
+
 import numpy as np
 from tqdm import tqdm
 
@@ -18,6 +20,7 @@ from ..transformer import Transformer
 from . import checkpoint
 from .checkpoint import CheckpointError
 from .metrics import corpus_bleu, exact_match, perplexity
+from .rundir import BEST
 
 
 def encode_lines(tokenizer, lines):
@@ -146,6 +149,19 @@ def load_model(path, tokenizer_path=None):
 
 
 # -------------------------------------------------------------------- evaluation
+
+def use_best_weights(model, out_dir, log=print):
+    """Load into `model` the weights the validation lines judged best (out_dir's
+    checkpoint_best.npz), so that a late jump of the loss costs nothing: their path, or None where
+    the run evaluated nothing."""
+    path = os.path.join(out_dir, BEST)
+    if not os.path.isfile(path):
+        return None
+    best = checkpoint.load(path)
+    model.load_state_dict(best.model)
+    log(f"translating with the weights of step {best.step}, the best validation BLEU")
+    return path
+
 
 def validation_loss(model, batches):
     """The mean loss per target token over `batches` (data.Batch), label smoothing off."""
