@@ -2,13 +2,13 @@
 checkpoints (section 6.1), translate test_2016_flickr with beam search, print sacreBLEU.
 
     python examples/multi30k.py                      # the recipe: 2 ranks (threads), 30-41 minutes
-                                                     # on 2 cores, BLEU 41.4
+                                                     # on 2 cores, BLEU 40.9-41.4 (seeds 0-2)
     python examples/multi30k.py --ranks 1            # one process, both cores: 37 minutes, BLEU
                                                      # 40.5 (other batches)
     python examples/multi30k.py --steps 6000 --dropout 0.3 --ranks 1
                                                      # the previous recipe: 67-106 min, 41.3-41.9
     python examples/multi30k.py --quick              # the tiny preset, 2 ranks: about 7 minutes,
-                                                     # BLEU 38.4-39.0
+                                                     # BLEU 38.0-39.3 over seeds 0-2
     python examples/multi30k.py --layer-norm post --lr-scale 0.3 --warmup 300
                                                      # the paper's post-LN
     python examples/multi30k.py --device gpu         # the GPU recipe: one H200, 2 minutes, BLEU
@@ -22,8 +22,9 @@ tokens at 1.0 x eq. (3), warmup 400, seed 0, about 14 epochs, the last 5 checkpo
 4, alpha 1.0; chosen on the validation set) run as 2 ranks of 1,024 tokens, threads of this process,
 a core each (--ranks; under mpiexec, processes, with the same bits): test_2016_flickr sacreBLEU
 41.34 (lowercased 41.55, chrF 59.95) in 35.2 minutes from start to score on 2 CPU cores
-(results/multi30k-default-2026-11-28/). The previous recipe, 6,000 updates at dropout 0.3 in one
-process (about 25 epochs): test_2016_flickr sacreBLEU 41.33
+(results/multi30k-default-2026-11-28/); seeds 1 and 2 41.28 and 40.94
+(results/multi30k-seeds-2026-11-28-799acd1/). The previous recipe, 6,000 updates at dropout 0.3
+in one process (about 25 epochs): test_2016_flickr sacreBLEU 41.33
 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0), lowercased 41.56, chrF 60.37, in 106.3
 minutes from start to score on 2 CPU threads with nothing else running (1.02-1.10 s per update); on
 another 2-core machine 66.6 minutes (0.66-0.71 s per update) and 41.51 (lowercased
