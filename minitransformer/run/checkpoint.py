@@ -168,7 +168,7 @@ def _check_optimizer(headers, meta, path):
     """The optimizer state is whole: a step count per parameter, Adam's m and v (of the model's
     dtype and of one shape) for every parameter that has taken a step and for no other; else a
     CheckpointError (resuming would fill the missing moments with zeros, or a float16 copy would
-    round every update). Malformed scalars are rundir.check_resume_data's to name."""
+    round every update). Malformed scalars are resume.check_resume_data's to name."""
     scalars = meta.get("optimizer")
     optim = {k[len("optim/"):]: h for k, h in headers.items() if k.startswith("optim/")}
     counts = scalars.get("t") if scalars else None

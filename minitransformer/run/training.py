@@ -27,6 +27,7 @@ from ..text.data import BatchIterator
 from .distributed import step_seed
 from .host import Terminated  # noqa: F401  (SIGTERM's KeyboardInterrupt, named here too)
 from .replay import StepGraphs, memory_mb
+from .resume import load_resumable, run_identity, run_meta
 from .metrics import perplexity
 from ..optim import Adam, WarmupSchedule, clip_grad_norm
 
@@ -91,8 +92,8 @@ class Trainer:
                                                     shuffle=False)
         self.run_dir = (rundir.RunDirectory(out_dir, training_config.keep)
                         if out_dir is not None and self.world.is_main else None)
-        self.identity = rundir.run_identity(tokenizer and tokenizer.to_json(), train_pairs,
-                                            ids.to_dict())  # resume
+        self.identity = run_identity(tokenizer and tokenizer.to_json(), train_pairs,
+                                     ids.to_dict())  # resume
         self.step = 0
         self.best_bleu = None
         self.last_checkpoint = None
@@ -370,9 +371,9 @@ class Trainer:
     def state(self):
         """(model arrays, meta, optimizer arrays): everything a checkpoint holds."""
         scalars, arrays = self.optimizer.state_dict()
-        meta = rundir.run_meta(self.step, self.model.config.to_dict(), asdict(self.training_config),
-                               scalars, self._iter_state, self.identity, self.tokenizer,
-                               self.tokenizer_path, self.best_bleu)
+        meta = run_meta(self.step, self.model.config.to_dict(), asdict(self.training_config),
+                        scalars, self._iter_state, self.identity, self.tokenizer,
+                        self.tokenizer_path, self.best_bleu)
         return self.model.state_dict(), meta, arrays
 
     def save(self):
@@ -394,10 +395,10 @@ class Trainer:
         return self.last_checkpoint
 
     def resume(self, path):
-        """Continue from a checkpoint of this run (rundir.load_resumable: the same model, tokenizer,
+        """Continue from a checkpoint of this run (resume.load_resumable: the same model, tokenizer,
         corpus and schedule): model, optimizer, step, batch-stream position, best BLEU."""
-        ck = rundir.load_resumable(path, self.model.config.to_dict(), self.identity,
-                                   asdict(self.training_config), self.total_steps, self.log)
+        ck = load_resumable(path, self.model.config.to_dict(), self.identity,
+                            asdict(self.training_config), self.total_steps, self.log)
         try:
             self.model.load_state_dict(ck.model)
             self.optimizer.load_state_dict(ck.meta["optimizer"], ck.optim)
