@@ -157,3 +157,11 @@ def test_numpy_scalars_are_converted_exactly_to_the_plain_type_each_field_declar
     assert training.search.max_len_a == 1.5 and type(training.search.max_len_a) is float
     json.dumps(dataclasses.asdict(training))          # no NumPy scalar left for JSON to refuse
     assert TrainingConfig(steps=2 ** 53 - 1).steps == 2 ** 53 - 1      # the bound itself passes
+
+
+def test_configs_and_options_bound_integers_alike():
+    """The CLI's options (run/host.py, imported before NumPy) and the configs keep the same bound:
+    a run never accepts an integer its checkpoints refuse."""
+    from minitransformer import config
+    from minitransformer.run import host
+    assert config.MAX_INT == host.MAX_EXACT == 2 ** 53 - 1
