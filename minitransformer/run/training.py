@@ -193,31 +193,32 @@ class Trainer:
         one."""
         if not self._pending:
             return
-        xp = backend.xp
-        values = backend.to_numpy(xp.stack([xp.asarray(l, dtype=xp.float32)
-                                            for _, l, _ in self._pending]))
-        steps = [s for s, _, _ in self._pending]
-        self._pending = []
-        for s, v in zip(steps, values.tolist()):
-            if not math.isfinite(v) or v > self.divergence_limit:
-                self._stop(s, f"the loss became {v}")
-            self.losses[s] = v
-        now = time.perf_counter()
-        loss = float(np.mean(values))
-        record = {"step": self.step, "seconds": round(now - self._started, 2), "loss": loss,
-                  "ppl": perplexity(loss), "lr": self.optimizer.lr,
-                  "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
-                  "epoch": self.iterator.epoch}
-        if backend.device == "gpu":  # the memory pools' bytes in use (xp is cupy here)
-            record["gpu_mem_mb"] = memory_mb(self.graphs)
-        self._window_tokens = 0
-        self._window_start = now
-        self._write_log(record)
-        if bar is not None:
-            mem = {"mem": f"{record['gpu_mem_mb']:.0f}MB"} if "gpu_mem_mb" in record else {}
-            bar.set_postfix({"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}",
-                             "lr": f"{record['lr']:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}",
-                             **mem}, refresh=False)
+        with self.signals.whole():  # a signal waits: the losses taken off _pending are logged
+            xp = backend.xp
+            values = backend.to_numpy(xp.stack([xp.asarray(l, dtype=xp.float32)
+                                                for _, l, _ in self._pending]))
+            steps = [s for s, _, _ in self._pending]
+            self._pending = []
+            for s, v in zip(steps, values.tolist()):
+                if not math.isfinite(v) or v > self.divergence_limit:
+                    self._stop(s, f"the loss became {v}")
+                self.losses[s] = v
+            now = time.perf_counter()
+            loss = float(np.mean(values))
+            record = {"step": self.step, "seconds": round(now - self._started, 2), "loss": loss,
+                      "ppl": perplexity(loss), "lr": self.optimizer.lr,
+                      "tokens_per_s": self._window_tokens / max(now - self._window_start, 1e-9),
+                      "epoch": self.iterator.epoch}
+            if backend.device == "gpu":  # the memory pools' bytes in use (xp is cupy here)
+                record["gpu_mem_mb"] = memory_mb(self.graphs)
+            self._window_tokens = 0
+            self._window_start = now
+            self._write_log(record)
+            if bar is not None:
+                mem = {"mem": f"{record['gpu_mem_mb']:.0f}MB"} if "gpu_mem_mb" in record else {}
+                bar.set_postfix({"loss": f"{loss:.3f}", "ppl": f"{record['ppl']:.1f}",
+                                 "lr": f"{record['lr']:.2e}",
+                                 "tok/s": f"{record['tokens_per_s']:.0f}", **mem}, refresh=False)
 
     def _stop(self, step, what):
         """Stop with a TrainingError that names the last checkpoint saved (every one holds finite
