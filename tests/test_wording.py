@@ -1,9 +1,9 @@
 """What a user reads speaks of the software and its users, not of how it was made: no numbered
 work periods ("session 12", "sessions 26-27", "session24") and no "the issue's command" or
-"issue 31" in the README, the lessons, docs/, benchmarks/README.md, results/ (its READMEs and its
-folder names), the package's comments and strings, the scripts' help and comments, or the tests'
-names. Runs are named by date and commit or by what they are. Each failure names the file, the
-line and the words."""
+"issue 31" in the README, the lessons, docs/, benchmarks/README.md, results/ (every file but the
+figures and the translations, and the folder names), the package's comments and strings, the
+scripts' help and comments, or the tests' names. Runs are named by date and commit or by what they
+are. Each failure names the file, the line and the words."""
 import ast
 import io
 import re
@@ -16,9 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # numbered work periods and the words of a tracker: "session 12", "Sessions 26-27", "session24",
 # "session-1", "the issue", "the issue's", "issue 31", "issue #31", 'issue "A title"'
 MAKING = re.compile(r"\bsessions?[\s-]*(?:\d|#)|\bthe issue\b|\bissues?\s*#?\d|\bissue\s+[\"“]"
-                    r"|\bwork periods?\b", re.IGNORECASE)
+                    r"|\bwork periods?\b|\bthis session\b", re.IGNORECASE)
 # a test's or a folder's name: any "session" or "issue" in it
 NAME = re.compile(r"session|issue", re.IGNORECASE)
+# in results/, every file is read but the figures and the models' translations (their words are
+# the model's: "the issue" may be one)
+NOT_READ = {".png", ".npz", ".npy", ".gz"}
+TRANSLATIONS = (".hyp.en", ".hyp.de", ".ref.en", ".ref.de")
 
 
 def rel(path):
@@ -30,7 +34,8 @@ def text_files():
     files = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
     files += sorted((ROOT / "docs").glob("*.md"))
     files += sorted((ROOT / "lessons").rglob("*.md")) + sorted((ROOT / "lessons").rglob("*.py"))
-    files += sorted((ROOT / "results").rglob("README.md"))
+    files += [f for f in sorted((ROOT / "results").rglob("*")) if f.suffix not in NOT_READ
+              and not f.name.endswith(TRANSLATIONS)]
     return [f for f in files if f.is_file()]
 
 
@@ -92,6 +97,8 @@ def test_test_names_name_no_work_period():
     ("Session 24 cut the step", True), ("results/train-step-session25/", True),
     ("the issue's own command", True), ("Goal (issue 31): 38 BLEU", True),
     ("(the session-1 recipe)", True), ('issue "A good translator"', True),
+    ("the GPU run at this session's code", True),
+    ("--out results/gpu-run-h200/session19-call2", True),
     ("a training session with the model", False), ("an issue with CuPy", False),
     ("the tissue 3", False), ("results/multi30k-default-2026-11-28/", False),
 ])

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 24, call 2: where the replayed step's idle GPU time falls (gpu_kernel_profile.py now reports the
+# Call 2: where the replayed step's idle GPU time falls (gpu_kernel_profile.py now reports the
 # gaps between events), and whether the graph's memory nodes cost it (2026-11-26-pools.py, alternating).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/2026-11-26-0ec60f6-call2; mkdir -p "$R"

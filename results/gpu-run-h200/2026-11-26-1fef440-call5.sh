@@ -1,4 +1,4 @@
-# Session 20, call 5 (the last of its 15 minutes): the suite on CuPy beside Multi30k trained with --cuda-graphs,
+# Call 5 (the last of its 15 minutes): the suite on CuPy beside Multi30k trained with --cuda-graphs,
 # then train_step small and base against PyTorch: FP32 and TF32, replayed and eager
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1; R=results/gpu-run-h200/2026-11-26-1fef440-call5; mkdir -p $R/m30k
 pack() { tar czf "$OUT/.r.tgz" "$R" 2>/dev/null; mv "$OUT/.r.tgz" "$OUT/r.tgz"; }

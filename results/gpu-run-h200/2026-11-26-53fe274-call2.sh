@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 19's second device call (H200): the fixes of the first call's three suite failures, the fused
+# The second device call at 53fe274 (H200): the fixes of the first call's three suite failures, the fused
 # embedding backward (its test and the step), the host profile and the CUDA-graph probe with cuBLAS by
 # ctypes, then train_step small and base against PyTorch (FP32), and small again after 10 warm-up steps.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

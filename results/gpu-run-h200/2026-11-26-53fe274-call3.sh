@@ -1,8 +1,8 @@
 #!/bin/bash
-# Session 19's third device call: the CUDA-graph probe again (call 2's stopped at an import), and what
+# The third device call at 53fe274: the CUDA-graph probe again (call 2's stopped at an import), and what
 # mpiexec says on this machine (call 2's 2-rank test failed with Open MPI's banner as its last line).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-R=results/gpu-run-h200/session19-call${CALL:-3}; OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$R" "$OUT"
+R=results/gpu-run-h200/2026-11-26-53fe274-call${CALL:-3}; OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$R" "$OUT"
 timeout 60 python3 benchmarks/gpu_run.py --data-dir data/multi30k --out "$R" --stages env graph --minutes 12 \
   > "$R/gpu_run.out" 2>&1; echo "gpu_run exit $?"; tail -3 "$R/gpu_run.out"
 { whoami; which mpiexec; mpiexec --version; timeout 60 python3 -c "

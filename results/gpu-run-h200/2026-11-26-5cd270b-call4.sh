@@ -1,4 +1,4 @@
-# Session 20, call 4: column sums and the embedding's unrolled run on the GPU: their tests, then train_step
+# Call 4: column sums and the embedding's unrolled run on the GPU: their tests, then train_step
 # small and base against PyTorch, eager and replayed, and the replayed small step kernel by kernel
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1; R=results/gpu-run-h200/2026-11-26-5cd270b-call4; mkdir -p $R
 pack() { tar czf "$OUT/.r.tgz" "$R" 2>/dev/null; mv "$OUT/.r.tgz" "$OUT/r.tgz"; }

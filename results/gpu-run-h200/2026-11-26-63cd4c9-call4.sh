@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 23, call 4: fewer kernels in the step (column sums in one launch; attention's heads copied once per
+# Call 4: fewer kernels in the step (column sums in one launch; attention's heads copied once per
 # projection, its backward's GEMMs writing into C-ordered arrays copied once per projection): the tests that
 # touch them on the GPU, the replayed small step's kernels, and the small step against PyTorch in rounds.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

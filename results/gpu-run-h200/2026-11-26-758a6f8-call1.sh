@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 24, call 1: fewer kernels in the step (leaf gradients added into Adam's buffers by the GEMM that
+# Call 1: fewer kernels in the step (leaf gradients added into Adam's buffers by the GEMM that
 # makes them, beta 1, and by the column sums; attention's scale and mask in one launch, its softmax backward
 # taking the 1/sqrt(d_k); ReLU's backward in one): the tests that touch them on the GPU, the replayed small
 # step's kernels, and the small step against PyTorch in rounds.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 24, call 3: where the synced step's extra 2.5 ms goes (the host's part of a replayed step, the
+# Call 3: where the synced step's extra 2.5 ms goes (the host's part of a replayed step, the
 # graph's launch call), with the recording's memory from MemoryAsyncPool (graph nodes) or a private pool;
 # then the small step against PyTorch, synced one by one and pipelined (train_step.py's new figure).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

@@ -1,4 +1,4 @@
-# Session 20, call 3: the small and base steps kernel by kernel on the GPU's clock (ours eager, ours replayed, PyTorch eager)
+# Call 3: the small and base steps kernel by kernel on the GPU's clock (ours eager, ours replayed, PyTorch eager)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1; R=results/gpu-run-h200/2026-11-26-e7b8ce3-call3; mkdir -p $R
 pack() { tar czf "$OUT/.r.tgz" "$R" 2>/dev/null; mv "$OUT/.r.tgz" "$OUT/r.tgz"; }
 P="python3 benchmarks/gpu_kernel_profile.py --data-dir data/multi30k"

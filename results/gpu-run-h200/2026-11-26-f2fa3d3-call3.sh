@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 23, call 3: the small and base training steps against PyTorch eager, rounds alternating in one run
+# Call 3: the small and base training steps against PyTorch eager, rounds alternating in one run
 # (ours, PyTorch, ours, ...), so that the ratio is not one run's luck; FP32, 8,192-token batches.
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 R=${OUT:-/tmp/out}/2026-11-26-f2fa3d3-call3; mkdir -p "$R"

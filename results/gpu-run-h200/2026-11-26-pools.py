@@ -1,9 +1,9 @@
-"""Session 24's experiment: is the replayed step's idle GPU time the graph's memory nodes? The replayed
+"""An experiment of 2026-11-26: is the replayed step's idle GPU time the graph's memory nodes? The replayed
 small step with CuPy's MemoryAsyncPool (allocations inside a recording become graph nodes: graphs.py's
 way) or with a private MemoryPool (the recording reuses the blocks the eager steps before it left cached:
 no memory nodes, but freed blocks of a recording could be lent to arrays outside it: a timing only):
 pipelined (one sync at the end) and one by one (the host's part, and synced), and a replay's launch call.
-    python3 results/gpu-run-h200/session24-pools.py async|private     # one process per mode
+    python3 results/gpu-run-h200/2026-11-26-pools.py async|private     # one process per mode
 """
 import json
 import sys

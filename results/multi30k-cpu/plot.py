@@ -6,7 +6,7 @@ training (the "seconds" of each log.jsonl record; needs matplotlib).
     python results/multi30k-cpu/plot.py results/multi30k-cpu-3600-d03 40.08    # the 3,600-update run
 
 This folder's run trained to update 3,600 on ONE CPU thread beside another run (87.5 min), then resumed
-to 6,000 on 2 threads alone (42.9 min, of which about 2 min paused for a benchmark; docs/experiments.md, session 5)."""
+to 6,000 on 2 threads alone (42.9 min, of which about 2 min paused for a benchmark; docs/experiments.md)."""
 import json
 import sys
 from pathlib import Path
