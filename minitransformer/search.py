@@ -151,6 +151,7 @@ def greedy_search(model, src, search=SearchConfig(), *, use_cache=True):
             logp = step.next_logits(forced=t >= max_len[active])      # (R, V)
             token = xp.argmax(logp, axis=-1)                          # (R,)
             lp = backend.to_numpy(logp[xp.arange(len(active)), token])
+            _refuse_nan("greedy_search", backend.to_numpy(logp.max(axis=1)), t, active)
             token = backend.to_numpy(token)
             total = lp if total is None else total + lp               # summed in the model's dtype
             done = token == step.eos_id
@@ -212,6 +213,7 @@ def beam_search(model, src, search=SearchConfig(), *, use_cache=True, return_att
             n = alive.shape[1]                                 # beams per sentence: 1, then k
             logp = step.next_logits(np.repeat(t >= max_len[active], n))  # (Ba*n, V)
             alive = alive.astype(logp.dtype, copy=False)                 # sums in the model's dtype
+            _refuse_nan("beam_search", backend.to_numpy(logp.max(axis=1)), t, active.repeat(n))
             scores, beam, token = _top_candidates(logp, alive, 2 * k)    # (Ba, 2k) each
             _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
                     t + 1, alpha, k, config.eos_id)
@@ -284,6 +286,16 @@ def _top_candidates(logp, alive, width):
         scores = np.pad(scores, pad, constant_values=-np.inf)
         idx = np.pad(idx, pad)
     return scores, idx // V, idx % V
+
+
+def _refuse_nan(owner, values, t, active):
+    """Refuse, in one sentence, a NaN among `values` (host; each row's largest log p, NaN where the
+    row holds one; active: each row's source) at output position t: nothing could be ranked."""
+    bad = np.flatnonzero(np.isnan(values))
+    if bad.size:
+        raise ValueError(f"{owner}: the model's log-probabilities are NaN at output position {t} "
+                         f"of src[{int(active[bad[0]])}]: its weights or activations are not "
+                         f"finite (a diverged training?), so nothing can be ranked")
 
 
 def _finish(finished, active, prefix, n, scores, beam, token, length, alpha, k, eos_id):

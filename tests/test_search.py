@@ -544,3 +544,20 @@ def test_return_attention_gives_the_cross_attention_of_the_best():
         assert hyps[1].attention is None
 
 
+
+
+@pytest.mark.parametrize("find", [greedy_search, beam_search])
+def test_nan_log_probabilities_are_refused_naming_the_source(xp_backend, find):
+    """A model whose numbers are NaN for one source (its token's embedding row) cannot rank
+    anything: one sentence naming the search, the position and that source, not an IndexError
+    deep in the top-k or an empty translation."""
+    mt.seed(0)
+    model = Transformer(TransformerConfig.tiny(vocab_size=23, d_model=16, n_heads=2, d_ff=32,
+                                               max_len=64, share_embeddings=False))
+    model.src_embed.weight.data[9] = np.nan          # the source side's alone
+    with pytest.raises(ValueError, match=rf"^{find.__name__}: .* NaN at output position 0 of "
+                                         r"src\[1\]: .*not finite"):
+        find(model, [[3, 4], [5, 9, 6], [7]])
+    model.src_embed.weight.data[:] = np.nan
+    with pytest.raises(ValueError, match=r"src\[0\]"):
+        find(model, [[3, 4]])
