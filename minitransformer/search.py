@@ -151,7 +151,7 @@ def greedy_search(model, src, search=SearchConfig(), *, use_cache=True):
             logp = step.next_logits(forced=t >= max_len[active])      # (R, V)
             token = xp.argmax(logp, axis=-1)                          # (R,)
             lp = backend.to_numpy(logp[xp.arange(len(active)), token])
-            _refuse_nan("greedy_search", backend.to_numpy(logp.max(axis=1)), t, active)
+            _refuse_nan("greedy_search", backend.to_numpy(logp[:, step.eos_id]), t, active)
             token = backend.to_numpy(token)
             total = lp if total is None else total + lp               # summed in the model's dtype
             done = token == step.eos_id
@@ -213,7 +213,7 @@ def beam_search(model, src, search=SearchConfig(), *, use_cache=True, return_att
             n = alive.shape[1]                                 # beams per sentence: 1, then k
             logp = step.next_logits(np.repeat(t >= max_len[active], n))  # (Ba*n, V)
             alive = alive.astype(logp.dtype, copy=False)                 # sums in the model's dtype
-            _refuse_nan("beam_search", backend.to_numpy(logp.max(axis=1)), t, active.repeat(n))
+            _refuse_nan("beam_search", backend.to_numpy(logp[:, step.eos_id]), t, active.repeat(n))
             scores, beam, token = _top_candidates(logp, alive, 2 * k)    # (Ba, 2k) each
             _finish(finished, active, step.prefix, n, scores[:, :k], beam[:, :k], token[:, :k],
                     t + 1, alpha, k, config.eos_id)
@@ -289,8 +289,10 @@ def _top_candidates(logp, alive, width):
 
 
 def _refuse_nan(owner, values, t, active):
-    """Refuse, in one sentence, a NaN among `values` (host; each row's largest log p, NaN where the
-    row holds one; active: each row's source) at output position t: nothing could be ranked."""
+    """Refuse, in one sentence, a NaN among `values` (host; each row's log p of </s>; active: each
+    row's source) at output position t: nothing could be ranked. A NaN or infinite logit makes
+    its whole row of log p NaN (the row's sum of exponentials is NaN), </s>'s entry too, which
+    next_logits never overwrites."""
     bad = np.flatnonzero(np.isnan(values))
     if bad.size:
         raise ValueError(f"{owner}: the model's log-probabilities are NaN at output position {t} "

@@ -546,6 +546,18 @@ def test_return_attention_gives_the_cross_attention_of_the_best():
 
 
 
+def test_a_nan_or_infinite_logit_makes_its_whole_log_softmax_row_nan(xp_backend):
+    """What search's NaN check reads (log p of </s> alone) rests on this, on both backends (the
+    fused kernel on the GPU): a NaN or +inf logit anywhere in a row makes every entry NaN; -inf
+    logits leave the row finite elsewhere."""
+    x = np.zeros((4, 300), dtype=np.float32)
+    x[0, 7], x[1, 299], x[2, 0], x[3, 5] = np.nan, np.inf, np.nan, -np.inf
+    with np.errstate(invalid="ignore"):                      # inf - inf, said by NumPy
+        logp = backend.to_numpy(search.log_softmax_array(backend.asarray(x)))
+    assert np.isnan(logp[:3]).all()
+    assert np.isfinite(np.delete(logp[3], 5)).all() and logp[3, 5] == -np.inf
+
+
 @pytest.mark.parametrize("find", [greedy_search, beam_search])
 def test_nan_log_probabilities_are_refused_naming_the_source(xp_backend, find):
     """A model whose numbers are NaN for one source (its token's embedding row) cannot rank
