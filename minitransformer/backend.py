@@ -59,9 +59,13 @@ def _import_cupy():
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # CUDA driver missing or broken
-        raise RuntimeError(f"CuPy is installed but no CUDA GPU is usable: {e}") from None
+        raise RuntimeError(
+            f"CuPy is installed but no CUDA GPU is usable ({e}). Where the driver is older than "
+            f"CuPy's CUDA, {INSTALL_HINT}; or stay on the CPU with use('cpu')."
+        ) from None
     if n == 0:
-        raise RuntimeError("CuPy is installed but no CUDA GPU is visible (CUDA_VISIBLE_DEVICES?).")
+        raise RuntimeError("CuPy is installed but no CUDA GPU is visible (CUDA_VISIBLE_DEVICES?): "
+                           "stay on the CPU with use('cpu').")
     _cupy = cupy
     return cupy
 

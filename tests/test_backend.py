@@ -34,6 +34,40 @@ def test_gpu_request_without_cupy_or_gpu_says_what_is_missing():
     assert backend.device == "cpu"                          # a failed switch changes nothing
 
 
+class _FakeRuntime:
+    """cupy.cuda.runtime of a machine whose driver fails (raises) or that shows no GPU (0)."""
+    def __init__(self, devices):
+        self.devices = devices
+
+    def getDeviceCount(self):
+        if isinstance(self.devices, Exception):
+            raise self.devices
+        return self.devices
+
+
+@pytest.mark.parametrize("runtime, said", [
+    (None, r"needs CuPy, which is not installed .*gpu-cuda12.*gpu-cuda13"),
+    (_FakeRuntime(RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient")),
+     r"no CUDA GPU is usable \(cudaErrorInsufficientDriver: .*\)\. .*gpu-cuda12.*gpu-cuda13"),
+    (_FakeRuntime(0), r"no CUDA GPU is visible \(CUDA_VISIBLE_DEVICES\?\)"),
+], ids=["no-cupy", "a-driver-that-fails", "no-gpu-seen"])
+def test_each_way_a_gpu_is_missing_is_said_with_the_cpu_as_a_way_on(monkeypatch, runtime, said):
+    """No CuPy, CuPy without a working driver, CuPy that sees no GPU: each is made here (None in
+    sys.modules fails the import; a stand-in module for the others), so every machine tests all
+    three."""
+    cupy = None
+    if runtime is not None:
+        cupy = type(sys)("cupy")
+        cupy.cuda = type(sys)("cupy.cuda")
+        cupy.cuda.runtime = runtime
+    monkeypatch.setattr(backend, "_cupy", None)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    with pytest.raises(RuntimeError, match=said) as e:
+        mt.use("gpu")
+    assert str(e.value).endswith("stay on the CPU with use('cpu')."), str(e.value)
+    assert backend.device == "cpu"
+
+
 def test_environment_variable_selects_the_device():
     code = "import minitransformer as mt; print(mt.backend.device)"
     env = dict(os.environ, MINITRANSFORMER_DEVICE="cpu")
