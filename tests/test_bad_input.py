@@ -379,7 +379,7 @@ ROWS = [
      {**OLD_TOK, "b.txt": b"\n  \n\t\n"}, 1, r"the training corpus is empty: b\.txt holds no text"),
     ("bpe-input-invalid-utf8", BPE_OWN + ["--vocab-size", "300", "--input", "bad.txt"], None,
      {**OLD_TOK, "bad.txt": b"good\nb\xe4d\n"}, 1, r"bad\.txt: line 2 is not valid UTF-8"),
-    # ---- untrusted files and sizes (issue 30): validated before anything is allocated, sizes bounded with a reason
+    # ---- untrusted files and sizes: validated before anything is allocated, sizes bounded with a reason
     ("train-config-d-model-huge", train("--config", "big.json"), None, {"big.json": b'{"preset": "tiny", '
      b'"d_model": 1000000}'}, 2, r"config file big\.json: the model would hold [\d,]+ floats .*over the limit of 2,147,"),
     ("train-config-layers-huge", train("--config", "big.json"), None, {"big.json": b'{"n_layers": 200000}'}, 2,
@@ -450,7 +450,7 @@ ROWS = [
                  r"--device gpu: .*GPU.* or stay on the CPU with --device cpu", marks=NEEDS_NO_GPU),
     ("demo-out-holds-an-earlier-run", ["demo", "--quick", "--out", "{D}/run"], None, {}, 2,
      r"--out .*run already holds checkpoint_0000002\.npz of an earlier run: move its files away"),
-    # ---- one owner per run folder, outputs written safely (issue 30): pipes, long names, another run's resume
+    # ---- one owner per run folder, outputs written safely: pipes, long names, another run's resume
     ("bpe-input-is-a-device", BPE_OWN + ["--vocab-size", "270", "--input", "null"], None, {"null": TO_DEV_NULL}, 2,
      r"--input file null is a pipe or a device, not a file: it must be a file that can be read more than once"),
     ("average-input-is-a-device", ["average", "null", "--output", "avg.npz"], None, {"null": TO_DEV_NULL}, 2,
@@ -471,7 +471,7 @@ ROWS = [
      train("--tokenizer", "big_tok.json", "--config", "huge.json", "--train-src", "bad.src"), None,
      {"big_tok.json": BIG_TOK, "huge.json": HUGE_CONFIG, "bad.src": b"\xff\n"}, 2,
      r"config file huge\.json: the model would hold 2,163,856,804 floats \(vocab_size 1,000, d_model 13,300"),
-    # ---- one 2 MB line without a space: refused or dropped before it is encoded (issue 30)
+    # ---- one 2 MB line without a space: refused or dropped before it is encoded
     ("translate-2mb-line", TRANSLATE, None, {**OLD, "in.txt": b"1 2\n" + MB2_LINE}, 1,
      r"in\.txt: line 2 has 2,000,000 characters, more than 31 tokens can spell"),
     ("train-2mb-line", train("--train-src", "long.src", "--train-tgt", "one.tgt"), None,

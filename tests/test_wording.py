@@ -2,8 +2,8 @@
 work periods ("session 12", "sessions 26-27", "session24") and no "the issue's command" or
 "issue 31" in the README, the lessons, docs/, benchmarks/README.md, results/ (every file but the
 figures and the translations, and the folder names), the package's comments and strings, the
-scripts' help and comments, or the tests' names. Runs are named by date and commit or by what they
-are. Each failure names the file, the line and the words."""
+scripts' help and comments, or the tests' names, comments and strings. Runs are named by date and
+commit or by what they are. Each failure names the file, the line and the words."""
 import ast
 import io
 import re
@@ -40,10 +40,13 @@ def text_files():
 
 
 def code_files():
-    """Python whose comments and strings (docstrings, help, messages) a user reads."""
+    """Python whose comments and strings (docstrings, help, messages) a user reads: the tests' too
+    (this file's own examples aside)."""
     files = sorted((ROOT / "minitransformer").rglob("*.py"))
     files += sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
-    return files
+    files += sorted((ROOT / "tests").glob("*.py"))
+    files += sorted((ROOT / "benchmarks" / "tests").glob("*.py"))
+    return [f for f in files if f != Path(__file__).resolve()]
 
 
 def offending_lines(text):
