@@ -212,11 +212,13 @@ def test_lesson_06_and_04_constants():
 
 def test_the_gpu_tuning_record_quotes_the_figures_of_the_committed_run():
     """The speed-ups and step times docs/gpu_tuning.md quotes (moved there from lesson 11) are
-    those of results/gpu-run-h200/2026-11-25-a3c78e3-call1/; lesson 11 keeps the seam and its one computed figure."""
+    those of results/gpu-run-h200/2026-11-25-a3c78e3-call1/; lesson 11 keeps the seam and its one
+    computed figure."""
     import json
     record = " ".join((LESSONS.parent / "docs/gpu_tuning.md").read_text(encoding="utf-8").split())
     lesson = " ".join(text("11_").split())
-    run = json.loads((LESSONS.parent / "results/gpu-run-h200/2026-11-25-a3c78e3-call1/results.json").read_text())
+    run = LESSONS.parent / "results/gpu-run-h200/2026-11-25-a3c78e3-call1/results.json"
+    run = json.loads(run.read_text(encoding="utf-8"))
     run = run["stages"]
     speedups = {o["op"]: o["speedup"] for o in run["fused"]["result"]["ops"]}
     adam = speedups.pop("Adam update")

@@ -544,8 +544,6 @@ def test_return_attention_gives_the_cross_attention_of_the_best():
         assert hyps[1].attention is None
 
 
-
-
 def test_a_nan_or_infinite_logit_makes_its_whole_log_softmax_row_nan(xp_backend):
     """What search's NaN check reads (log p of </s> alone) rests on this, on both backends (the
     fused kernel on the GPU): a NaN or +inf logit anywhere in a row makes every entry NaN; -inf
