@@ -60,12 +60,13 @@ def test_each_way_a_gpu_is_missing_is_said_with_the_cpu_as_a_way_on(monkeypatch,
         cupy = type(sys)("cupy")
         cupy.cuda = type(sys)("cupy.cuda")
         cupy.cuda.runtime = runtime
+    before = backend.device, backend.xp                 # the GPU's, on a GPU machine's suite
     monkeypatch.setattr(backend, "_cupy", None)
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     with pytest.raises(RuntimeError, match=said) as e:
         mt.use("gpu")
     assert str(e.value).endswith("stay on the CPU with use('cpu')."), str(e.value)
-    assert backend.device == "cpu"
+    assert (backend.device, backend.xp) == before           # a failed switch changes nothing
 
 
 def test_environment_variable_selects_the_device():
