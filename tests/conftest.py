@@ -2,6 +2,7 @@
 (the GPU case skipped, with the reason, where CuPy or a GPU is absent); the float32 tolerances; the
 small training task of the training, checkpoint, run-directory and evaluation tests."""
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,12 @@ import minitransformer as mt
 from minitransformer import backend
 from minitransformer.run.training import TrainingConfig
 from minitransformer.transformer import Transformer, TransformerConfig
+
+# A suite started as a background job (`cmd &` in a script, nohup) inherits Ctrl-C ignored, and
+# Python keeps it so; the signal tests need Python's own handler, in pytest-xdist's workers too and
+# in the commands the tests start (a handled signal is the default again in a child)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DEFAULT_DEVICE = os.environ.get("MINITRANSFORMER_DEVICE", "cpu")
 PAD, BOS, EOS = 0, 1, 2                                          # the special ids of the data tests
