@@ -82,6 +82,12 @@ def schedule(plan=PLAN, total=TOTAL_S):
     return granted
 
 
+def interruptible():
+    """In a command's process before it starts: Ctrl-C's default again, where the check was started
+    with it ignored (a background job), so that the SIGINT at the end of a grant reaches it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_command(cmd, seconds, grace, log, env):
     """cmd, its output appended to log, interrupted after seconds - grace and killed at seconds
     (its process group, children too; also once it ends): (exit code or "timeout", seconds)."""
@@ -91,7 +97,7 @@ def run_command(cmd, seconds, grace, log, env):
         f.flush()
         proc = subprocess.Popen([str(c) for c in cmd], cwd=ROOT, env=env, stdout=f,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=interruptible)
         try:
             code = proc.wait(timeout=max(seconds - grace, 0.01))
         except subprocess.TimeoutExpired:
@@ -158,8 +164,10 @@ def run_one(rec, cmd, args, ctx, log):
            "GPU_CHECK_WORK": str(ctx["work"]), "GPU_CHECK_COMMAND": name,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "benchmarks"),
                                                        os.environ.get("PYTHONPATH")]))}
-    if name in PYTESTS:
-        env["MINITRANSFORMER_DEVICE"] = "gpu"
+    if name in PYTESTS:  # on the GPU; one BLAS thread a worker, as xdist runs one a core: the
+        # lessons' NumPy code would otherwise start a thread a core in every worker
+        env.update(MINITRANSFORMER_DEVICE="gpu", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                   MKL_NUM_THREADS="1")
     if args.stub == "overrun":
         cmd = ["sh", "-c", OVERRUN]
     elif args.stub:

@@ -4,6 +4,7 @@ the call with time for a second try, and the CPU's dry run (every command replac
 overruns, the budgets scaled down) runs every stage of a to d, stops each at its budget with its
 children, and brings back at most 8 files whose summary names each stage's outcome."""
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,29 @@ def test_the_dry_run_with_every_command_overrunning_runs_every_stage(tmp_path):
     for pid_file in work.glob("*.pid"):                # each stub's child, killed with its group
         status = Path(f"/proc/{pid_file.read_text().strip()}/status")
         assert not status.exists() or "zombie" in status.read_text(), pid_file.name
+
+
+# what it prints, "started here" and "stopped by SIGINT", is not in its source: the log holds both
+STOPPED_POLITELY = """
+import time
+try:
+    print("started", "here", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt:      # pytest prints its summary here, a training saves its checkpoint
+    print("stopped by", "SIGINT")
+"""
+
+
+def test_the_end_of_a_grant_interrupts_a_command_even_when_ctrl_c_was_ignored(tmp_path):
+    """Started as a background job, the check inherits Ctrl-C ignored, and so would every command:
+    the SIGINT at the end of a grant must still reach the command before its SIGKILL."""
+    log = tmp_path / "log"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code, seconds = gpu_check.run_command([sys.executable, "-c", STOPPED_POLITELY], 10, 3,
+                                              log, None)            # SIGINT after 7 s
+    finally:
+        signal.signal(signal.SIGINT, before)
+    text = log.read_text(encoding="utf-8")
+    assert code == "timeout" and "started here" in text and "stopped by SIGINT" in text, text
+    assert seconds < 10 + 5, seconds                          # not the 30 s sleep

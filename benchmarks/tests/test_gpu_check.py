@@ -54,11 +54,15 @@ def report(test, outcome, when="call", traceback=None):
 
 def stubs(folder, **scripts):
     """A script for every command of the check: `scripts[name]`, else one that exits 0; each
-    keeps its command line in $GPU_CHECK_WORK/NAME.args."""
+    keeps its command line in $GPU_CHECK_WORK/NAME.args, its device and BLAS threads in
+    NAME.env."""
     folder.mkdir()
     for _, name, _, _ in gpu_check.PLAN:
         body = scripts.get(name, "exit 0")
-        (folder / f"{name}.sh").write_text(f'echo "$@" > "$GPU_CHECK_WORK/{name}.args"\n{body}\n')
+        keep = (f'echo "$@" > "$GPU_CHECK_WORK/{name}.args"\n'
+                f'echo "$MINITRANSFORMER_DEVICE $OPENBLAS_NUM_THREADS"'
+                f' > "$GPU_CHECK_WORK/{name}.env"')
+        (folder / f"{name}.sh").write_text(f"{keep}\n{body}\n")
     return folder
 
 
@@ -119,6 +123,8 @@ def test_what_the_commands_print_reaches_the_summary(tmp_path):
     assert "17.68 ms of the GPU busy" in row(summary, "e")
     for name in ("multi30k", "small", "base", "profile"):   # the replay tests passed
         assert "--cuda-graphs" in (work / f"{name}.args").read_text(), name
+    for name in ("parity", "suite", "nccl2"):                 # on the GPU, a BLAS thread a worker
+        assert (work / f"{name}.env").read_text().split() == ["gpu", "1"], name
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == sorted(gpu_check_results.OUT_FILES)
     assert "AssertionError: boom" in (out / "b-suite.log").read_text()
